@@ -1,0 +1,32 @@
+"""mdb: message-driven beans for Python.
+
+Decorate a handler with ``@listener``, run ``mdb run MODULE``, and the container consumes with
+transactions, redelivery and an error destination. See docs/concepts.md.
+"""
+
+from mdb.container import Container
+from mdb.context import Context
+from mdb.destinations import Destination
+from mdb.errors import (
+    BrokerError,
+    ConfigurationError,
+    ConnectionFailed,
+    ConnectionLost,
+    DecodeError,
+    ListenerDefinitionError,
+    MdbError,
+    SendOutcomeUnknown,
+    SubscriptionFailed,
+    TransactionRolledBack,
+)
+from mdb.listener import ListenerSpec, listener
+from mdb.options import Distribution, Redelivery
+from mdb.producer import Producer
+from mdb.settings import Settings, load_settings
+
+__all__ = [
+    "BrokerError", "ConfigurationError", "ConnectionFailed", "ConnectionLost", "Container",
+    "Context", "DecodeError", "Destination", "Distribution", "ListenerDefinitionError",
+    "ListenerSpec", "MdbError", "Producer", "Redelivery", "SendOutcomeUnknown", "Settings",
+    "SubscriptionFailed", "TransactionRolledBack", "listener", "load_settings",
+]

@@ -1,0 +1,179 @@
+"""The broker seam: everything the container needs from a broker, and nothing more.
+
+An adapter is a package that registers a ``Broker`` factory under a URL scheme in the
+``mdb.brokers`` entry-point group (``memory``, ``stomp+activemq``, ...). The container calls
+``Broker.connect()`` and then only uses ``Connection``, ``Subscription`` and ``Transaction``.
+
+Rules every adapter keeps:
+
+* Methods are coroutines and never block the event loop for longer than a socket write.
+* Only ``mdb.errors`` exceptions escape; the client library's own are translated here.
+* A ``Delivery`` is settled at most once, by ``Transaction.ack`` followed by a successful
+  ``commit`` or by ``Connection.ack``. A delivery that is never settled is redelivered by the
+  broker, flagged ``redelivered``, when its subscription or connection closes.
+* After the connection is lost every object from it is stale: ``receive`` raises
+  ``ConnectionLost``, ``commit`` raises ``TransactionRolledBack``, and nothing done on a stale
+  object reaches the broker. The container reconnects by calling ``Broker.connect()`` again.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from mdb.destinations import Destination
+from mdb.errors import ConfigurationError
+from mdb.message import OutgoingMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionOptions:
+    """What the container tells an adapter about the connection it wants."""
+
+    url: str
+    username: str | None = None
+    password: str | None = None
+    client_id: str = "mdb"
+    heartbeat_ms: int = 4000
+    connect_timeout: float = 10.0
+    receipt_timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionRequest:
+    """A subscription the container wants on one broker.
+
+    ``name`` identifies a topic subscription: every subscriber using the same name shares it
+    (each message goes to one of them) and a durable one keeps messages while nobody is
+    attached. ``name`` is None for a queue. ``prefetch`` is the most unsettled deliveries the
+    broker may push to this subscriber at once.
+    """
+
+    destination: Destination
+    name: str | None
+    durable: bool
+    selector: str | None
+    prefetch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message as delivered by the broker.
+
+    ``broker_redelivered`` is the broker's redelivered flag; ``token`` is the adapter's own
+    handle needed to settle it and means nothing to the container.
+    """
+
+    destination: Destination
+    body: bytes
+    headers: Mapping[str, str]
+    broker_message_id: str
+    broker_redelivered: bool
+    token: object
+
+
+class Subscription(abc.ABC):
+    @property
+    @abc.abstractmethod
+    def requeue_destination(self) -> Destination:
+        """A queue whose messages reach this subscription and nothing else.
+
+        The container re-sends a failed message here to redeliver it with a durable count.
+        """
+
+    @abc.abstractmethod
+    async def receive(self) -> Delivery:
+        """Wait for the next delivery. Raises ``ConnectionLost`` once the connection drops."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop receiving. Unsettled deliveries go back to the broker for redelivery.
+        A durable subscription keeps existing. Never raises."""
+
+
+class Transaction(abc.ABC):
+    @abc.abstractmethod
+    async def ack(self, delivery: Delivery) -> None:
+        """Settle ``delivery`` when, and only if, this transaction commits."""
+
+    @abc.abstractmethod
+    async def send(self, destination: Destination, message: OutgoingMessage) -> None:
+        """Send ``message`` when, and only if, this transaction commits."""
+
+    @abc.abstractmethod
+    async def commit(self) -> None:
+        """Make the acks and sends take effect together; return once the broker confirmed.
+
+        Raises ``TransactionRolledBack`` when the broker did not confirm (connection lost,
+        refused, no receipt in time): then none of it may be relied upon.
+        """
+
+    @abc.abstractmethod
+    async def abort(self) -> None:
+        """Discard the sends; acked deliveries stay unsettled. Never raises."""
+
+
+class Connection(abc.ABC):
+    @abc.abstractmethod
+    async def subscribe(self, request: SubscriptionRequest) -> Subscription:
+        """Create (or attach to) the subscription and return once the broker confirmed it,
+        so that no message sent afterwards is missed. Raises ``SubscriptionFailed``."""
+
+    @abc.abstractmethod
+    async def begin(self) -> Transaction:
+        """Start a transaction. Several may be open at once on one connection."""
+
+    @abc.abstractmethod
+    async def ack(self, delivery: Delivery) -> None:
+        """Settle ``delivery`` outside any transaction."""
+
+    @abc.abstractmethod
+    async def send(self, destination: Destination, message: OutgoingMessage) -> None:
+        """Send outside any transaction; return once the broker confirmed it stored the message.
+
+        Raises ``SendOutcomeUnknown`` when no confirmation came, ``ConnectionLost`` when the
+        message surely was not sent.
+        """
+
+    @property
+    @abc.abstractmethod
+    def is_open(self) -> bool:
+        """False once the connection was closed or lost."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close the connection. Open transactions are aborted by the broker. Never raises."""
+
+
+class Broker(Protocol):
+    """Factory registered under a URL scheme; constructed with the connection options."""
+
+    def __init__(self, options: ConnectionOptions) -> None: ...
+
+    async def connect(self) -> Connection:
+        """Open a connection. Raises ``ConnectionFailed``."""
+        ...
+
+
+ENTRY_POINT_GROUP = "mdb.brokers"
+
+
+def scheme_of(url: str) -> str:
+    return urlsplit(url).scheme
+
+
+def broker_for(options: ConnectionOptions) -> Broker:
+    """The adapter registered for the URL's scheme, or a ConfigurationError listing them."""
+    scheme = scheme_of(options.url)
+    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if scheme not in found:
+        raise ConfigurationError(
+            f"broker url {options.url!r}: no adapter for scheme {scheme!r}; "
+            f"installed: {', '.join(sorted(found)) or 'none'}"
+        )
+    factory: type[Broker] = found[scheme].load()
+    return factory(options)

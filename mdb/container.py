@@ -1,0 +1,171 @@
+"""The container: connects, subscribes every pool slot, runs handlers, and stops in order.
+
+Lifecycle (``run``):
+
+1. start: connect to every broker used, then create every subscription (one per pool slot,
+   prefetch 1, so a process never holds more unsettled messages than it can work on), then
+   report ready. A failure here is fatal and raised.
+2. run: each slot receives one delivery at a time and hands it to its ``Processor``. A slot
+   whose connection was lost reconnects (one attempt per broker, with backoff) and subscribes
+   again under the same name; the broker redelivers what was in flight, flagged.
+3. stop (``request_stop``): stop receiving → let in-flight handlers finish within
+   ``shutdown_grace_period`` → cancel what is still running, aborting its transaction so the
+   broker redelivers it → close subscriptions and connections.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.abc import TaskStatus
+
+from mdb.broker import Subscription
+from mdb.delivery import Processor, Stats
+from mdb.errors import BrokerError, ConfigurationError, ConnectionLost
+from mdb.links import BrokerLink
+from mdb.listener import ListenerSpec
+from mdb.planning import PlannedSubscription, plan
+from mdb.settings import Settings
+
+log = logging.getLogger("mdb.container")
+
+
+@dataclass
+class Deployed:
+    """One listener as deployed in this container."""
+
+    spec: ListenerSpec
+    planned: PlannedSubscription
+    stats: Stats = field(default_factory=Stats)
+
+
+class Container:
+    def __init__(self, settings: Settings, listeners: Iterable[ListenerSpec]) -> None:
+        self.settings = settings
+        self.deployed: list[Deployed] = []
+        seen: dict[str, ListenerSpec] = {}
+        for spec in listeners:
+            if spec.name in seen and seen[spec.name].handler is not spec.handler:
+                raise ConfigurationError(
+                    f"two listeners are named {spec.name!r} ({_where(seen[spec.name])} and "
+                    f"{_where(spec)}): give one of them @listener(..., name='...')"
+                )
+            seen[spec.name] = spec
+        unknown = set(settings.listeners) - set(seen)
+        if unknown:
+            raise ConfigurationError(
+                f"setting listeners.{sorted(unknown)[0]}: no such listener; "
+                f"listeners are: {', '.join(sorted(seen)) or 'none'}"
+            )
+        for spec in seen.values():
+            configured = spec.with_settings(settings.defaults, settings.listeners.get(spec.name))
+            planned = plan(configured, app=settings.app, server=settings.server,
+                           broker=settings.broker_of(configured.destination))
+            self.deployed.append(Deployed(configured, planned))
+        self.links = {
+            name: BrokerLink(name, settings.brokers[name], f"{settings.app}.{settings.server}")
+            for name in {d.planned.broker for d in self.deployed}
+        }
+        self.stopping = False
+        self._stop_requested: anyio.Event | None = None
+        self._receiving: set[anyio.CancelScope] = set()
+        self._live_slots = 0
+        self._slots_done: anyio.Event | None = None
+
+    def request_stop(self) -> None:
+        """Begin the orderly shutdown; ``run`` returns when it is complete. Call it from the
+        container's event loop (a signal handler task, a test)."""
+        self.stopping = True
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+        for scope in list(self._receiving):
+            scope.cancel()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Start, report ready through ``task_status``, process until ``request_stop``, then
+        shut down in the documented order. Startup errors (ConfigurationError, BrokerError)
+        are raised."""
+        self._stop_requested = anyio.Event()
+        self._slots_done = anyio.Event()
+        try:
+            slots = await self._start()
+            log.info("container ready: %d listeners, %d subscriptions",
+                     len(self.deployed), len(slots))
+            task_status.started()
+            self._live_slots = len(slots)
+            async with anyio.create_task_group() as work:
+                for deployed, threads, subscription in slots:
+                    work.start_soon(self._slot, deployed, threads, subscription)
+                if self.stopping:
+                    self.request_stop()
+                await self._stop_requested.wait()
+                with anyio.move_on_after(self.settings.shutdown_grace_period):
+                    await self._slots_done.wait()
+                work.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                for link in self.links.values():
+                    await link.close()
+
+    async def _start(self) -> list[tuple[Deployed, anyio.CapacityLimiter, Subscription]]:
+        for link in self.links.values():
+            await link.connect()
+        slots: list[tuple[Deployed, anyio.CapacityLimiter, Subscription]] = []
+        for deployed in self.deployed:
+            connection = await self.links[deployed.planned.broker].connect()
+            threads = anyio.CapacityLimiter(deployed.spec.options.pool)
+            for _ in range(deployed.spec.options.pool):
+                subscription = await connection.subscribe(deployed.planned.request)
+                slots.append((deployed, threads, subscription))
+        return slots
+
+    async def _slot(self, deployed: Deployed, threads: anyio.CapacityLimiter,
+                    subscription: Subscription | None) -> None:
+        try:
+            await self._consume(deployed, threads, subscription)
+        finally:
+            self._live_slots -= 1
+            if self._live_slots == 0 and self._slots_done is not None:
+                self._slots_done.set()
+
+    async def _consume(self, deployed: Deployed, threads: anyio.CapacityLimiter,
+                       subscription: Subscription | None) -> None:
+        link = self.links[deployed.planned.broker]
+        while not self.stopping:
+            try:
+                connection = await link.connection()
+                if subscription is None:
+                    subscription = await connection.subscribe(deployed.planned.request)
+                processor = Processor(deployed.spec, connection, subscription, deployed.stats,
+                                      threads)
+                while not self.stopping:
+                    with anyio.CancelScope() as receiving:
+                        self._receiving.add(receiving)
+                        if self.stopping:
+                            receiving.cancel()
+                        try:
+                            delivery = await subscription.receive()
+                        finally:
+                            self._receiving.discard(receiving)
+                    if receiving.cancelled_caught:
+                        break
+                    await processor.process(delivery)
+            except ConnectionLost as exc:
+                log.warning("listener %s: connection to broker %s lost (%s); resubscribing",
+                            deployed.spec.name, link.name, exc)
+            except BrokerError as exc:
+                log.error("listener %s: cannot resubscribe on broker %s: %s",
+                          deployed.spec.name, link.name, exc)
+                await anyio.sleep(link.settings.reconnect_max_delay)
+            finally:
+                if subscription is not None:
+                    with anyio.CancelScope(shield=True):
+                        await subscription.close()
+                    subscription = None
+
+
+def _where(spec: ListenerSpec) -> str:
+    return f"{spec.handler.__module__}.{spec.handler.__qualname__}"

@@ -1,0 +1,60 @@
+"""Every error mdb raises, under one root.
+
+Adapters catch their client library's exceptions and raise these instead; the core only
+ever catches ``MdbError`` subclasses::
+
+    MdbError
+    ├── ConfigurationError          a setting or listener option is invalid (names it and the fix)
+    │   └── ListenerDefinitionError     raised by @listener at decoration time
+    ├── DecodeError                 a message body does not match the handler's annotation
+    └── BrokerError                 anything that went wrong talking to a broker
+        ├── ConnectionFailed            could not connect (refused, timed out, bad credentials)
+        ├── ConnectionLost              an open connection dropped; its work in flight is stale
+        ├── SubscriptionFailed          the broker refused a subscription (bad selector, ...)
+        ├── TransactionRolledBack       a commit did not happen; the broker redelivers what it held
+        └── SendOutcomeUnknown          a send got no receipt: it may or may not have been stored
+"""
+
+from __future__ import annotations
+
+
+class MdbError(Exception):
+    """Root of every error raised by mdb."""
+
+
+class ConfigurationError(MdbError):
+    """A setting or option is invalid. The message names it and says what would be valid."""
+
+
+class ListenerDefinitionError(ConfigurationError):
+    """``@listener`` was given an invalid option; raised when the function is decorated."""
+
+
+class DecodeError(MdbError):
+    """A body could not be decoded into the handler's annotated type. Never retried."""
+
+
+class BrokerError(MdbError):
+    """Talking to a broker failed."""
+
+
+class ConnectionFailed(BrokerError):
+    """A connection could not be opened."""
+
+
+class ConnectionLost(BrokerError):
+    """An open connection dropped. Transactions and unacknowledged deliveries on it are stale."""
+
+
+class SubscriptionFailed(BrokerError):
+    """The broker refused to create a subscription."""
+
+
+class TransactionRolledBack(BrokerError):
+    """A commit failed or its outcome is unknown; nothing of the transaction took effect
+    that the broker will not redeliver."""
+
+
+class SendOutcomeUnknown(BrokerError):
+    """A send got no receipt. The message may have been stored: retrying it elsewhere may
+    create a duplicate, which consumers can recognise by its ``mdb-id`` header."""

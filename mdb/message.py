@@ -1,0 +1,58 @@
+"""Messages as the core sees them, and the headers mdb puts on every message it sends."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from mdb.destinations import Destination
+
+# Header names use '_' rather than '-' so that ActiveMQ selectors can refer to them.
+ID = "mdb_id"  # the framework's message id: stable across redeliveries and re-sends
+DELIVERY_COUNT = "mdb_delivery_count"  # deliveries before the one carrying this header, plus one
+REDELIVERY_OF = "mdb_redelivery_of"  # on a re-sent copy: the logical destination it came from
+ORIGINAL_DESTINATION = "mdb_original_destination"  # on a message moved to an error destination
+ERROR_TYPE = "mdb_error_type"
+ERROR_MESSAGE = "mdb_error_message"
+ERROR_LISTENER = "mdb_error_listener"
+CONTENT_TYPE = "content-type"
+
+# Headers that describe one delivery and must not be copied onto a re-sent message.
+_PER_DELIVERY = frozenset(
+    {"message-id", "destination", "subscription", "ack", "redelivered", "receipt", "transaction",
+     "content-length", "timestamp", "expires", "priority", "persistent", "amq-msg-type"}
+)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One delivery of a message, as handed to a handler through its Context."""
+
+    id: str
+    destination: Destination
+    body: bytes
+    headers: Mapping[str, str]
+    redelivered: bool
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """A message to send. ``headers`` always carries ``mdb_id``."""
+
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def content_type(self) -> str | None:
+        return self.headers.get(CONTENT_TYPE)
+
+
+def portable_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The application headers of a received message, fit to be put on a re-sent copy."""
+    return {k: v for k, v in headers.items() if k not in _PER_DELIVERY}

@@ -1,0 +1,177 @@
+"""Settings: what a deployment may change without touching code.
+
+Sources, highest priority first: keyword arguments (the CLI's ``--app``/``--server``),
+``MDB_*`` environment variables (nested with ``__``, e.g. ``MDB_LISTENERS__ON_ORDER__POOL=8``),
+a ``.env`` file, the TOML file given with ``--config``, then the defaults below.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from mdb.destinations import Destination
+from mdb.errors import ConfigurationError
+from mdb.options import ListenerOverrides
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class BrokerSettings(BaseModel):
+    """One broker the container connects to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field("memory://", description="`memory://NAME` (embedded) or `stomp+activemq://HOST:PORT`")
+    username: str | None = Field(None, description="login, if the broker wants one")
+    password: SecretStr | None = Field(None, description="passcode; never printed or logged")
+    heartbeat_ms: Annotated[int, Field(ge=0)] = Field(
+        4000, description="heartbeat interval both ways; a hung broker is noticed after ~2.5x")
+    connect_timeout: Annotated[float, Field(gt=0)] = Field(
+        10.0, description="seconds to wait for the broker to accept a connection")
+    receipt_timeout: Annotated[float, Field(gt=0)] = Field(
+        10.0, description="seconds to wait for a broker's receipt of a send, commit or subscribe")
+    reconnect_delay: Annotated[float, Field(gt=0)] = Field(
+        0.5, description="first wait before reconnecting after the connection was lost")
+    reconnect_max_delay: Annotated[float, Field(gt=0)] = Field(
+        30.0, description="longest wait between reconnect attempts (the wait doubles)")
+
+    @field_validator("url")
+    @classmethod
+    def _has_scheme(cls, value: str) -> str:
+        if "://" not in value:
+            raise ValueError("must look like 'memory://' or 'stomp+activemq://host:61613'")
+        return value
+
+
+class DestinationSettings(BaseModel):
+    """Where a destination lives."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    broker: str = Field(description="name of the broker (a key of `brokers`) holding it")
+
+
+class Settings(BaseSettings):
+    """The container's settings. See docs/configuration.md for every field."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MDB_", env_nested_delimiter="__", env_file=".env",
+        env_file_encoding="utf-8", extra="forbid", nested_model_default_partial_update=True,
+    )
+
+    app: str = Field("mdb", description="application name; processes of one app share work")
+    server: str = Field(
+        default_factory=lambda: socket.gethostname().split(".")[0],
+        description="this process's name, stable across restarts (default: the host name)")
+    brokers: dict[str, BrokerSettings] = Field(
+        default_factory=lambda: {"default": BrokerSettings()},
+        description="brokers by name; destinations not listed in `destinations` use the first")
+    destinations: dict[str, DestinationSettings] = Field(
+        default_factory=dict, description="`queue:NAME`/`topic:NAME` → the broker holding it")
+    defaults: ListenerOverrides = Field(
+        default_factory=ListenerOverrides,
+        description="listener options applied where the code does not set them")
+    listeners: dict[str, ListenerOverrides] = Field(
+        default_factory=dict,
+        description="per listener name: options that override the code (deployment descriptor)")
+    container: str | None = Field(
+        None, description="the dependency-injector container, `module:Attribute`")
+    shutdown_grace_period: Annotated[float, Field(ge=0)] = Field(
+        30.0, description="seconds in-flight handlers may take to finish on shutdown")
+    status_interval: Annotated[float, Field(gt=0)] = Field(
+        5.0, description="seconds between the status lines `mdb run` prints")
+
+    @field_validator("app", "server")
+    @classmethod
+    def _simple_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("may contain only letters, digits, '_' and '-' "
+                             "(it becomes part of subscription names)")
+        return value
+
+    @field_validator("brokers")
+    @classmethod
+    def _some_broker(cls, value: dict[str, BrokerSettings]) -> dict[str, BrokerSettings]:
+        if not value:
+            raise ValueError("needs at least one broker, e.g. brokers.default.url = 'memory://'")
+        return value
+
+    @field_validator("destinations")
+    @classmethod
+    def _destination_keys(cls, value: dict[str, DestinationSettings]) -> dict[str, DestinationSettings]:
+        for key in value:
+            try:
+                Destination.parse(key)
+            except ConfigurationError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    _toml_file: ClassVar[Path | None] = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources = [init_settings, env_settings, dotenv_settings]
+        if cls._toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_file))
+        return tuple(sources)
+
+    def broker_of(self, destination: Destination) -> str:
+        """The name of the broker holding ``destination``."""
+        entry = self.destinations.get(str(destination))
+        return entry.broker if entry else next(iter(self.brokers))
+
+    def check(self) -> None:
+        """Cross-field checks; raises ConfigurationError naming the setting."""
+        for key, entry in self.destinations.items():
+            if entry.broker not in self.brokers:
+                raise ConfigurationError(
+                    f"setting destinations.{key}.broker: {entry.broker!r} is not a broker; "
+                    f"valid: {', '.join(self.brokers)}"
+                )
+
+
+def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
+    """Read settings from every source; raise ConfigurationError naming each bad setting."""
+    if config is not None and not config.is_file():
+        raise ConfigurationError(f"--config {config}: no such file")
+
+    class _FromFile(Settings):
+        _toml_file = config
+
+    try:
+        settings: Settings = _FromFile(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise ConfigurationError(describe_errors(exc)) from None
+    except ValueError as exc:  # a TOML syntax error, or an unparsable environment variable
+        raise ConfigurationError(f"settings could not be read: {exc}") from None
+    settings.check()
+    return settings
+
+
+def describe_errors(exc: ValidationError) -> str:
+    lines = ["invalid settings:"]
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        got = err.get("input")
+        shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+        hint = " — unknown setting; see docs/configuration.md" if err["type"] == "extra_forbidden" else ""
+        lines.append(f"  setting {where}: {err['msg']}{shown}{hint}")
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""Bodies decode from the handler's annotation; a body that does not decode is a DecodeError."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from mdb import codec
+from mdb.errors import DecodeError
+from mdb.message import ID
+
+
+class Order(BaseModel):
+    id: str
+    quantity: int
+
+
+@pytest.mark.parametrize(
+    ("annotation", "body", "expected"),
+    [
+        (bytes, b"\x00\xff", b"\x00\xff"),
+        (str, "héllo".encode(), "héllo"),
+        (dict, b'{"a": 1}', {"a": 1}),
+        (list[int], b"[1, 2]", [1, 2]),
+        (Order, b'{"id": "o-1", "quantity": 2}', Order(id="o-1", quantity=2)),
+    ],
+)
+def test_decodes_by_annotation(annotation: object, body: bytes, expected: object) -> None:
+    assert codec.decoder_for(annotation)(body) == expected
+
+
+@pytest.mark.parametrize(
+    ("annotation", "body"),
+    [(str, b"\xff\xfe"), (dict, b"not json"), (dict, b"[1]"), (Order, b'{"id": 1}')],
+)
+def test_a_body_that_does_not_decode_raises_decode_error(annotation: object, body: bytes) -> None:
+    with pytest.raises(DecodeError):
+        codec.decoder_for(annotation)(body)
+
+
+def test_outgoing_messages_carry_a_content_type_and_a_fresh_id() -> None:
+    first = codec.outgoing(Order(id="o", quantity=1), {"region": "eu"})
+    second = codec.outgoing("text")
+    assert first.body == b'{"id":"o","quantity":1}'
+    assert first.content_type == codec.JSON and first.headers["region"] == "eu"
+    assert second.content_type == codec.TEXT
+    assert first.headers[ID] != second.headers[ID]
+
+
+def test_an_unsendable_body_says_what_can_be_sent() -> None:
+    with pytest.raises(TypeError, match="pydantic model"):
+        codec.outgoing(object())

@@ -1,0 +1,119 @@
+"""@listener: options validated at decoration time, the function left unchanged."""
+
+from __future__ import annotations
+
+import pytest
+from dependency_injector import containers, providers
+from dependency_injector.wiring import Provide
+from pydantic import BaseModel
+
+from mdb import Context, Distribution, ListenerDefinitionError, Redelivery, listener
+from mdb.destinations import Destination, Kind
+from mdb.errors import ConfigurationError
+from mdb.listener import spec_of
+from mdb.options import ListenerOverrides
+
+
+class Order(BaseModel):
+    id: str
+
+
+class Services(containers.DeclarativeContainer):
+    thing = providers.Object("thing")
+
+
+def test_the_decorator_records_a_spec_and_returns_the_function_unchanged() -> None:
+    async def on_order(order: Order, ctx: Context, thing: str = Provide[Services.thing]) -> None:
+        pass
+
+    decorated = listener("topic:orders", pool=16, name="orders_in")(on_order)
+
+    assert decorated is on_order
+    spec = spec_of(on_order)
+    assert spec is not None
+    assert spec.name == "orders_in"
+    assert spec.destination == Destination(Kind.TOPIC, "orders")
+    assert spec.options.pool == 16
+    assert spec.options.distribution is Distribution.ONE_COPY_PER_APP
+    assert spec.body_parameter == "order" and spec.body_type is Order
+    assert spec.context_parameter == "ctx"
+    assert spec.is_async
+    assert str(spec.error_destination) == "queue:orders.DLQ"
+
+
+def test_a_plain_function_without_annotations_gets_bytes() -> None:
+    @listener("queue:raw")
+    def on_raw(body):  # type: ignore[no-untyped-def]
+        pass
+
+    spec = spec_of(on_raw)
+    assert spec is not None and spec.body_type is bytes and not spec.is_async
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"pool": 0}, "pool"),
+        ({"pool": "many"}, "pool"),
+        ({"distribution": "everywhere"}, "distribution"),
+        ({"redelivery": {"limit": -1}}, "redelivery.limit"),
+        ({"redelivery": {"backoff": 0.5}}, "redelivery.backoff"),
+        ({"error_destination": "errors"}, "error_destination"),
+        ({"subscription": "has space"}, "subscription"),
+        ({"max_messages_per_transaction": 0}, "max_messages_per_transaction"),
+    ],
+)
+def test_an_invalid_option_fails_at_decoration_naming_it(kwargs: dict[str, object],
+                                                         named: str) -> None:
+    with pytest.raises(ListenerDefinitionError, match=f"@listener option {named}"):
+        listener("queue:orders", **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_bad_destination_says_how_to_write_one() -> None:
+    with pytest.raises(ListenerDefinitionError, match="'queue:NAME' or 'topic:NAME'"):
+        listener("orders")
+
+
+def test_one_copy_per_server_on_a_queue_is_refused() -> None:
+    with pytest.raises(ListenerDefinitionError, match="applies to topics"):
+        listener("queue:orders", distribution=Distribution.ONE_COPY_PER_SERVER)
+
+
+def test_a_parameter_that_is_neither_body_context_nor_dependency_is_refused() -> None:
+    with pytest.raises(ListenerDefinitionError, match="'other'"):
+        @listener("queue:orders")
+        def handler(body: bytes, other: int) -> None:
+            pass
+
+
+def test_a_listener_name_must_be_an_identifier() -> None:
+    with pytest.raises(ListenerDefinitionError, match="'name'"):
+        listener("queue:orders", name="not valid")(lambda body: None)
+
+
+def test_settings_override_code_which_overrides_setting_defaults() -> None:
+    @listener("queue:orders", pool=4, redelivery=Redelivery(limit=3, delay=0.1))
+    def on_order(body: bytes) -> None:
+        pass
+
+    spec = spec_of(on_order)
+    assert spec is not None
+    configured = spec.with_settings(
+        ListenerOverrides(pool=2, selector="region = 'eu'"),
+        ListenerOverrides.model_validate({"redelivery": {"limit": 7}}),
+    )
+    assert configured.options.pool == 4  # the code beats the defaults
+    assert configured.options.selector == "region = 'eu'"  # a default fills what code left
+    assert configured.options.redelivery.limit == 7  # the listener's override beats the code
+    assert configured.options.redelivery.delay == 0.1  # ...and keeps what it does not name
+
+
+def test_an_invalid_override_names_the_setting() -> None:
+    @listener("queue:orders")
+    def on_order(body: bytes) -> None:
+        pass
+
+    spec = spec_of(on_order)
+    assert spec is not None
+    with pytest.raises(ConfigurationError, match=r"listeners\.on_order\.pool"):
+        spec.with_settings(ListenerOverrides(), ListenerOverrides(pool=0))

@@ -1,0 +1,87 @@
+"""Settings: every source, and every bad setting named with what would be valid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mdb.errors import ConfigurationError
+from mdb.settings import load_settings
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mdb.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_use_the_embedded_broker(monkeypatch: pytest.MonkeyPatch,
+                                          tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings()
+    assert [b.url for b in settings.brokers.values()] == ["memory://"]
+    assert settings.server
+
+
+def test_environment_beats_the_file_and_arguments_beat_both(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = write(tmp_path, """
+app = "shop"
+server = "file"
+[brokers.main]
+url = "stomp+activemq://broker:61613"
+password = "s3cret"
+[listeners.on_order]
+pool = 4
+""")
+    monkeypatch.setenv("MDB_LISTENERS__ON_ORDER__POOL", "8")
+    monkeypatch.setenv("MDB_SERVER", "env")
+    settings = load_settings(config, server="argument")
+    assert settings.app == "shop"
+    assert settings.server == "argument"
+    assert settings.listeners["on_order"].pool == 8
+    assert settings.brokers["main"].password is not None
+    assert "s3cret" not in repr(settings)
+
+
+def test_dotenv_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("MDB_APP=from-dotenv\n")
+    assert load_settings().app == "from-dotenv"
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('app = "has.dot"', r"setting app: .*letters, digits"),
+        ('[brokers.main]\nurl = "localhost"', r"setting brokers\.main\.url: .*memory://"),
+        ('[brokers.main]\nurll = "memory://"', r"setting brokers\.main\.urll: .*unknown setting"),
+        ('[brokers.main]\nheartbeat_ms = -1', r"setting brokers\.main\.heartbeat_ms"),
+        ('[destinations."orders"]\nbroker = "default"', r"setting destinations.*queue:NAME"),
+        ('[destinations."queue:orders"]\nbroker = "nowhere"',
+         r"destinations\.queue:orders\.broker: 'nowhere' is not a broker; valid: default"),
+        ("shutdown_grace_period = 'soon'", r"setting shutdown_grace_period"),
+        ("app = ", r"settings could not be read"),
+    ],
+)
+def test_a_bad_setting_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                             toml: str, message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match=message):
+        load_settings(write(tmp_path, toml))
+
+
+def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="no such file"):
+        load_settings(tmp_path / "absent.toml")
+
+
+def test_a_bad_environment_variable_is_named(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MDB_SHUTDOWN_GRACE_PERIOD", "-5")
+    with pytest.raises(ConfigurationError, match="setting shutdown_grace_period"):
+        load_settings()
