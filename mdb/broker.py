@@ -11,9 +11,14 @@ Rules every adapter keeps:
 * A ``Delivery`` is settled at most once, by ``Transaction.ack`` followed by a successful
   ``commit`` or by ``Connection.ack``. A delivery that is never settled is redelivered by the
   broker, flagged ``redelivered``, when its subscription or connection closes.
-* After the connection is lost every object from it is stale: ``receive`` raises
-  ``ConnectionLost``, ``commit`` raises ``TransactionRolledBack``, and nothing done on a stale
-  object reaches the broker. The container reconnects by calling ``Broker.connect()`` again.
+* After the connection is lost or closed every object from it is stale: ``subscribe``,
+  ``begin``, ``ack`` and ``send`` raise ``ConnectionLost``; ``receive`` raises
+  ``ConnectionLost`` (also on a closed subscription, waking a task blocked in it);
+  ``Transaction.ack``/``send`` do nothing and ``commit`` raises ``TransactionRolledBack``.
+  Nothing done on a stale object reaches the broker. The container reconnects by calling
+  ``Broker.connect()`` again.
+* A delivery whose settlement failed (an aborted or rolled-back transaction) stays with its
+  live subscription, as on ActiveMQ: it is redelivered only once that subscription is closed.
 """
 
 from __future__ import annotations
@@ -49,8 +54,9 @@ class SubscriptionRequest:
 
     ``name`` identifies a topic subscription: every subscriber using the same name shares it
     (each message goes to one of them) and a durable one keeps messages while nobody is
-    attached. ``name`` is None for a queue. ``prefetch`` is the most unsettled deliveries the
-    broker may push to this subscriber at once.
+    attached. ``name`` is None for a queue; names never contain ``.``. ``prefetch`` is the
+    most unsettled deliveries the broker may push to this subscriber at once (a transacted ack
+    frees a place only until its transaction ends).
     """
 
     destination: Destination

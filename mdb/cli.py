@@ -143,3 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     common(p_send)
     p_send.set_defaults(command=send)
     return parser
+
+
+if __name__ == "__main__":
+    main()

@@ -152,7 +152,10 @@ class Container:
                             self._receiving.discard(receiving)
                     if receiving.cancelled_caught:
                         break
-                    await processor.process(delivery)
+                    if not await processor.process(delivery):
+                        # Brokers keep an unsettled delivery with its live subscription; closing
+                        # the subscription (below) hands it back for redelivery, flagged.
+                        break
             except ConnectionLost as exc:
                 log.warning("listener %s: connection to broker %s lost (%s); resubscribing",
                             deployed.spec.name, link.name, exc)

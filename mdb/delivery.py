@@ -72,9 +72,10 @@ class Processor:
         self._threads = threads
         self._decode = codec.decoder_for(spec.body_type)
 
-    async def process(self, delivery: Delivery) -> None:
-        """Process and settle ``delivery``. Raises only BaseExceptions such as cancellation;
-        a broker error leaves the delivery unsettled, so the broker redelivers it."""
+    async def process(self, delivery: Delivery) -> bool:
+        """Process and settle ``delivery``; return False if it could not be settled (a broker
+        error), in which case the broker redelivers it once its subscription is closed. Raises
+        only BaseExceptions such as cancellation."""
         message = to_message(delivery)
         self._stats.in_flight += 1
         try:
@@ -84,21 +85,23 @@ class Processor:
                     "an earlier delivery's outcome is unknown (process or connection lost)",
                     retry=True, wait=False,
                 )
-                return
+                return True
             try:
                 body = self._decode(message.body)
             except DecodeError as exc:
                 await self._settle_failure(delivery, message, "mdb.DecodeError", str(exc),
                                            retry=False, wait=False)
-                return
+                return True
             if self._spec.options.transacted:
                 await self._transacted(delivery, message, body)
             else:
                 await self._acked_after(delivery, message, body)
+            return True
         except BrokerError as exc:
             self._stats.rolled_back += 1
-            log.warning("listener %s: message %s not settled, the broker will redeliver it: %s",
+            log.warning("listener %s: message %s not settled (%s); it will be redelivered",
                         self._spec.name, message.id, exc)
+            return False
         finally:
             self._stats.in_flight -= 1
 

@@ -3,12 +3,13 @@
 Topic subscription names (documented in docs/concepts.md; changing them abandons durable
 subscriptions, so they never change silently):
 
-* ``one-copy-per-app``:    ``<app>.<listener>``           shared by every process of the app
-* ``one-copy-per-server``: ``<app>.<server>.<listener>``  one per process, stable across restarts
+* ``one-copy-per-app``:    ``<app>-<listener>``           shared by every process of the app
+* ``one-copy-per-server``: ``<app>-<server>-<listener>``  one per process, stable across restarts
 * the listener's ``subscription`` option replaces either.
 
-App, server and listener names contain only letters, digits, ``_`` and ``-``, so the dots keep
-the three parts apart. A queue needs no name: its consumers compete for its messages.
+App, server and listener names contain only letters, digits and ``_``, so the dashes keep the
+parts apart and a per-app name can never equal a per-server one. Names contain no ``.``: brokers
+use it as a path separator. A queue needs no name: its consumers compete for its messages.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ def subscription_name(spec: ListenerSpec, app: str, server: str) -> str | None:
     if spec.options.subscription:
         return spec.options.subscription
     if spec.options.distribution is Distribution.ONE_COPY_PER_SERVER:
-        return f"{app}.{server}.{spec.name}"
-    return f"{app}.{spec.name}"
+        return f"{app}-{server}-{spec.name}"
+    return f"{app}-{spec.name}"
 
 
 def plan(spec: ListenerSpec, *, app: str, server: str, broker: str) -> PlannedSubscription:

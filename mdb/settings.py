@@ -24,7 +24,7 @@ from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
 from mdb.options import ListenerOverrides
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 class BrokerSettings(BaseModel):
@@ -76,7 +76,8 @@ class Settings(BaseSettings):
         description="this process's name, stable across restarts (default: the host name)")
     brokers: dict[str, BrokerSettings] = Field(
         default_factory=lambda: {"default": BrokerSettings()},
-        description="brokers by name; destinations not listed in `destinations` use the first")
+        description="brokers by name; destinations not listed in `destinations` use the first "
+                    "(default: one broker `default` at `memory://`)")
     destinations: dict[str, DestinationSettings] = Field(
         default_factory=dict, description="`queue:NAME`/`topic:NAME` → the broker holding it")
     defaults: ListenerOverrides = Field(
@@ -96,8 +97,8 @@ class Settings(BaseSettings):
     @classmethod
     def _simple_name(cls, value: str) -> str:
         if not _NAME.match(value):
-            raise ValueError("may contain only letters, digits, '_' and '-' "
-                             "(it becomes part of subscription names)")
+            raise ValueError("may contain only letters, digits and '_' (it becomes part of "
+                             "subscription names, where '-' separates the parts)")
         return value
 
     @field_validator("brokers")

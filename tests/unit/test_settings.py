@@ -49,14 +49,14 @@ pool = 4
 
 def test_dotenv_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / ".env").write_text("MDB_APP=from-dotenv\n")
-    assert load_settings().app == "from-dotenv"
+    (tmp_path / ".env").write_text("MDB_APP=from_dotenv\n")
+    assert load_settings().app == "from_dotenv"
 
 
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
-        ('app = "has.dot"', r"setting app: .*letters, digits"),
+        ('app = "has-dash"', r"setting app: .*letters, digits"),
         ('[brokers.main]\nurl = "localhost"', r"setting brokers\.main\.url: .*memory://"),
         ('[brokers.main]\nurll = "memory://"', r"setting brokers\.main\.urll: .*unknown setting"),
         ('[brokers.main]\nheartbeat_ms = -1', r"setting brokers\.main\.heartbeat_ms"),

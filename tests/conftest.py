@@ -1,0 +1,48 @@
+"""Fixtures shared by every test: the anyio backend and the real brokers.
+
+Broker tests may skip when a broker is absent on a developer's machine, never in CI
+(``CI=true``): there the missing broker is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def missing(what: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{what} is required in CI (CI=true); tests/run installs it")
+    pytest.skip(f"{what} is not installed here (tests/run installs it)")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def activemq() -> Iterator[object]:
+    from tests.harness.activemq import ActiveMQ, activemq_available
+
+    if not activemq_available():
+        missing("ActiveMQ Classic")
+    broker = ActiveMQ()
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(params=["memory", pytest.param("activemq", marks=pytest.mark.activemq)])
+def broker_url(request: pytest.FixtureRequest) -> str:
+    """The contract suite runs once per broker."""
+    if request.param == "memory":
+        return f"memory://{uuid.uuid4().hex[:8]}"
+    return str(request.getfixturevalue("activemq").url)

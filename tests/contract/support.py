@@ -1,0 +1,91 @@
+"""Helpers for the contract suite: run containers in-process, watch handlers, read queues."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+
+from mdb import Container, Settings
+from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest, broker_for
+from mdb.destinations import Destination
+from mdb.listener import ListenerSpec, spec_of
+from mdb.settings import BrokerSettings
+
+WAIT = 30.0  # seconds a test waits for something that should happen, before failing
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def settings_for(url: str, **values: object) -> Settings:
+    values.setdefault("app", unique("app"))
+    values.setdefault("server", "s1")
+    values.setdefault("shutdown_grace_period", 5.0)
+    return Settings(brokers={"default": BrokerSettings(url=url, heartbeat_ms=2000)},
+                    **values)  # type: ignore[arg-type]
+
+
+def specs(*handlers: Callable[..., object]) -> list[ListenerSpec]:
+    found = [spec_of(h) for h in handlers]
+    assert all(found)
+    return [s for s in found if s is not None]
+
+
+@asynccontextmanager
+async def running(settings: Settings, *handlers: Callable[..., object]) -> AsyncIterator[Container]:
+    """A container running ``handlers`` until the block exits, then stopped in order."""
+    container = Container(settings, specs(*handlers))
+    async with anyio.create_task_group() as tg:
+        await tg.start(container.run)
+        try:
+            yield container
+        finally:
+            container.request_stop()
+
+
+@dataclass
+class Calls:
+    """What handlers saw, with a way to wait until enough was seen."""
+
+    seen: list[tuple[str, object]] = field(default_factory=list)
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def add(self, key: str, value: object) -> None:
+        self.seen.append((key, value))
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def of(self, key: str) -> list[object]:
+        return [v for k, v in self.seen if k == key]
+
+    async def wait(self, predicate: Callable[[Calls], bool], timeout: float = WAIT) -> None:
+        with anyio.fail_after(timeout):
+            while not predicate(self):
+                await self._changed.wait()
+
+
+async def read(url: str, destination: str, count: int, timeout: float = WAIT) -> list[Delivery]:
+    """Take ``count`` messages from a queue through the seam, acking each."""
+    connection = await broker_for(ConnectionOptions(url=url, client_id=unique("reader"))).connect()
+    try:
+        subscription = await connection.subscribe(SubscriptionRequest(
+            Destination.parse(destination), name=None, durable=True, selector=None, prefetch=1))
+        taken = []
+        with anyio.fail_after(timeout):
+            for _ in range(count):
+                delivery = await subscription.receive()
+                await connection.ack(delivery)
+                taken.append(delivery)
+        await subscription.close()
+        return taken
+    finally:
+        await connection.close()
+
+
+def ids(deliveries: Iterable[Delivery]) -> list[str]:
+    return [d.headers.get("mdb_id", "") for d in deliveries]

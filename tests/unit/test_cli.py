@@ -1,0 +1,67 @@
+"""The ``mdb`` command: startup errors exit non-zero with a message naming the problem."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def mdb(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mdb.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Path:
+    (tmp_path / "app_listeners.py").write_text(
+        "from mdb import listener\n\n"
+        "@listener('queue:orders')\n"
+        "async def on_order(body: bytes) -> None:\n"
+        "    pass\n"
+    )
+    return tmp_path
+
+
+def test_a_bad_setting_exits_2_naming_it(app: Path) -> None:
+    (app / "bad.toml").write_text("[brokers.main]\nurl = 'nowhere'\n")
+    result = mdb("run", "app_listeners", "--config", "bad.toml", cwd=app)
+    assert result.returncode == 2
+    assert "setting brokers.main.url" in result.stderr
+
+
+def test_an_unknown_broker_scheme_lists_the_installed_ones(app: Path) -> None:
+    (app / "bad.toml").write_text("[brokers.main]\nurl = 'kafka://x:1'\n")
+    result = mdb("run", "app_listeners", "--config", "bad.toml", cwd=app)
+    assert result.returncode == 2
+    assert "no adapter for scheme 'kafka'" in result.stderr and "memory" in result.stderr
+
+
+def test_an_override_for_an_unknown_listener_is_named(app: Path) -> None:
+    (app / "bad.toml").write_text("[listeners.on_ordr]\npool = 2\n")
+    result = mdb("run", "app_listeners", "--config", "bad.toml", cwd=app)
+    assert result.returncode == 2
+    assert "listeners.on_ordr: no such listener; listeners are: on_order" in result.stderr
+
+
+def test_a_module_that_does_not_import_is_named(app: Path) -> None:
+    result = mdb("run", "no_such_module", cwd=app)
+    assert result.returncode == 2 and "'no_such_module'" in result.stderr
+
+
+def test_a_module_without_listeners_is_named(app: Path) -> None:
+    (app / "empty.py").write_text("x = 1\n")
+    result = mdb("run", "empty", cwd=app)
+    assert result.returncode == 2 and "no @listener functions in empty" in result.stderr
+
+
+def test_an_unreachable_broker_exits_3(app: Path) -> None:
+    (app / "down.toml").write_text(
+        "[brokers.main]\nurl = 'stomp+activemq://127.0.0.1:9'\nconnect_timeout = 2\n")
+    result = mdb("run", "app_listeners", "--config", "down.toml", cwd=app)
+    assert result.returncode == 3
+    assert "broker error" in result.stderr
