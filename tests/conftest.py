@@ -37,7 +37,7 @@ def activemq() -> Iterator[object]:
     try:
         yield broker
     finally:
-        broker.stop()
+        broker.close()
 
 
 @pytest.fixture(params=["memory", pytest.param("activemq", marks=pytest.mark.activemq)])

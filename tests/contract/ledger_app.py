@@ -1,0 +1,29 @@
+"""A listener module run as a separate container process by the crash tests.
+
+It serves ``$LEDGER_QUEUE`` and prints one JSON line per event to stdout (the ledger). While
+``$HANG_FIRST_DELIVERY`` is set, a first delivery never finishes, so a test can kill the
+process with work in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import anyio
+
+from mdb import Context, listener
+
+
+def record(event: str, ctx: Context, body: str) -> None:
+    print(json.dumps({"event": event, "id": ctx.id, "body": body, "pid": os.getpid(),
+                      "redelivered": ctx.redelivered, "count": ctx.delivery_count}),
+          flush=True)
+
+
+@listener(f"queue:{os.environ.get('LEDGER_QUEUE', 'ledger')}", pool=4)
+async def on_entry(body: str, ctx: Context) -> None:
+    record("start", ctx, body)
+    if os.environ.get("HANG_FIRST_DELIVERY") and not ctx.redelivered:
+        await anyio.sleep_forever()
+    record("done", ctx, body)

@@ -1,0 +1,120 @@
+"""Crashes: a container process killed with SIGKILL, a connection dropped mid-handler.
+
+After each, every message is processed, and every repeat is flagged redelivered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mdb import Context, listener
+from tests.contract.support import Calls, WAIT, read, running, settings_for, unique
+from tests.contract.test_delivery import send_all
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class ContainerProcess:
+    """``mdb run tests.contract.ledger_app`` in its own process, its ledger read from stdout."""
+
+    def __init__(self, url: str, ledger_queue: str, app: str, server: str, hang: bool) -> None:
+        env = {**os.environ, "LEDGER_QUEUE": ledger_queue, "MDB_APP": app,
+               "MDB_SERVER": server, "MDB_BROKERS__DEFAULT__URL": url,
+               "MDB_SHUTDOWN_GRACE_PERIOD": "1", "MDB_LOG_LEVEL": "WARNING"}
+        if hang:
+            env["HANG_FIRST_DELIVERY"] = "1"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mdb.cli", "run", "tests.contract.ledger_app"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                self.lines.put(json.loads(line))
+
+    def take(self, count: int, event: str) -> list[dict[str, Any]]:
+        """The next ``count`` ledger entries of ``event`` (others are kept in ``seen``)."""
+        taken: list[dict[str, Any]] = []
+        while len(taken) < count:
+            entry = self.lines.get(timeout=WAIT)
+            self.seen.append(entry)
+            if entry["event"] == event:
+                taken.append(entry)
+        return taken
+
+    seen: list[dict[str, Any]]
+
+    def __enter__(self) -> ContainerProcess:
+        self.seen = []
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=WAIT)
+
+
+@pytest.fixture
+def activemq_url(activemq: Any) -> Iterator[str]:
+    yield str(activemq.url)
+
+
+@pytest.mark.activemq
+def test_a_killed_container_process_has_its_work_redelivered_flagged(activemq_url: str) -> None:
+    ledger, app = unique("ledger"), unique("app")
+    sent = anyio.run(send_all, activemq_url, f"queue:{ledger}", [f"m{n}" for n in range(12)])
+    with ContainerProcess(activemq_url, ledger, app, "s1", hang=True) as first:
+        in_flight = first.take(4, "start")  # pool=4: four handlers hang
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait(timeout=WAIT)
+    with ContainerProcess(activemq_url, ledger, app, "s2", hang=False) as second:
+        done = second.take(12, "done")
+        second.process.send_signal(signal.SIGTERM)
+        assert second.process.wait(timeout=WAIT) == 0
+    assert sorted(e["id"] for e in done) == sorted(sent)  # every message, once
+    hung = {e["id"] for e in in_flight}
+    for entry in done:
+        assert entry["redelivered"] == (entry["id"] in hung), entry
+    assert all(e["count"] == 2 for e in done if e["id"] in hung)
+
+
+@pytest.mark.anyio
+async def test_a_dropped_connection_discards_the_stale_result_and_redelivers_flagged() -> None:
+    import mdb_memory
+
+    url = f"memory://{unique('drop')}"
+    state = mdb_memory.broker_state(url.removeprefix("memory://"))
+    queue_, side = f"queue:{unique('work')}", f"queue:{unique('side')}"
+    calls = Calls()
+    dropped = anyio.Event()
+
+    @listener(queue_)
+    async def handler(body: str, ctx: Context) -> None:
+        calls.add("start", (ctx.redelivered, ctx.delivery_count))
+        await ctx.send(side, f"from delivery {ctx.delivery_count}")
+        if not ctx.redelivered:
+            state.drop_connections()  # the connection dies while this handler runs
+            dropped.set()
+
+    await send_all(url, queue_, ["work"])
+    async with running(settings_for(url), handler):
+        await calls.wait(lambda c: len(c.of("start")) == 2)
+        [result] = await read(url, side, 1)
+    assert calls.of("start") == [(False, 1), (True, 2)]
+    assert result.body == b"from delivery 2"  # the stale delivery's send never happened
+    assert dropped.is_set()
