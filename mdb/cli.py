@@ -74,9 +74,10 @@ async def send(args: argparse.Namespace, settings: Settings) -> None:
 def plan_table(container: Container) -> str:
     rows = [("listener", "destination", "subscription", "pool", "broker")]
     for d in container.deployed:
-        link = container.links[d.planned.broker]
+        links = container.links[d.planned.broker]
         rows.append((d.spec.name, str(d.spec.destination), d.planned.name,
-                     str(d.spec.options.pool), f"{link.name} ({link.settings.url})"))
+                     str(d.spec.options.pool),
+                     f"{d.planned.broker} ({links[0].settings.url}, {len(links)} connections)"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 

@@ -106,20 +106,36 @@ class Processor:
             self._stats.in_flight -= 1
 
     async def _transacted(self, delivery: Delivery, message: Message, body: Any) -> None:
-        tx = await self._connection.begin()
+        # The transaction begins with the handler's first send. A handler that sends nothing
+        # is settled by a plain ack: a transaction holding one ack is no more atomic, and it
+        # costs the broker two more commands and a commit.
+        tx: Transaction | None = None
+
+        async def send(destination: Destination, body: object,
+                       headers: Mapping[str, str] | None) -> None:
+            nonlocal tx
+            if tx is None:
+                tx = await self._connection.begin()
+            await tx.send(destination, codec.outgoing(body, headers))
+
         try:
-            await self._invoke(message, body, partial(self._send_in, tx))
+            await self._invoke(message, body, send)
         except Exception as exc:  # the handler is user code: any failure is a failed delivery
-            await tx.abort()
+            if tx is not None:
+                await tx.abort()
             await self._settle_failure(delivery, message, _type_name(exc), str(exc),
                                        retry=True, wait=True)
             return
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                await tx.abort()
+            if tx is not None:
+                with anyio.CancelScope(shield=True):
+                    await tx.abort()
             raise
-        await tx.ack(delivery)
-        await tx.commit()
+        if tx is None:
+            await self._connection.ack(delivery)
+        else:
+            await tx.ack(delivery)
+            await tx.commit()
         self._stats.processed += 1
 
     async def _acked_after(self, delivery: Delivery, message: Message, body: Any) -> None:
@@ -145,10 +161,6 @@ class Processor:
             await anyio.to_thread.run_sync(
                 partial(spec.handler, **kwargs), limiter=self._threads, abandon_on_cancel=True
             )
-
-    async def _send_in(self, tx: Transaction, destination: Destination, body: object,
-                       headers: Mapping[str, str] | None) -> None:
-        await tx.send(destination, codec.outgoing(body, headers))
 
     async def _send_now(self, destination: Destination, body: object,
                         headers: Mapping[str, str] | None) -> None:
