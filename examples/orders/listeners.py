@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dependency_injector.wiring import Provide
 
+from examples.orders.console import say
 from examples.orders.models import Invoice, Order
 from examples.orders.services import OrderBook, Services
 from mdb import Context, Redelivery, listener
@@ -20,7 +21,7 @@ async def on_order(order: Order, ctx: Context, book: OrderBook = Provide[Service
     await ctx.send("queue:invoices", Invoice(order_id=order.id,
                                               amount=order.quantity * order.price))
     if ctx.redelivered:
-        print(f"orders: {order.id} succeeded on delivery {ctx.delivery_count}", flush=True)
+        say(f"orders: {order.id} succeeded on delivery {ctx.delivery_count}")
 
 
 @listener("queue:invoices")
@@ -33,6 +34,6 @@ def on_invoice(invoice: Invoice, book: OrderBook = Provide[Services.book]) -> No
 async def on_failed_order(body: bytes, ctx: Context) -> None:
     """The error destination of ``on_order``: the failure travels in the headers."""
     h = ctx.headers
-    print(f"errors: {h.get('mdb_original_destination')} message {ctx.id} gave up after "
-          f"{h.get('mdb_delivery_count')} deliveries: {h.get('mdb_error_type')}: "
-          f"{h.get('mdb_error_message')}", flush=True)
+    say(f"errors: {h.get('mdb_original_destination')} message {ctx.id} gave up after "
+        f"{h.get('mdb_delivery_count')} deliveries: {h.get('mdb_error_type')}: "
+        f"{h.get('mdb_error_message')}")

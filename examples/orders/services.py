@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from dependency_injector import containers, providers
 
+from examples.orders.console import say
 from examples.orders.models import Invoice, Order
 from mdb import Producer, load_settings
 
@@ -22,14 +23,13 @@ class OrderBook:
     async def record(self, order: Order) -> None:
         with self._lock:
             self.orders[order.id] = order
-        print(f"orders: recorded {order.id} ({order.quantity} x {order.sku})", flush=True)
+        say(f"orders: recorded {order.id} ({order.quantity} x {order.sku})")
 
     def invoice(self, invoice: Invoice) -> None:
         with self._lock:
             self.invoiced += invoice.amount
             total = self.invoiced
-        print(f"invoices: {invoice.order_id} billed {invoice.amount:.2f} "
-              f"(total {total:.2f})", flush=True)
+        say(f"invoices: {invoice.order_id} billed {invoice.amount:.2f} (total {total:.2f})")
 
 
 async def demo_orders(count: int) -> AsyncIterator[None]:
@@ -41,7 +41,7 @@ async def demo_orders(count: int) -> AsyncIterator[None]:
                 order = Order(id=f"o-{n}", sku="POISON" if n == 3 else f"sku-{n % 4}",
                               quantity=n, price=9.5, flaky=n == 5)
                 await producer.send("queue:orders", order)
-        print(f"demo: sent {count} orders to queue:orders", flush=True)
+        say(f"demo: sent {count} orders to queue:orders")
     yield
 
 

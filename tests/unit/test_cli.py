@@ -65,3 +65,18 @@ def test_an_unreachable_broker_exits_3(app: Path) -> None:
     result = mdb("run", "app_listeners", "--config", "down.toml", cwd=app)
     assert result.returncode == 3
     assert "broker error" in result.stderr
+
+
+def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> None:
+    import anyio
+
+    from tests.contract.support import read, unique
+
+    url = str(activemq.url)  # type: ignore[attr-defined]
+    queue = f"queue:{unique('sent')}"
+    env = {**__import__("os").environ, "MDB_BROKERS__DEFAULT__URL": url}
+    result = mdb("send", queue, "hello", "--header", "region=eu", cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr
+    [delivery] = anyio.run(read, url, queue, 1)
+    assert delivery.body == b"hello" and delivery.headers["region"] == "eu"
+    assert result.stdout.startswith(f"sent {delivery.headers['mdb_id']} to {queue}")

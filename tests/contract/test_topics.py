@@ -1,0 +1,90 @@
+"""Topics: subscriptions named by app, server and listener; redelivery stays in one subscription."""
+
+from __future__ import annotations
+
+import pytest
+
+from mdb import Context, Distribution, Redelivery, listener
+from tests.contract.support import Calls, running, settings_for, unique
+from tests.contract.test_delivery import send_all
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_one_copy_per_app_shares_and_one_copy_per_server_copies(broker_url: str) -> None:
+    topic = f"topic:{unique('prices')}"
+    calls = Calls()
+
+    @listener(topic, pool=2)
+    async def per_app(body: str, ctx: Context) -> None:
+        calls.add("app", body)
+
+    @listener(topic, distribution=Distribution.ONE_COPY_PER_SERVER)
+    async def per_server(body: str, ctx: Context) -> None:
+        calls.add("server", body)
+
+    app = unique("app")
+    async with running(settings_for(broker_url, app=app, server="s1"), per_app, per_server):
+        async with running(settings_for(broker_url, app=app, server="s2"), per_app, per_server):
+            await send_all(broker_url, topic, [f"p{n}" for n in range(10)])
+            await calls.wait(lambda c: len(c.of("app")) >= 10 and len(c.of("server")) >= 20)
+    assert sorted(calls.of("app")) == sorted(f"p{n}" for n in range(10))  # type: ignore[type-var]
+    assert sorted(calls.of("server")) == sorted(f"p{n}" for n in range(10) for _ in "12")  # type: ignore[type-var]
+
+
+async def test_two_apps_each_get_their_copy(broker_url: str) -> None:
+    topic = f"topic:{unique('news')}"
+    calls = Calls()
+
+    @listener(topic)
+    async def reader(body: str, ctx: Context) -> None:
+        calls.add(ctx.listener, body)
+
+    async with running(settings_for(broker_url, app=unique("a")), reader):
+        async with running(settings_for(broker_url, app=unique("b")), reader):
+            await send_all(broker_url, topic, ["n1", "n2"])
+            await calls.wait(lambda c: len(c.of("reader")) >= 4)
+    assert sorted(calls.of("reader")) == ["n1", "n1", "n2", "n2"]  # type: ignore[type-var]
+
+
+async def test_a_redelivery_goes_only_to_the_failing_subscription(broker_url: str) -> None:
+    topic = f"topic:{unique('events')}"
+    calls = Calls()
+
+    @listener(topic, redelivery=Redelivery(limit=2, delay=0))
+    async def flaky(body: str, ctx: Context) -> None:
+        calls.add("flaky", (ctx.delivery_count, ctx.destination))
+        if ctx.delivery_count == 1:
+            raise RuntimeError("first delivery fails")
+
+    @listener(topic)
+    async def steady(body: str, ctx: Context) -> None:
+        calls.add("steady", ctx.delivery_count)
+
+    async with running(settings_for(broker_url), flaky, steady):
+        await send_all(broker_url, topic, ["e1"])
+        await calls.wait(lambda c: len(c.of("flaky")) >= 2 and len(c.of("steady")) >= 1)
+        await send_all(broker_url, topic, ["e2"])  # steady sees e2 next, not a copy of e1
+        await calls.wait(lambda c: len(c.of("steady")) >= 2)
+    assert [str(d) for _, d in calls.of("flaky")][:2] == [topic, topic]  # type: ignore[misc]
+    assert [c for c, _ in calls.of("flaky")][:2] == [1, 2]  # type: ignore[misc]
+    assert calls.of("steady") == [1, 1]
+
+
+async def test_a_durable_subscription_keeps_messages_while_no_process_runs(
+    broker_url: str,
+) -> None:
+    topic = f"topic:{unique('orders')}"
+    calls = Calls()
+
+    @listener(topic)
+    async def keeper(body: str) -> None:
+        calls.add("kept", body)
+
+    settings = settings_for(broker_url)
+    async with running(settings, keeper):
+        pass  # creates the durable subscription, then stops
+    await send_all(broker_url, topic, ["while away"])
+    async with running(settings, keeper):
+        await calls.wait(lambda c: bool(c.of("kept")))
+    assert calls.of("kept") == ["while away"]

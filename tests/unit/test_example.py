@@ -1,0 +1,53 @@
+"""README command 1: the orders example on the embedded broker shows processing, a
+redelivery and the error destination, and stops cleanly on SIGINT."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_orders_example_runs_on_the_embedded_broker() -> None:
+    env = {**os.environ, "DEMO_ORDERS": "12", "MDB_LOG_LEVEL": "WARNING"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mdb.cli", "run", "examples.orders.listeners",
+         "--config", "examples/orders/mdb.toml"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=pump, daemon=True).start()
+    seen: list[str] = []
+    give_up = time.monotonic() + 120
+    try:
+        invoices = 0
+        while invoices < 11 or not any(line.startswith("errors:") for line in seen):
+            line = lines.get(timeout=60)
+            assert line and time.monotonic() < give_up, "".join(seen)
+            seen.append(line)
+            invoices += line.startswith("invoices:")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+        while (line := lines.get(timeout=60)):
+            seen.append(line)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    out = "".join(seen)
+    assert "listener         destination" in out  # the plan table
+    assert "orders: o-5 succeeded on delivery 2" in out  # a redelivery
+    assert "gave up after 3 deliveries: ValueError: order o-3: cannot price sku POISON" in out
+    assert "mdb: stopped; processed 23" in out

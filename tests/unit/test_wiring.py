@@ -1,0 +1,44 @@
+"""Dependency injection: the app's container is found, wired, and its resources live exactly
+as long as the handlers may run."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from mdb import Container, Producer
+from mdb.errors import ConfigurationError
+from mdb.settings import BrokerSettings, Settings
+from mdb.wiring import find_container, find_listeners, import_modules, wired
+from tests.unit import wired_app
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_resources_start_before_consuming_and_stop_after_the_last_handler() -> None:
+    wired_app.EVENTS.clear()
+    wired_app.HANDLED.clear()
+    settings = Settings(app="wired", brokers={"default": BrokerSettings(url="memory://wired")})
+    modules = import_modules(["tests.unit.wired_app"])
+    async with Producer(settings) as producer:
+        await producer.send("queue:wired", "world")
+    di = find_container(None, modules)
+    assert di is not None and di.greeting() == "hello"
+    async with wired(di, modules, find_listeners(modules)) as handlers:
+        container = Container(settings, handlers)
+        async with anyio.create_task_group() as tg:
+            await tg.start(container.run)
+            assert await anyio.to_thread.run_sync(wired_app.HANDLED.wait, 30)
+            container.request_stop()
+        assert wired_app.EVENTS == ["resource started", "hello world"]
+    assert wired_app.EVENTS == ["resource started", "hello world", "resource stopped"]
+
+
+def test_a_named_container_that_does_not_load_is_named() -> None:
+    with pytest.raises(ConfigurationError, match="setting container: cannot load"):
+        find_container("tests.unit.wired_app:Nope", [])
+
+
+def test_without_a_container_there_is_nothing_to_wire() -> None:
+    assert find_container(None, import_modules(["tests.unit.test_codec"])) is None
