@@ -79,7 +79,8 @@ def plan_table(container: Container) -> str:
                      str(d.spec.options.pool),
                      f"{d.planned.broker} ({links[0].settings.url}, {len(links)} connections)"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    lines = ("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def status_line(container: Container) -> str:

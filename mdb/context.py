@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from typing import Any
 
 import anyio.from_thread
 
 from mdb.destinations import Destination
 from mdb.message import Message
 
-SendFunction = Callable[[Destination, object, Mapping[str, str] | None], Awaitable[None]]
+SendFunction = Callable[[Destination, object, Mapping[str, str] | None], Coroutine[Any, Any, None]]
 
 
 class Context:
@@ -64,8 +65,8 @@ class Context:
 class _AlreadySent:
     """An awaitable that is already done: a plain handler may ignore it without a warning."""
 
-    def __await__(self) -> Iterator[None]:
-        return iter(())
+    def __await__(self) -> Generator[Any, Any, None]:
+        yield from ()
 
 
 _ALREADY_SENT = _AlreadySent()

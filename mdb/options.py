@@ -34,7 +34,7 @@ class Redelivery(BaseModel):
     max_delay: Annotated[float, Field(ge=0)] = 60.0
 
     def delay_before(self, delivery_count: int) -> float:
-        """Seconds to wait before delivering again after the ``delivery_count``-th delivery failed."""
+        """Seconds to wait before delivering again after delivery ``delivery_count`` failed."""
         return min(self.delay * self.backoff ** (delivery_count - 1), self.max_delay)
 
 

@@ -22,7 +22,7 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
 LISTENER_OPTIONS = {
     "distribution": "`one-copy-per-app` (all processes share each message) or "
                     "`one-copy-per-server` (every process gets every message); topics only",
-    "pool": "concurrent handler invocations in this process (1–1024); also the most "
+    "pool": "concurrent handler invocations in this process (1 to 1024); also the most "
             "unsettled messages the process holds for this listener",
     "transacted": "true: ack and sends commit together; false: ack after the handler, sends "
                   "go at once (see docs/concepts.md)",
@@ -51,7 +51,8 @@ def markdown() -> str:
                   "|---|---|---|---|"]
         for name, info in model.model_fields.items():
             env = "MDB_" + (prefix + name).upper().replace(".", "__")
-            lines.append(f"| `{name}` | {_default(info)} | `{env}` | {_meaning(model, name, info)} |")
+            meaning = _meaning(model, name, info)
+            lines.append(f"| `{name}` | {_default(info)} | `{env}` | {meaning} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -110,7 +110,9 @@ class Settings(BaseSettings):
 
     @field_validator("destinations")
     @classmethod
-    def _destination_keys(cls, value: dict[str, DestinationSettings]) -> dict[str, DestinationSettings]:
+    def _destination_keys(
+        cls, value: dict[str, DestinationSettings]
+    ) -> dict[str, DestinationSettings]:
         for key in value:
             try:
                 Destination.parse(key)
@@ -173,6 +175,7 @@ def describe_errors(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         got = err.get("input")
         shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
-        hint = " — unknown setting; see docs/configuration.md" if err["type"] == "extra_forbidden" else ""
+        unknown = err["type"] == "extra_forbidden"
+        hint = " — unknown setting; see docs/configuration.md" if unknown else ""
         lines.append(f"  setting {where}: {err['msg']}{shown}{hint}")
     return "\n".join(lines)

@@ -53,7 +53,7 @@ _shielded_checkpoint = anyio.lowlevel.cancel_shielded_checkpoint
 class _Token:
     """``Delivery.token``: one push of one message to one subscription."""
 
-    __slots__ = ("subscription", "message", "held")
+    __slots__ = ("held", "message", "subscription")
 
     def __init__(self, subscription: MemorySubscription, message: StoredMessage) -> None:
         self.subscription = subscription

@@ -48,8 +48,19 @@ class Consumer(Protocol):
 
 
 class MemoryQueue:
-    __slots__ = ("name", "destination", "durable", "messages", "consumers", "in_flight",
-                 "enqueued", "dequeued", "_ready", "_selective", "_stable")
+    __slots__ = (
+        "_ready",
+        "_selective",
+        "_stable",
+        "consumers",
+        "dequeued",
+        "destination",
+        "durable",
+        "enqueued",
+        "in_flight",
+        "messages",
+        "name",
+    )
 
     def __init__(self, name: str, durable: bool) -> None:
         self.name = name

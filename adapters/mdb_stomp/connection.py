@@ -33,6 +33,7 @@ written to any broker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import socket as _socket
@@ -45,7 +46,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
-import stomp  # type: ignore[import-untyped]
+import stomp
 
 from mdb.broker import (
     Connection,
@@ -483,10 +484,8 @@ class StompConnection(Connection):
 
     def _post(self, callback: Callable[..., None], *args: Any) -> None:
         """Called on stomp.py's threads: run ``callback`` on the loop."""
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is left to tell
             self._loop.call_soon_threadsafe(callback, *args)
-        except RuntimeError:
-            pass  # the loop is closed: nobody is left to tell
 
     def _on_connected(self) -> None:
         if not self._connected.done():
@@ -741,10 +740,8 @@ class StompTransaction(Transaction):
     def _abort_quietly(self) -> None:
         connection = self._connection
         if connection.is_open:
-            try:
+            with contextlib.suppress(ConnectionLost):
                 connection._write(connection._stomp.abort, self.id)
-            except ConnectionLost:
-                pass
 
 
 def _escape_name(name: str) -> str:

@@ -168,7 +168,7 @@ def main() -> None:
     print()
     print("ActiveMQ 5.17 (Debian), reference config: persistJMSRedelivered=true, "
           f"{n} persistent messages per run, STOMP 1.2, stomp.py {stomp.__version__}")
-    print(f"| workload | consumer | msg/s | vs baseline |")
+    print("| workload | consumer | msg/s | vs baseline |")
     print("|---|---|---:|---|")
     for workload, consumer, rate, ratio in rows:
         print(f"| {workload} | {consumer} | {rate:,.0f} | {ratio} |")

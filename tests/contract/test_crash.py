@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from mdb import Context, listener
-from tests.contract.support import Calls, WAIT, read, running, settings_for, unique
+from tests.contract.support import WAIT, Calls, read, running, settings_for, unique
 from tests.contract.test_delivery import send_all
 
 ROOT = Path(__file__).resolve().parents[2]

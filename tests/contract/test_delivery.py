@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import anyio
@@ -10,9 +11,15 @@ import pytest
 from pydantic import BaseModel
 
 from mdb import Context, Producer, Redelivery, listener
-from mdb.message import DELIVERY_COUNT, ERROR_LISTENER, ERROR_MESSAGE, ERROR_TYPE, ID, \
-    ORIGINAL_DESTINATION
-from tests.contract.support import Calls, ids, read, running, settings_for, unique
+from mdb.message import (
+    DELIVERY_COUNT,
+    ERROR_LISTENER,
+    ERROR_MESSAGE,
+    ERROR_TYPE,
+    ID,
+    ORIGINAL_DESTINATION,
+)
+from tests.contract.support import Calls, read, running, settings_for, unique
 
 pytestmark = pytest.mark.anyio
 
@@ -70,7 +77,7 @@ async def test_a_failing_handler_is_redelivered_flagged_counted_and_delayed(
         await calls.wait(lambda c: bool(c.of("done")))
     tries = calls.of("try")
     assert [t[:3] for t in tries] == [(sent, False, 1), (sent, True, 2), (sent, True, 3)]  # type: ignore[index]
-    gaps = [b[3] - a[3] for a, b in zip(tries, tries[1:])]  # type: ignore[index]
+    gaps = [b[3] - a[3] for a, b in itertools.pairwise(tries)]  # type: ignore[index]
     assert gaps[0] >= policy.delay_before(1) and gaps[1] >= policy.delay_before(2)
 
 

@@ -24,10 +24,12 @@ async def test_one_copy_per_app_shares_and_one_copy_per_server_copies(broker_url
         calls.add("server", body)
 
     app = unique("app")
-    async with running(settings_for(broker_url, app=app, server="s1"), per_app, per_server):
-        async with running(settings_for(broker_url, app=app, server="s2"), per_app, per_server):
-            await send_all(broker_url, topic, [f"p{n}" for n in range(10)])
-            await calls.wait(lambda c: len(c.of("app")) >= 10 and len(c.of("server")) >= 20)
+    async with (
+        running(settings_for(broker_url, app=app, server="s1"), per_app, per_server),
+        running(settings_for(broker_url, app=app, server="s2"), per_app, per_server),
+    ):
+        await send_all(broker_url, topic, [f"p{n}" for n in range(10)])
+        await calls.wait(lambda c: len(c.of("app")) >= 10 and len(c.of("server")) >= 20)
     assert sorted(calls.of("app")) == sorted(f"p{n}" for n in range(10))  # type: ignore[type-var]
     assert sorted(calls.of("server")) == sorted(f"p{n}" for n in range(10) for _ in "12")  # type: ignore[type-var]
 
@@ -40,10 +42,12 @@ async def test_two_apps_each_get_their_copy(broker_url: str) -> None:
     async def reader(body: str, ctx: Context) -> None:
         calls.add(ctx.listener, body)
 
-    async with running(settings_for(broker_url, app=unique("a")), reader):
-        async with running(settings_for(broker_url, app=unique("b")), reader):
-            await send_all(broker_url, topic, ["n1", "n2"])
-            await calls.wait(lambda c: len(c.of("reader")) >= 4)
+    async with (
+        running(settings_for(broker_url, app=unique("a")), reader),
+        running(settings_for(broker_url, app=unique("b")), reader),
+    ):
+        await send_all(broker_url, topic, ["n1", "n2"])
+        await calls.wait(lambda c: len(c.of("reader")) >= 4)
     assert sorted(calls.of("reader")) == ["n1", "n1", "n2", "n2"]  # type: ignore[type-var]
 
 
