@@ -9,12 +9,11 @@ ActiveMQ Classic (``ActiveMQDialect``, URL scheme ``stomp+activemq``)::
     logical                    STOMP path                          requeue destination
     queue:X                    /queue/X                            queue:X
     topic:X  (send)            /topic/VirtualTopic.X               -
-    topic:X  (subscribe, N)    /queue/Consumer.N'.VirtualTopic.X   queue:Consumer.N'.VirtualTopic.X
+    topic:X  (subscribe, N)    /queue/Consumer.N.VirtualTopic.X    queue:Consumer.N.VirtualTopic.X
 
-``N'`` is the subscription name with every '.' replaced by '-': ActiveMQ's virtual-topic
-pattern ``Consumer.*.VirtualTopic.>`` takes the name as ONE path segment, so a dotted name would
-silently never receive anything. The mapping is pure, so the same name always reaches the same
-queue; names that differ only in '.' versus '-' share a queue. ``physical_subscription_queue``
+ActiveMQ's virtual-topic pattern ``Consumer.*.VirtualTopic.>`` takes the subscription name as ONE
+path segment (a dotted name would silently never receive anything), which is why the seam's
+subscription names never contain '.'; one that does is refused. ``physical_subscription_queue``
 gives the queue name for operators' tools.
 """
 
@@ -69,7 +68,7 @@ class Dialect(abc.ABC):
         broker cannot honour, saying what to set instead."""
 
 
-# One STOMP path segment after the '.'→'-' mapping: no wildcards ('*', '>'), no separators.
+# One STOMP path segment: no wildcards ('*', '>'), no separators ('.', '/').
 _SEGMENT = re.compile(r"^[A-Za-z0-9_\-]+$")
 _VIRTUAL_TOPIC_PREFIX = "VirtualTopic."
 
@@ -133,15 +132,14 @@ class ActiveMQDialect(Dialect):
 
 def physical_subscription_queue(topic: Destination, name: str) -> str:
     """The ActiveMQ queue holding subscription ``name`` of ``topic``:
-    ``Consumer.<name with '.'→'-'>.VirtualTopic.<topic>``. Raises ``SubscriptionFailed`` for a
-    name that cannot be one path segment even after the mapping."""
-    segment = name.replace(".", "-")
-    if not _SEGMENT.match(segment):
+    ``Consumer.<name>.VirtualTopic.<topic>``. Raises ``SubscriptionFailed`` for a name that
+    cannot be one path segment."""
+    if not _SEGMENT.match(name):
         raise SubscriptionFailed(
-            f"{topic}: subscription name {name!r} may contain only letters, digits, '_', '-' "
-            "and '.' (mapped to '-') on ActiveMQ"
+            f"{topic}: subscription name {name!r} may contain only letters, digits, '_' and '-' "
+            "on ActiveMQ (it is one segment of a queue name)"
         )
-    return f"Consumer.{segment}.{_VIRTUAL_TOPIC_PREFIX}{topic.name}"
+    return f"Consumer.{name}.{_VIRTUAL_TOPIC_PREFIX}{topic.name}"
 
 
 DIALECTS: dict[str, type[Dialect]] = {ActiveMQDialect.scheme: ActiveMQDialect}

@@ -157,7 +157,7 @@ async def test_topic_subscription_is_shared_by_name_and_each_name_gets_a_copy(
     async with connected(activemq.url) as one, connected(activemq.url) as two:
         shared_a = await one.subscribe(topic_request(topic, "shared"))
         shared_b = await two.subscribe(topic_request(topic, "shared"))
-        other = await one.subscribe(topic_request(topic, "other.name", prefetch=10))
+        other = await one.subscribe(topic_request(topic, "other-name", prefetch=10))
         sent = [message(f"m{i}") for i in range(2)]
         for item in sent:
             await one.send(topic, item)

@@ -29,15 +29,16 @@ ROOT = Path(__file__).resolve().parents[2]
 class ContainerProcess:
     """``mdb run tests.contract.ledger_app`` in its own process, its ledger read from stdout."""
 
-    def __init__(self, url: str, ledger_queue: str, app: str, server: str, hang: bool) -> None:
+    def __init__(self, url: str, ledger_queue: str, app: str, server: str, hang: bool,
+                 grace: float = 1) -> None:
         env = {**os.environ, "LEDGER_QUEUE": ledger_queue, "MDB_APP": app,
                "MDB_SERVER": server, "MDB_BROKERS__DEFAULT__URL": url,
-               "MDB_SHUTDOWN_GRACE_PERIOD": "1", "MDB_LOG_LEVEL": "WARNING"}
+               "MDB_SHUTDOWN_GRACE_PERIOD": str(grace), "MDB_LOG_LEVEL": "WARNING"}
         if hang:
             env["HANG_FIRST_DELIVERY"] = "1"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "mdb.cli", "run", "tests.contract.ledger_app"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -46,6 +47,8 @@ class ContainerProcess:
         for line in self.process.stdout:
             if line.startswith("{"):
                 self.lines.put(json.loads(line))
+            elif "stopping" in line:
+                self.lines.put({"event": "stopping", "line": line})
 
     def take(self, count: int, event: str) -> list[dict[str, Any]]:
         """The next ``count`` ledger entries of ``event`` (others are kept in ``seen``)."""
@@ -91,6 +94,18 @@ def test_a_killed_container_process_has_its_work_redelivered_flagged(activemq_ur
     for entry in done:
         assert entry["redelivered"] == (entry["id"] in hung), entry
     assert all(e["count"] == 2 for e in done if e["id"] in hung)
+
+
+@pytest.mark.activemq
+def test_a_second_signal_exits_at_once(activemq_url: str) -> None:
+    ledger, app = unique("ledger"), unique("app")
+    anyio.run(send_all, activemq_url, f"queue:{ledger}", ["stuck"])
+    with ContainerProcess(activemq_url, ledger, app, "s1", hang=True, grace=600) as process:
+        process.take(1, "start")
+        process.process.send_signal(signal.SIGTERM)
+        process.take(1, "stopping")  # in its grace period, waiting for the hung handler
+        process.process.send_signal(signal.SIGTERM)
+        assert process.process.wait(timeout=WAIT) == 128 + signal.SIGTERM
 
 
 @pytest.mark.anyio
