@@ -6,7 +6,8 @@ An adapter is a package that registers a ``Broker`` factory under a URL scheme i
 
 Rules every adapter keeps:
 
-* Methods are coroutines and never block the event loop for longer than a socket write.
+* Methods are coroutines, except ``Subscription.receive_nowait``, and never block the event
+  loop for longer than a socket write.
 * Only ``mdb.errors`` exceptions escape; the client library's own are translated here.
 * A ``Delivery`` is settled at most once, by ``Transaction.ack`` followed by a successful
   ``commit`` or by ``Connection.ack``. A delivery that is never settled is redelivered by the
@@ -94,6 +95,18 @@ class Subscription(abc.ABC):
     @abc.abstractmethod
     async def receive(self) -> Delivery:
         """Wait for the next delivery. Raises ``ConnectionLost`` once the connection drops."""
+
+    @abc.abstractmethod
+    def receive_nowait(self) -> Delivery | None:
+        """The next delivery if the broker has already pushed it to this subscriber, else
+        None; never waits and never raises.
+
+        It takes from the same stream as ``receive``, in the same order, so the broker's
+        dispatch order is kept. It only sees what is already here (at most ``prefetch``
+        unsettled deliveries): the container calls it right after ``receive`` to gather a
+        batch of what is available, never to poll. On a closed subscription or a lost
+        connection it returns None; ``receive`` then raises ``ConnectionLost``.
+        """
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -3,11 +3,14 @@
 Lifecycle (``run``):
 
 1. start: connect to every broker used, then create every subscription (one per pool slot,
-   prefetch 1, so a process never holds more unsettled messages than it can work on), then
-   report ready. A failure here is fatal and raised.
-2. run: each slot receives one delivery at a time and hands it to its ``Processor``. A slot
-   whose connection was lost reconnects (one attempt per broker, with backoff) and subscribes
-   again under the same name; the broker redelivers what was in flight, flagged.
+   prefetch ``max_messages_per_transaction``, 1 by default, so a process never holds more
+   unsettled messages than it can work on), then report ready. A failure here is fatal and
+   raised.
+2. run: each slot waits for a delivery, adds the ones its subscription already holds (up to
+   ``max_messages_per_transaction``; it never waits for a batch to fill) and hands them to its
+   ``Processor``. A slot whose connection was lost reconnects (one attempt per broker, with
+   backoff) and subscribes again under the same name; the broker redelivers what was in
+   flight, flagged.
 3. stop (``request_stop``): stop receiving → let in-flight handlers finish within
    ``shutdown_grace_period`` → cancel what is still running, aborting its transaction so the
    broker redelivers it → close subscriptions and connections.
@@ -51,7 +54,7 @@ class Deployed:
 
 @dataclass
 class Slot:
-    """One pool slot: a subscription on one connection, one delivery at a time."""
+    """One pool slot: a subscription on one connection, one delivery (or batch) at a time."""
 
     deployed: Deployed
     link: BrokerLink
@@ -156,13 +159,14 @@ class Container:
 
     async def _consume(self, slot: Slot) -> None:
         deployed, link, subscription = slot.deployed, slot.link, slot.subscription
+        batch_size = deployed.spec.options.max_messages_per_transaction
         while not self.stopping:
             try:
                 connection = await link.connection()
                 if subscription is None:
                     subscription = await connection.subscribe(deployed.planned.request)
                 processor = Processor(deployed.spec, connection, subscription, deployed.stats,
-                                      slot.threads)
+                                      slot.threads, stopping=lambda: self.stopping)
                 while not self.stopping:
                     with anyio.CancelScope() as receiving:
                         self._receiving.add(receiving)
@@ -174,7 +178,13 @@ class Container:
                             self._receiving.discard(receiving)
                     if receiving.cancelled_caught:
                         break
-                    if not await processor.process(delivery):
+                    batch = [delivery]
+                    while len(batch) < batch_size:
+                        ready = subscription.receive_nowait()
+                        if ready is None:
+                            break
+                        batch.append(ready)
+                    if not await processor.process_batch(batch):
                         # Brokers keep an unsettled delivery with its live subscription; closing
                         # the subscription (below) hands it back for redelivery, flagged.
                         break

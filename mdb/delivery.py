@@ -8,13 +8,27 @@ The count therefore lives in the message and survives a crash of the process. A 
 broker flags redelivered had an unknown outcome (a process died or a connection dropped while
 holding it): it counts as a failed delivery and is re-sent the same way before being processed,
 so even a message that kills the process cannot loop forever.
+
+Batches (``max_messages_per_transaction`` > 1). A slot hands over what its subscription already
+holds, in dispatch order. Consecutive deliveries that can go to the handler (neither in doubt
+nor undecodable: those are settled on their own, in their turn) run in one transaction: the
+handler is invoked once per message, in order, its sends join the transaction, and only once
+every invocation succeeded are the deliveries acked in it, in order, and committed. So a
+transaction that is aborted holds no ack, and after an abort every delivery of the batch is
+simply unsettled, which matters on ActiveMQ where client acks are cumulative and an aborted ack
+stays with the live subscription. After a handler raised, the batch is processed again one
+message at a time, in order: the messages before the failing one run again flagged redelivered
+with a delivery count one higher (their first run was rolled back, but the handler may have
+had effects of its own), the failing one takes the failure path with its own count, and those
+after it run as fresh deliveries. Each is settled before the next, so every ack settles the
+oldest unsettled delivery of the subscription and nothing else.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -26,7 +40,7 @@ from mdb import message as headers_
 from mdb.broker import Connection, Delivery, Subscription, Transaction
 from mdb.context import Context
 from mdb.destinations import Destination
-from mdb.errors import BrokerError, DecodeError
+from mdb.errors import BrokerError, ConnectionLost, DecodeError
 from mdb.listener import ListenerSpec
 from mdb.message import Message, OutgoingMessage, portable_headers
 
@@ -58,25 +72,72 @@ def to_message(delivery: Delivery) -> Message:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Ready:
+    """A delivery of a batch that can go to the handler: not in doubt, its body decoded."""
+
+    delivery: Delivery
+    message: Message
+    body: Any
+
+
 class Processor:
     """Runs one listener's handler on deliveries of one subscription, as DESIGN §4 says."""
 
     def __init__(
         self, spec: ListenerSpec, connection: Connection, subscription: Subscription,
         stats: Stats, threads: anyio.CapacityLimiter,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self._spec = spec
         self._connection = connection
         self._subscription = subscription
         self._stats = stats
         self._threads = threads
+        self._stopping = stopping
         self._decode = codec.decoder_for(spec.body_type)
+
+    async def process_batch(self, deliveries: Sequence[Delivery]) -> bool:
+        """Process and settle ``deliveries``, received in this order from the subscription, in
+        as few transactions as the module docstring allows. Return False as soon as one could
+        not be settled (a broker error): it and the later ones stay unsettled, and the broker
+        redelivers them once the subscription is closed. Once ``stopping()`` is true no further
+        message goes to the handler; the unprocessed ones stay unsettled too. Raises only
+        BaseExceptions such as cancellation."""
+        if len(deliveries) == 1 or not self._spec.options.transacted:
+            return await self._one_by_one(deliveries)
+        start = 0
+        while start < len(deliveries):
+            if start and self._stopping():
+                return True
+            run = self._ready_run(deliveries[start:])
+            if len(run) < 2:
+                if not await self.process(deliveries[start]):
+                    return False
+                start += 1
+            else:
+                # A run cut short by stopping leaves its tail unsettled; the check above
+                # then ends the loop.
+                if not await self._batch(run):
+                    return False
+                start += len(run)
+        return True
 
     async def process(self, delivery: Delivery) -> bool:
         """Process and settle ``delivery``; return False if it could not be settled (a broker
         error), in which case the broker redelivers it once its subscription is closed. Raises
         only BaseExceptions such as cancellation."""
-        message = to_message(delivery)
+        return await self._process(delivery, to_message(delivery))
+
+    async def _one_by_one(self, deliveries: Sequence[Delivery]) -> bool:
+        for index, delivery in enumerate(deliveries):
+            if index and self._stopping():
+                return True
+            if not await self.process(delivery):
+                return False
+        return True
+
+    async def _process(self, delivery: Delivery, message: Message) -> bool:
         self._stats.in_flight += 1
         try:
             if delivery.broker_redelivered:
@@ -98,10 +159,123 @@ class Processor:
                 await self._acked_after(delivery, message, body)
             return True
         except BrokerError as exc:
-            self._stats.rolled_back += 1
-            log.warning("listener %s: message %s not settled (%s); it will be redelivered",
-                        self._spec.name, message.id, exc)
-            return False
+            return self._not_settled(f"message {message.id}", exc)
+        finally:
+            self._stats.in_flight -= 1
+
+    def _not_settled(self, what: str, exc: BrokerError) -> bool:
+        self._stats.rolled_back += 1
+        log.warning("listener %s: %s not settled (%s); redelivered once the subscription closes",
+                    self._spec.name, what, exc)
+        return False
+
+    def _ready_run(self, deliveries: Sequence[Delivery]) -> list[_Ready]:
+        """The leading deliveries that can go to the handler, decoded; the first one in doubt
+        or undecodable ends the run (``process`` settles it on its own)."""
+        run: list[_Ready] = []
+        for delivery in deliveries:
+            if delivery.broker_redelivered:
+                break
+            message = to_message(delivery)
+            try:
+                body = self._decode(message.body)
+            except DecodeError:
+                break
+            run.append(_Ready(delivery, message, body))
+        return run
+
+    async def _batch(self, run: list[_Ready]) -> bool:
+        """One transaction for ``run`` (two or more); on a handler failure, abort it and fall
+        back to one message at a time (see the module docstring)."""
+        tx: Transaction | None = None
+
+        async def send(destination: Destination, body: object,
+                       headers: Mapping[str, str] | None) -> None:
+            nonlocal tx
+            if tx is None:
+                tx = await self._connection.begin()
+            await tx.send(destination, codec.outgoing(body, headers))
+
+        done = 0
+        failure: Exception | None = None
+        self._stats.in_flight += len(run)
+        try:
+            try:
+                for item in run:
+                    if done and self._stopping():
+                        break
+                    try:
+                        await self._invoke(item.message, item.body, send)
+                    except Exception as exc:  # user code: the batch failed
+                        failure = exc
+                        break
+                    done += 1
+            except BaseException:
+                if tx is not None:
+                    with anyio.CancelScope(shield=True):
+                        await tx.abort()
+                raise
+            if failure is None:
+                await self._settle(tx, [item.delivery for item in run[:done]])
+                return True
+            if tx is not None:
+                await tx.abort()
+            if not self._connection.is_open:
+                # Nothing of the batch can be settled any more: the broker redelivers it all.
+                raise ConnectionLost(f"the connection was lost during the batch ({failure})")
+        except BrokerError as exc:
+            return self._not_settled(f"a batch of {len(run)} from message {run[0].message.id}",
+                                     exc)
+        finally:
+            self._stats.in_flight -= len(run)
+        log.info("listener %s: message %s failed in a batch of %d (%s: %s); processing the "
+                 "batch one message at a time", self._spec.name, run[done].message.id,
+                 len(run), _type_name(failure), failure)
+        return await self._fall_back(run, done, failure)
+
+    async def _settle(self, tx: Transaction | None, deliveries: list[Delivery]) -> None:
+        """Ack ``deliveries`` in order: plainly if no handler sent anything, else in ``tx``,
+        then commit. Counts them processed."""
+        if tx is None:
+            for delivery in deliveries:
+                await self._connection.ack(delivery)
+                self._stats.processed += 1
+            return
+        try:
+            for delivery in deliveries:
+                await tx.ack(delivery)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await tx.abort()
+            raise
+        await tx.commit()
+        self._stats.processed += len(deliveries)
+
+    async def _fall_back(self, run: list[_Ready], failed: int, failure: Exception) -> bool:
+        for index, item in enumerate(run):
+            if index and self._stopping():
+                return True
+            if index < failed:
+                again = replace(item.message, redelivered=True,
+                                delivery_count=item.message.delivery_count + 1)
+                settled = await self._process(item.delivery, again)
+            elif index == failed:
+                settled = await self._failed(item.delivery, item.message, failure)
+            else:
+                settled = await self._process(item.delivery, item.message)
+            if not settled:
+                return False
+        return True
+
+    async def _failed(self, delivery: Delivery, message: Message, failure: Exception) -> bool:
+        """The failure path for a message whose handler already raised ``failure``."""
+        self._stats.in_flight += 1
+        try:
+            await self._settle_failure(delivery, message, _type_name(failure), str(failure),
+                                       retry=True, wait=True)
+            return True
+        except BrokerError as exc:
+            return self._not_settled(f"message {message.id}", exc)
         finally:
             self._stats.in_flight -= 1
 
@@ -131,12 +305,7 @@ class Processor:
                 with anyio.CancelScope(shield=True):
                     await tx.abort()
             raise
-        if tx is None:
-            await self._connection.ack(delivery)
-        else:
-            await tx.ack(delivery)
-            await tx.commit()
-        self._stats.processed += 1
+        await self._settle(tx, [delivery])
 
     async def _acked_after(self, delivery: Delivery, message: Message, body: Any) -> None:
         try:

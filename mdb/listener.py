@@ -152,6 +152,11 @@ def _check_combination(dest: Destination, options: ListenerOptions, where: str) 
         raise ConfigurationError(
             f"{where}: option 'subscription' names a topic subscription; {dest} is a queue"
         )
+    if not options.transacted and options.max_messages_per_transaction > 1:
+        raise ConfigurationError(
+            f"{where}: option 'max_messages_per_transaction' groups messages in a transaction; "
+            f"a listener with transacted=False has none: drop one of the two options"
+        )
 
 
 def _inspect_handler(func: Callable[..., Any], name: str) -> tuple[str | None, Any, str | None]:

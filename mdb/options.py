@@ -51,14 +51,7 @@ class ListenerOptions(BaseModel):
     error_destination: str | None = None
     durable: bool = True
     subscription: str | None = None
-    max_messages_per_transaction: Annotated[int, Field(ge=1)] = 1
-
-    @field_validator("max_messages_per_transaction")
-    @classmethod
-    def _one_per_transaction(cls, value: int) -> int:
-        if value != 1:
-            raise ValueError("only 1 is supported so far (batched transactions are planned)")
-        return value
+    max_messages_per_transaction: Annotated[int, Field(ge=1, le=1000)] = 1
 
     @field_validator("error_destination")
     @classmethod

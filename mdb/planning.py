@@ -45,8 +45,9 @@ def subscription_name(spec: ListenerSpec, app: str, server: str) -> str | None:
 
 
 def plan(spec: ListenerSpec, *, app: str, server: str, broker: str) -> PlannedSubscription:
-    """The subscription every pool slot of ``spec`` attaches to (one per slot, prefetch 1,
-    like the sessions of a JMS MDB pool)."""
+    """The subscription every pool slot of ``spec`` attaches to (one per slot, like the
+    sessions of a JMS MDB pool), with a prefetch of ``max_messages_per_transaction``: a slot
+    holds at most one batch."""
     return PlannedSubscription(
         listener=spec.name,
         broker=broker,

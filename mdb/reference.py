@@ -22,8 +22,9 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
 LISTENER_OPTIONS = {
     "distribution": "`one-copy-per-app` (all processes share each message) or "
                     "`one-copy-per-server` (every process gets every message); topics only",
-    "pool": "concurrent handler invocations in this process (1 to 1024); also the most "
-            "unsettled messages the process holds for this listener",
+    "pool": "concurrent handler invocations in this process (1 to 1024); times "
+            "`max_messages_per_transaction`, the most unsettled messages the process holds for "
+            "this listener",
     "transacted": "true: ack and sends commit together; false: ack after the handler, sends "
                   "go at once (see docs/concepts.md)",
     "selector": "JMS selector on headers, evaluated by the broker",
@@ -32,7 +33,11 @@ LISTENER_OPTIONS = {
                          "`queue:<destination name>.DLQ`)",
     "durable": "a topic subscription keeps messages while no process is attached",
     "subscription": "replaces the derived topic subscription name (letters, digits, _ and -)",
-    "max_messages_per_transaction": "messages per transaction; only 1 is supported so far",
+    "max_messages_per_transaction": "most messages one pool slot processes in one transaction "
+                                    "(1 to 1000; transacted listeners only); also its prefetch. "
+                                    "A batch is what has already arrived, never waited for; if "
+                                    "a handler raises, the batch is processed again one message "
+                                    "at a time",
 }
 
 REDELIVERY = {

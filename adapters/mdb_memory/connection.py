@@ -15,8 +15,9 @@ Behaviour follows ActiveMQ Classic where the seam leaves room:
   ``ConnectionLost``; ``Transaction.ack`` and ``send`` on a finished or stale transaction do
   nothing (its ``commit`` raises ``TransactionRolledBack``); ``receive`` on a closed
   subscription raises ``ConnectionLost`` too, since no delivery will ever come.
-* Every operation except the ``close``/``abort`` family is a cancellation point before it acts:
-  cancelled means not done. ``close`` and ``abort`` act first and cannot be cancelled.
+* Every operation except the ``close``/``abort`` family and ``receive_nowait`` is a cancellation
+  point before it acts: cancelled means not done. ``close`` and ``abort`` act first and cannot be
+  cancelled; ``receive_nowait`` is not a coroutine.
 """
 
 from __future__ import annotations
@@ -108,6 +109,10 @@ class MemorySubscription(Subscription):
                     + ("the connection was lost" if self._ended == "lost" else "it was closed")
                 )
             await self._wait()
+
+    def receive_nowait(self) -> Delivery | None:
+        """A delivery already pushed to this subscription, or None. Not a cancellation point."""
+        return self._buffer.popleft() if self._buffer else None
 
     async def close(self) -> None:
         if self._ended is None:

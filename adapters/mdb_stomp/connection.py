@@ -198,6 +198,12 @@ class _Inbox:
             self._items.clear()
             self._ready.set()
 
+    def get_nowait(self) -> Delivery | None:
+        """A buffered delivery, or None (also once failed); never waits."""
+        if self._failure is None and self._items:
+            return self._items.popleft()
+        return None
+
     async def get(self) -> Delivery:
         while True:
             if self._failure is not None:
@@ -557,6 +563,11 @@ class StompSubscription(Subscription):
         """The next delivery. Raises ``ConnectionLost`` once the connection is lost (buffered
         deliveries are dropped, not drained) or the subscription was closed."""
         return await self._inbox.get()
+
+    def receive_nowait(self) -> Delivery | None:
+        """A delivery already received from the broker and not yet taken, or None (also on a
+        lost connection or a closed subscription, whose buffered deliveries are dropped)."""
+        return self._inbox.get_nowait()
 
     async def close(self) -> None:
         """UNSUBSCRIBE and wait briefly for its receipt; the broker then redelivers what was

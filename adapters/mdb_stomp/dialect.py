@@ -87,8 +87,9 @@ class ActiveMQDialect(Dialect):
     Every subscription uses ``ack:client`` with ``activemq.prefetchSize``. ActiveMQ 5.17 degrades
     badly when transactions ack ``client-individual`` subscriptions (AMQ-7211-like: every COMMIT
     scans an ever-growing list), while ``client`` acks are cumulative: the container keeps one
-    subscription per pool slot with prefetch 1, and the connection refuses an ack that would
-    also settle an earlier unsettled delivery (see ``mdb_stomp.connection``).
+    subscription per pool slot (prefetch ``max_messages_per_transaction``, 1 by default) and
+    settles its deliveries in dispatch order, and the connection refuses an ack that would also
+    settle an earlier unsettled delivery (see ``mdb_stomp.connection``).
     """
 
     scheme = "stomp+activemq"

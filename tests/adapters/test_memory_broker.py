@@ -206,6 +206,22 @@ async def test_prefetch_limits_unsettled_deliveries(
     assert (await receive(sub)).body == b"3"
 
 
+async def test_receive_nowait_takes_only_what_was_already_pushed(conn: MemoryConnection) -> None:
+    sub = await conn.subscribe(req("queue:n", prefetch=2))
+    assert sub.receive_nowait() is None
+    await send_all(conn, "queue:n", "1", "2", "3")
+    first = await receive(sub)
+    second = sub.receive_nowait()
+    assert first.body == b"1" and second is not None and second.body == b"2"
+    assert sub.receive_nowait() is None  # "3" waits for room under the prefetch
+    await conn.ack(first)
+    third = sub.receive_nowait()
+    assert third is not None and third.body == b"3"
+    await conn.send(d("queue:n"), msg("4"))
+    await sub.close()
+    assert sub.receive_nowait() is None
+
+
 async def test_a_full_subscriber_is_skipped(conn: MemoryConnection) -> None:
     busy = await conn.subscribe(req("queue:w", prefetch=1))
     idle = await conn.subscribe(req("queue:w", prefetch=10))

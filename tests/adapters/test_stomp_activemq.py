@@ -357,6 +357,27 @@ async def test_prefetch_bounds_unsettled_deliveries(activemq: ActiveMQ) -> None:
         assert [d.headers[ID] for d in held] == [m.headers[ID] for m in sent[:2]]
 
 
+async def test_receive_nowait_shares_the_stream_of_receive_and_never_waits(
+    activemq: ActiveMQ,
+) -> None:
+    queue = unique("queue")
+    async with connected(activemq.url) as connection:
+        subscription = await connection.subscribe(queue_request(queue, prefetch=3))
+        assert subscription.receive_nowait() is None
+        sent = [message(f"m{i}") for i in range(3)]
+        for item in sent:
+            await connection.send(queue, item)
+        got = [await receive(subscription)]
+        while len(got) < 3:  # each one either already here, or awaited
+            got.append(subscription.receive_nowait() or await receive(subscription))
+        assert [d.headers[ID] for d in got] == [m.headers[ID] for m in sent]
+        assert subscription.receive_nowait() is None  # all three are held: nothing more comes
+        for delivery in got:
+            await connection.ack(delivery)
+        await subscription.close()
+        assert subscription.receive_nowait() is None
+
+
 async def test_an_invalid_selector_is_a_subscription_failure(activemq: ActiveMQ) -> None:
     queue = unique("queue")
     async with connected(activemq.url) as connection:

@@ -61,6 +61,7 @@ def test_a_plain_function_without_annotations_gets_bytes() -> None:
         ({"error_destination": "errors"}, "error_destination"),
         ({"subscription": "has space"}, "subscription"),
         ({"max_messages_per_transaction": 0}, "max_messages_per_transaction"),
+        ({"max_messages_per_transaction": 1001}, "max_messages_per_transaction"),
     ],
 )
 def test_an_invalid_option_fails_at_decoration_naming_it(kwargs: dict[str, object],
@@ -77,6 +78,26 @@ def test_a_bad_destination_says_how_to_write_one() -> None:
 def test_one_copy_per_server_on_a_queue_is_refused() -> None:
     with pytest.raises(ListenerDefinitionError, match="applies to topics"):
         listener("queue:orders", distribution=Distribution.ONE_COPY_PER_SERVER)
+
+
+def test_batches_need_a_transaction_in_code_and_in_settings() -> None:
+    with pytest.raises(ListenerDefinitionError, match="max_messages_per_transaction"):
+        listener("queue:orders", transacted=False, max_messages_per_transaction=10)
+
+    @listener("queue:orders", transacted=False)
+    def on_order(body: bytes) -> None:
+        pass
+
+    spec = spec_of(on_order)
+    assert spec is not None
+    with pytest.raises(ConfigurationError, match=r"'on_order'.*max_messages_per_transaction"):
+        spec.with_settings(ListenerOverrides(max_messages_per_transaction=10), None)
+
+    @listener("queue:orders", max_messages_per_transaction=1000)
+    def on_batch(body: bytes) -> None:
+        pass
+
+    assert spec_of(on_batch).options.max_messages_per_transaction == 1000  # type: ignore[union-attr]
 
 
 def test_a_parameter_that_is_neither_body_context_nor_dependency_is_refused() -> None:

@@ -40,6 +40,12 @@ def test_subscription_names(destination: str, options: dict[str, object], name: 
     assert planned.request.destination == Destination.parse(destination)
 
 
+def test_a_slot_prefetches_one_batch() -> None:
+    assert plan(spec("queue:q"), app="a", server="s", broker="b").request.prefetch == 1
+    batched = spec("queue:q", max_messages_per_transaction=50)
+    assert plan(batched, app="a", server="s", broker="b").request.prefetch == 50
+
+
 def test_a_per_app_name_never_equals_a_per_server_name() -> None:
     # Parts contain no '-', so the number of dashes tells the modes apart.
     per_app = plan(spec("topic:t", name="s1_x"), app="a", server="s1", broker="b")
