@@ -128,7 +128,7 @@ def main() -> None:
     args = parser.parse_args()
     n = args.messages
     rows: list[tuple[str, str, float, str]] = []
-    with ActiveMQ() as broker:
+    with ActiveMQ(heap_mb=1024) as broker:
 
         def queue(kind: str) -> str:
             name = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
