@@ -40,9 +40,29 @@ def activemq() -> Iterator[object]:
         broker.close()
 
 
-@pytest.fixture(params=["memory", pytest.param("activemq", marks=pytest.mark.activemq)])
+@pytest.fixture(scope="session")
+def rabbitmq() -> Iterator[object]:
+    from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
+
+    if not rabbitmq_available():
+        missing("RabbitMQ with the STOMP plugin")
+    broker = RabbitMQ()
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("activemq", marks=pytest.mark.activemq),
+        pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
+    ]
+)
 def broker_url(request: pytest.FixtureRequest) -> str:
     """The contract suite runs once per broker."""
     if request.param == "memory":
         return f"memory://{uuid.uuid4().hex[:8]}"
-    return str(request.getfixturevalue("activemq").url)
+    return str(request.getfixturevalue(request.param).url)

@@ -12,7 +12,7 @@ Outcomes. SUBSCRIBE, COMMIT and a non-transacted SEND carry a receipt and wait f
 Everything else (ACK, BEGIN, ABORT, transacted SEND) is fire-and-forget: a failure there shows up
 at the COMMIT. stomp.py exceptions never leave this module; they become ``mdb.errors``.
 
-Cumulative acks. Subscriptions use ``ack:client`` (see ``mdb_stomp.dialect``), where an ACK
+Cumulative acks. ActiveMQ subscriptions use ``ack:client`` (see ``mdb_stomp.dialect``), where an ACK
 settles every earlier delivery of the subscription too. ActiveMQ dispatches the next message as
 soon as it sees a transacted ACK, before the COMMIT, and an ABORT leaves the acked message
 unsettled on the live subscription: a later ACK of the next message would then silently settle
@@ -20,7 +20,14 @@ the aborted one, which is never redelivered (measured on 5.17.2). Each subscript
 tracks its unsettled deliveries in dispatch order and refuses, with ``BrokerError`` and before
 anything is written, an ack that would settle an earlier delivery not settled in the same
 transaction. The caller settles (or requeues) the earlier one first, or closes the subscription
-so the broker redelivers it.
+so the broker redelivers it. Subscriptions with individual acks (``client-individual``, used on
+RabbitMQ) skip that ordering check; the other checks (already settled, held by another open
+transaction) stay.
+
+Closing a subscription. Where an UNSUBSCRIBE leaves the unacked deliveries with the connection
+(RabbitMQ, ``Dialect.unsubscribe_releases_unacked``), closing a subscription that still holds
+any closes the whole connection, the only way to have them redelivered; see
+``StompSubscription.close``.
 
 Staleness. A connection is one generation: once it is lost (socket closed, heartbeat timeout,
 failed write, ``close``) every pending receipt fails, every subscription's ``receive`` raises
@@ -93,7 +100,8 @@ _FRAME_HEADERS = frozenset(
 
 
 class StompBroker:
-    """``Broker`` for ``stomp+<dialect>://host[:port]`` URLs (``stomp+activemq`` for now).
+    """``Broker`` for ``stomp+<dialect>://host[:port]`` URLs (``stomp+activemq``,
+    ``stomp+rabbitmq``).
 
     Construction validates the URL (``ConfigurationError``); ``connect`` opens one STOMP 1.2
     connection with heartbeats of ``heartbeat_ms`` both ways. No ``client-id`` is sent: ActiveMQ
@@ -266,7 +274,8 @@ class StompConnection(Connection):
         self._check_alive()
         sub_id = str(next(self._ids))
         subscription = StompSubscription(
-            self, sub_id, request.destination, spec.requeue_destination
+            self, sub_id, request.destination, spec.requeue_destination,
+            cumulative=spec.ack_mode == "client",
         )
         # Registered before the SUBSCRIBE: MESSAGE frames may overtake the receipt.
         self._subscriptions[sub_id] = subscription
@@ -544,8 +553,11 @@ class StompSubscription(Subscription):
         sub_id: str,
         destination: Destination,
         requeue: Destination,
+        cumulative: bool = True,
     ) -> None:
         self._connection = connection
+        # ``ack:client`` (cumulative) needs the guard of ``_check_ackable``; individual acks not.
+        self._cumulative = cumulative
         self._id = sub_id
         self._destination = destination
         self._requeue = requeue
@@ -572,24 +584,45 @@ class StompSubscription(Subscription):
     async def close(self) -> None:
         """UNSUBSCRIBE and wait briefly for its receipt; the broker then redelivers what was
         dispatched and not acked, flagged. Acks of this subscription's deliveries after this
-        raise ``ConnectionLost``. Never raises."""
+        raise ``ConnectionLost``. Never raises.
+
+        Where the broker keeps unacked deliveries with the connection after an UNSUBSCRIBE
+        (``Dialect.unsubscribe_releases_unacked`` false: RabbitMQ), the subscription stays
+        registered until the UNSUBSCRIBE receipt, so that deliveries still on the way are
+        counted too; if any delivery is then unsettled (or the receipt did not come), the
+        connection is closed so that the broker redelivers them. Everything else on that
+        connection becomes stale, as after a lost connection."""
         if self._closed:
             return
         connection = self._connection
         self._closed = True
         self._inbox.fail(ConnectionLost, "the subscription was closed")
-        connection._subscriptions.pop(self._id, None)
-        if not connection.is_open:
-            return
+        releases = connection._dialect.unsubscribe_releases_unacked
+        if releases:
+            connection._subscriptions.pop(self._id, None)
+        confirmed = False
         try:
+            if not connection.is_open:
+                return
             receipt = uuid.uuid4().hex
             connection._write(
                 connection._stomp.unsubscribe, id=self._id, headers={"receipt": receipt}
             )
             with anyio.move_on_after(min(connection._options.receipt_timeout, _CLOSE_GRACE)):
                 await connection._wait_receipt(receipt)
+                confirmed = True
         except (BrokerError, _Refused, _Lost, _NoReceipt):
             log.debug("UNSUBSCRIBE %s on %s unconfirmed", self._id, connection._address)
+        finally:
+            connection._subscriptions.pop(self._id, None)
+        if not releases and connection.is_open and (self._unsettled or not confirmed):
+            log.info(
+                "closing the connection to %s: %d unsettled deliveries of a closed "
+                "subscription return to the broker only when it closes",
+                connection._address,
+                len(self._unsettled),
+            )
+            await connection.close()
 
     def _claim(self, ack_id: str, transaction: StompTransaction) -> None:
         """Record that ``transaction`` acks ``ack_id``; refuse if that ACK, being cumulative,
@@ -613,7 +646,7 @@ class StompSubscription(Subscription):
     def _check_ackable(self, ack_id: str, transaction: StompTransaction | None) -> None:
         if ack_id not in self._unsettled:
             raise BrokerError(f"delivery {ack_id} was already settled")
-        for earlier, holder in self._unsettled.items():
+        for earlier, holder in self._unsettled.items() if self._cumulative else ():
             if earlier == ack_id:
                 break
             if transaction is None or holder is not transaction:

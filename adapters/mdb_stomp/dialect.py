@@ -15,6 +15,9 @@ ActiveMQ's virtual-topic pattern ``Consumer.*.VirtualTopic.>`` takes the subscri
 path segment (a dotted name would silently never receive anything), which is why the seam's
 subscription names never contain '.'; one that does is refused. ``physical_subscription_queue``
 gives the queue name for operators' tools.
+
+RabbitMQ (``RabbitMQDialect``, URL scheme ``stomp+rabbitmq``): see the class docstring for the
+mapping and the facts it rests on.
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ class Dialect(abc.ABC):
     scheme: ClassVar[str]
     #: Value for the CONNECT frame's ``host`` header; None lets stomp.py send the host name.
     vhost: ClassVar[str | None] = None
+    #: True when an UNSUBSCRIBE hands the subscription's unacked deliveries back to the broker;
+    #: False when they stay with the connection until it closes (RabbitMQ), so that closing a
+    #: subscription holding any also closes its connection (see ``StompSubscription.close``).
+    unsubscribe_releases_unacked: ClassVar[bool] = True
 
     @abc.abstractmethod
     def send_path(self, destination: Destination) -> str:
@@ -131,16 +138,118 @@ class ActiveMQDialect(Dialect):
         return SubscribeSpec(f"/queue/{queue}", "client", headers, Destination(Kind.QUEUE, queue))
 
 
-def physical_subscription_queue(topic: Destination, name: str) -> str:
-    """The ActiveMQ queue holding subscription ``name`` of ``topic``:
-    ``Consumer.<name>.VirtualTopic.<topic>``. Raises ``SubscriptionFailed`` for a name that
-    cannot be one path segment."""
+def physical_subscription_queue(topic: Destination, name: str, rabbitmq: bool = False) -> str:
+    """The queue holding subscription ``name`` of ``topic``: on ActiveMQ
+    ``Consumer.<name>.VirtualTopic.<topic>``, on RabbitMQ (``rabbitmq=True``)
+    ``Consumer.<name>.<topic>``. Raises ``SubscriptionFailed`` for a name that cannot be one
+    path segment (on RabbitMQ that keeps the queue names of different topics apart)."""
     if not _SEGMENT.match(name):
         raise SubscriptionFailed(
             f"{topic}: subscription name {name!r} may contain only letters, digits, '_' and '-' "
-            "on ActiveMQ (it is one segment of a queue name)"
+            "(it is one segment of a queue name)"
         )
+    if rabbitmq:
+        return f"Consumer.{name}.{topic.name}"
     return f"Consumer.{name}.{_VIRTUAL_TOPIC_PREFIX}{topic.name}"
 
 
-DIALECTS: dict[str, type[Dialect]] = {ActiveMQDialect.scheme: ActiveMQDialect}
+class RabbitMQDialect(Dialect):
+    """RabbitMQ 3.x with the STOMP plugin: ``x-queue-name`` queues for named shared
+    subscriptions, individual acks, no selectors.
+
+    Mapping::
+
+        logical                    STOMP path     requeue destination
+        queue:X                    /queue/X       queue:X
+        topic:X  (send)            /topic/X       -
+        topic:X  (subscribe, N)    /topic/X  with durable:true, auto-delete:false,
+                                   x-queue-name:Consumer.N.X      queue:Consumer.N.X
+
+    Measured on RabbitMQ 3.10.8 (Debian ``rabbitmq-server``, STOMP plugin, stomp.py 9, STOMP
+    1.2), with raw stomp.py against a private node of ``tests.harness.rabbitmq``:
+
+    * CONNECT must name vhost ``/``: stomp.py otherwise sends the host name as the vhost and
+      the broker answers ``ERROR Bad CONNECT: Virtual host '127.0.0.1' access denied``.
+    * ``SUBSCRIBE /topic/T`` with ``durable:true``, ``auto-delete:false`` and ``x-queue-name:Q``
+      binds the durable queue Q to ``amq.topic`` with key T; every subscriber naming Q shares it
+      (prefetch 1 each, two messages: one each). ``SEND /queue/Q`` and ``SEND /amq/queue/Q``
+      both reach only Q (the default exchange routes by queue name), so the requeue destination
+      is the plain ``queue:Q``. ``/amq/queue/Q`` to a queue that does not exist is silently
+      dropped (a receipt, no error), while ``/queue/Q`` declares it and keeps the message:
+      the safer of the two. Deliveries from Q carry ``destination:/queue/Q``.
+    * Prefetch is the ``prefetch-count`` SUBSCRIBE header. ``ack:client`` is cumulative (acking
+      the 2nd of 3 unacked deliveries settled the 1st too) and ``client-individual`` is not;
+      this dialect uses ``client-individual``, so the connection's cumulative-ack guard stays
+      off for it.
+    * Transactions are buffered by the plugin and replayed at COMMIT: a transacted ACK frees no
+      prefetch place before the COMMIT (unlike ActiveMQ), a transacted SEND reaches the queue
+      only at the COMMIT (after a plain SEND made later), ABORT discards the sends and leaves
+      the acked delivery unacked on the live subscription (not redelivered while it lives).
+      COMMIT answers its receipt. A COMMIT of an unknown transaction and an ACK with an unknown
+      id answer ``ERROR`` frames *without* ``receipt-id`` and keep the connection open: the
+      adapter then sees no receipt and reports ``TransactionRolledBack`` after
+      ``receipt_timeout``.
+    * A delivery not acked when its consumer's connection closes comes back with
+      ``redelivered:true`` and a NEW ``message-id`` (mdb identifies messages by ``mdb_id``).
+      But UNSUBSCRIBE does NOT hand unacked deliveries back: they stay with the connection
+      until it closes (neither a resubscription on the same connection nor another connection
+      got it), and a NACK after the UNSUBSCRIBE is refused (``Subscription not found``); a NACK
+      before it would be redispatched to the same consumer at once. Hence
+      ``unsubscribe_releases_unacked = False``: closing a subscription that holds unsettled
+      deliveries closes its connection, and the broker redelivers them, flagged.
+    * The ``selector`` header is ignored (a message not matching it was delivered), so a
+      subscription with a selector is refused rather than silently given every message.
+    * A SEND with ``persistent:false`` to a ``/queue/X`` nobody declared yet makes X
+      exclusive; every SEND here is ``persistent:true``.
+    """
+
+    scheme = "stomp+rabbitmq"
+    vhost = "/"
+    unsubscribe_releases_unacked = False
+
+    def send_path(self, destination: Destination) -> str:
+        if destination.kind is Kind.QUEUE:
+            return f"/queue/{destination.name}"
+        return f"/topic/{destination.name}"
+
+    def send_headers(self, message: OutgoingMessage) -> dict[str, str]:
+        return {"persistent": "true"}
+
+    def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
+        destination = request.destination
+        if request.selector:
+            raise SubscriptionFailed(
+                f"{destination}: RabbitMQ does not support selectors (its STOMP plugin ignores "
+                f"the selector {request.selector!r} and would deliver every message); remove the "
+                "selector for this listener or use a destination per kind of message"
+            )
+        headers = {"prefetch-count": str(request.prefetch)}
+        if destination.kind is Kind.QUEUE:
+            return SubscribeSpec(
+                f"/queue/{destination.name}", "client-individual", headers, destination
+            )
+        if request.name is None:
+            raise SubscriptionFailed(
+                f"{destination}: a topic subscription on RabbitMQ needs a subscription name "
+                "(it names the subscription's queue)"
+            )
+        if not request.durable:
+            raise SubscriptionFailed(
+                f"{destination} (subscription {request.name!r}): non-durable topic subscriptions "
+                "are not supported by the RabbitMQ dialect yet; set durable=true for this "
+                "listener (a durable queue that keeps messages while detached)"
+            )
+        queue = physical_subscription_queue(destination, request.name, rabbitmq=True)
+        headers.update({"durable": "true", "auto-delete": "false", "x-queue-name": queue})
+        return SubscribeSpec(
+            f"/topic/{destination.name}",
+            "client-individual",
+            headers,
+            Destination(Kind.QUEUE, queue),
+        )
+
+
+DIALECTS: dict[str, type[Dialect]] = {
+    ActiveMQDialect.scheme: ActiveMQDialect,
+    RabbitMQDialect.scheme: RabbitMQDialect,
+}

@@ -72,20 +72,25 @@ class ContainerProcess:
         self.process.wait(timeout=WAIT)
 
 
-@pytest.fixture
-def activemq_url(activemq: Any) -> Iterator[str]:
-    yield str(activemq.url)
+@pytest.fixture(
+    params=[
+        pytest.param("activemq", marks=pytest.mark.activemq),
+        pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
+    ]
+)
+def real_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A real broker's URL: these tests run container processes, which cannot share memory."""
+    yield str(request.getfixturevalue(request.param).url)
 
 
-@pytest.mark.activemq
-def test_a_killed_container_process_has_its_work_redelivered_flagged(activemq_url: str) -> None:
+def test_a_killed_container_process_has_its_work_redelivered_flagged(real_url: str) -> None:
     ledger, app = unique("ledger"), unique("app")
-    sent = anyio.run(send_all, activemq_url, f"queue:{ledger}", [f"m{n}" for n in range(12)])
-    with ContainerProcess(activemq_url, ledger, app, "s1", hang=True) as first:
+    sent = anyio.run(send_all, real_url, f"queue:{ledger}", [f"m{n}" for n in range(12)])
+    with ContainerProcess(real_url, ledger, app, "s1", hang=True) as first:
         in_flight = first.take(4, "start")  # pool=4: four handlers hang
         first.process.send_signal(signal.SIGKILL)
         first.process.wait(timeout=WAIT)
-    with ContainerProcess(activemq_url, ledger, app, "s2", hang=False) as second:
+    with ContainerProcess(real_url, ledger, app, "s2", hang=False) as second:
         done = second.take(12, "done")
         second.process.send_signal(signal.SIGTERM)
         assert second.process.wait(timeout=WAIT) == 0
@@ -96,11 +101,10 @@ def test_a_killed_container_process_has_its_work_redelivered_flagged(activemq_ur
     assert all(e["count"] == 2 for e in done if e["id"] in hung)
 
 
-@pytest.mark.activemq
-def test_a_second_signal_exits_at_once(activemq_url: str) -> None:
+def test_a_second_signal_exits_at_once(real_url: str) -> None:
     ledger, app = unique("ledger"), unique("app")
-    anyio.run(send_all, activemq_url, f"queue:{ledger}", ["stuck"])
-    with ContainerProcess(activemq_url, ledger, app, "s1", hang=True, grace=600) as process:
+    anyio.run(send_all, real_url, f"queue:{ledger}", ["stuck"])
+    with ContainerProcess(real_url, ledger, app, "s1", hang=True, grace=600) as process:
         process.take(1, "start")
         process.process.send_signal(signal.SIGTERM)
         process.take(1, "stopping")  # in its grace period, waiting for the hung handler

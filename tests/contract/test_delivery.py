@@ -10,7 +10,7 @@ import anyio.from_thread
 import pytest
 from pydantic import BaseModel
 
-from mdb import Context, Producer, Redelivery, listener
+from mdb import Container, Context, Producer, Redelivery, SubscriptionFailed, listener
 from mdb.message import (
     DELIVERY_COUNT,
     ERROR_LISTENER,
@@ -19,7 +19,7 @@ from mdb.message import (
     ID,
     ORIGINAL_DESTINATION,
 )
-from tests.contract.support import Calls, read, running, settings_for, unique
+from tests.contract.support import Calls, read, running, settings_for, specs, unique
 
 pytestmark = pytest.mark.anyio
 
@@ -179,3 +179,29 @@ async def test_a_handler_that_finishes_within_the_grace_period_is_committed(
     assert len(calls.of("done")) == 1
     [left] = await read(broker_url, queue, 1)
     assert left.body == b"two"
+
+
+async def test_a_selector_filters_messages_or_is_refused_where_the_broker_has_none(
+    broker_url: str,
+) -> None:
+    queue = f"queue:{unique('selected')}"
+    calls = Calls()
+
+    @listener(queue, selector="colour = 'red'")
+    async def reds(body: str, ctx: Context) -> None:
+        calls.add("red", body)
+
+    if broker_url.startswith("stomp+rabbitmq:"):
+        # RabbitMQ's STOMP plugin ignores selectors: the container refuses to start rather
+        # than hand the listener every message.
+        with pytest.raises(SubscriptionFailed, match="does not support selectors"):
+            await Container(settings_for(broker_url), specs(reds)).run()
+        return
+    async with Producer(settings_for(broker_url)) as producer:
+        await producer.send(queue, "blue", {"colour": "blue"})
+        await producer.send(queue, "red", {"colour": "red"})
+    async with running(settings_for(broker_url), reds):
+        await calls.wait(lambda c: bool(c.of("red")))
+    assert calls.of("red") == ["red"]
+    [left] = await read(broker_url, queue, 1)
+    assert left.body == b"blue"

@@ -1,0 +1,344 @@
+"""The stomp+rabbitmq adapter, driven directly through the broker seam against a real RabbitMQ.
+
+These tests pin the RabbitMQ facts the dialect rests on (see ``mdb_stomp.dialect``): shared
+subscriptions through ``x-queue-name``, individual acks, selectors refused, a new
+``message-id`` on every delivery, and unacked deliveries that only come back when their
+connection closes. The node is started by ``tests.harness.rabbitmq``: one per module, and a
+private one for the test that kills it. Without RabbitMQ installed the tests are skipped,
+except in CI (``CI=true``) where that is a failure. Every wait is bounded by ``fail_after``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import anyio
+import pytest
+
+from mdb.broker import Delivery, Subscription, SubscriptionRequest
+from mdb.destinations import Destination
+from mdb.errors import (
+    ConnectionFailed,
+    ConnectionLost,
+    SendOutcomeUnknown,
+    SubscriptionFailed,
+    TransactionRolledBack,
+)
+from mdb.message import ID
+from mdb_stomp import StompBroker
+from mdb_stomp.dialect import RabbitMQDialect
+from tests.adapters.test_stomp_activemq import (
+    WAIT,
+    connected,
+    message,
+    options,
+    queue_request,
+    receive,
+    topic_request,
+    unique,
+)
+from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
+
+pytestmark = [pytest.mark.anyio, pytest.mark.rabbitmq]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _require_rabbitmq() -> None:
+    if rabbitmq_available():
+        return
+    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+        pytest.fail("RabbitMQ (Debian package 'rabbitmq-server') is required when CI=true")
+    pytest.skip("RabbitMQ is not installed (apt-get install rabbitmq-server)")
+
+
+@pytest.fixture(scope="module")
+def rabbitmq() -> Iterator[RabbitMQ]:
+    """This module's own node (shadows any session-wide one: these tests leave queues)."""
+    _require_rabbitmq()
+    broker = RabbitMQ().start()
+    yield broker
+    broker.close()
+
+
+@pytest.fixture
+def private_rabbitmq() -> Iterator[RabbitMQ]:
+    """A node of the test's own, for the test that kills it."""
+    _require_rabbitmq()
+    broker = RabbitMQ().start()
+    yield broker
+    broker.close()
+
+
+# -- sending and receiving -------------------------------------------------------------------
+
+
+async def test_send_and_receive_on_a_queue_round_trips_body_and_headers(rabbitmq: RabbitMQ) -> None:
+    queue = unique("queue")
+    tricky = "a:b\\c\nd"
+    text = message("héllo\nworld", app_header=tricky)
+    async with connected(rabbitmq.url) as connection:
+        subscription = await connection.subscribe(queue_request(queue, prefetch=10))
+        await connection.send(queue, text)
+        delivery = await receive(subscription)
+        assert delivery.destination == queue
+        assert delivery.body == text.body
+        assert delivery.headers[ID] == text.headers[ID]
+        assert delivery.headers["app_header"] == tricky
+        assert delivery.headers["persistent"] == "true"
+        assert "amq-msg-type" not in delivery.headers  # an ActiveMQ-only header
+        assert delivery.broker_message_id and not delivery.broker_redelivered
+        assert subscription.requeue_destination == queue
+        await connection.ack(delivery)
+
+
+async def test_a_named_topic_subscription_is_one_shared_queue_and_each_name_gets_a_copy(
+    rabbitmq: RabbitMQ,
+) -> None:
+    topic = unique("topic")
+    async with connected(rabbitmq.url) as one, connected(rabbitmq.url) as two:
+        shared_a = await one.subscribe(topic_request(topic, "shared"))
+        shared_b = await two.subscribe(topic_request(topic, "shared"))
+        other = await one.subscribe(topic_request(topic, "other-name", prefetch=10))
+        sent = [message(f"m{i}") for i in range(2)]
+        for item in sent:
+            await one.send(topic, item)
+
+        # Prefetch 1 and nothing acked: each subscriber of "shared" holds one message.
+        got_a, got_b = await receive(shared_a), await receive(shared_b)
+        assert {got_a.headers[ID], got_b.headers[ID]} == {m.headers[ID] for m in sent}
+        assert got_a.destination == got_b.destination == topic
+        copies = [await receive(other) for _ in sent]
+        assert [d.headers[ID] for d in copies] == [m.headers[ID] for m in sent]
+
+        # The x-queue-name queue, reached as a plain queue, is the requeue destination.
+        assert shared_a.requeue_destination == shared_b.requeue_destination
+        assert shared_a.requeue_destination == Destination.parse(
+            f"queue:Consumer.shared.{topic.name}"
+        )
+        assert other.requeue_destination.name == f"Consumer.other-name.{topic.name}"
+
+        await one.ack(got_a)
+        await two.ack(got_b)
+        for copy in copies:
+            await one.ack(copy)
+        requeued = message("again")
+        await one.send(shared_a.requeue_destination, requeued)
+        marker = message("marker")
+        await one.send(other.requeue_destination, marker)
+        # "other" gets the marker and not the requeued message: it reaches only "shared".
+        assert (await receive(other)).headers[ID] == marker.headers[ID]
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as group:
+                winner: list[Delivery] = []
+
+                async def take(subscription: Subscription) -> None:
+                    winner.append(await subscription.receive())
+                    group.cancel_scope.cancel()
+
+                group.start_soon(take, shared_a)
+                group.start_soon(take, shared_b)
+        assert [d.headers[ID] for d in winner] == [requeued.headers[ID]]
+
+
+async def test_a_durable_topic_subscription_keeps_messages_while_detached(
+    rabbitmq: RabbitMQ,
+) -> None:
+    topic = unique("topic")
+    async with connected(rabbitmq.url) as connection:
+        first = await connection.subscribe(topic_request(topic, "keeper"))
+        await first.close()
+        kept = message("while away")
+        await connection.send(topic, kept)
+        again = await connection.subscribe(topic_request(topic, "keeper"))
+        delivery = await receive(again)
+        assert delivery.headers[ID] == kept.headers[ID]
+        await connection.ack(delivery)
+
+
+async def test_subscriptions_rabbitmq_cannot_honour_are_refused(rabbitmq: RabbitMQ) -> None:
+    queue, topic = unique("queue"), unique("topic")
+    async with connected(rabbitmq.url) as connection:
+        # The STOMP plugin ignores the selector header and would deliver every message.
+        with pytest.raises(SubscriptionFailed, match="does not support selectors"):
+            await connection.subscribe(queue_request(queue, selector="colour = 'red'"))
+        with pytest.raises(SubscriptionFailed, match="does not support selectors"):
+            await connection.subscribe(
+                SubscriptionRequest(topic, "n", durable=True, selector="a = 1", prefetch=1)
+            )
+        with pytest.raises(SubscriptionFailed, match="durable"):
+            await connection.subscribe(
+                SubscriptionRequest(topic, "n", durable=False, selector=None, prefetch=1)
+            )
+        with pytest.raises(SubscriptionFailed, match="name"):
+            await connection.subscribe(
+                SubscriptionRequest(topic, None, durable=True, selector=None, prefetch=1)
+            )
+        with pytest.raises(SubscriptionFailed, match="may contain only"):
+            await connection.subscribe(topic_request(topic, "bad.name"))
+        assert connection.is_open
+
+
+def test_the_dialect_is_chosen_by_the_url_scheme() -> None:
+    broker = StompBroker(options("stomp+rabbitmq://127.0.0.1:61613"))
+    assert isinstance(broker._dialect, RabbitMQDialect)
+    assert RabbitMQDialect.vhost == "/"
+
+
+# -- acks, transactions and redelivery -------------------------------------------------------
+
+
+async def test_acks_are_individual_so_deliveries_may_be_settled_in_any_order(
+    rabbitmq: RabbitMQ,
+) -> None:
+    queue = unique("queue")
+    async with connected(rabbitmq.url) as connection:
+        sent = [message(f"m{i}") for i in range(3)]
+        for item in sent:
+            await connection.send(queue, item)
+        subscription = await connection.subscribe(queue_request(queue, prefetch=3))
+        first, second, third = [await receive(subscription) for _ in sent]
+        await connection.ack(second)  # with ack:client this would settle "first" too
+        transaction = await connection.begin()
+        await transaction.ack(third)
+        await transaction.commit()
+        # "first" alone is unsettled: closing hands it back (see the next tests).
+        await subscription.close()
+    async with connected(rabbitmq.url) as connection:
+        again = await receive(await connection.subscribe(queue_request(queue)))
+        assert again.headers[ID] == first.headers[ID]
+        assert again.broker_redelivered
+        await connection.ack(again)
+
+
+async def test_commit_makes_ack_and_send_take_effect_together_and_abort_discards(
+    rabbitmq: RabbitMQ,
+) -> None:
+    source, target = unique("queue"), unique("queue")
+    async with connected(rabbitmq.url) as connection:
+        consumer = await connection.subscribe(queue_request(source))
+        watcher = await connection.subscribe(queue_request(target, prefetch=10))
+        await connection.send(source, message("original"))
+        delivery = await receive(consumer)
+
+        aborted = await connection.begin()
+        await aborted.ack(delivery)
+        await aborted.send(target, message("discarded"))
+        await aborted.abort()
+
+        committed = await connection.begin()
+        await committed.ack(delivery)  # still unsettled after the abort
+        forwarded = message("forwarded")
+        await committed.send(target, forwarded)
+        before = message("sent before the commit")
+        await connection.send(target, before)
+        assert (await receive(watcher)).headers[ID] == before.headers[ID]
+        await committed.commit()
+        assert (await receive(watcher)).headers[ID] == forwarded.headers[ID]
+
+        after = message("after")
+        await connection.send(source, after)
+        assert (await receive(consumer)).headers[ID] == after.headers[ID]
+
+
+async def test_closing_a_subscription_that_holds_deliveries_closes_its_connection(
+    rabbitmq: RabbitMQ,
+) -> None:
+    # RabbitMQ keeps the unacked deliveries of an unsubscribed consumer with the connection:
+    # only closing the connection hands them back, flagged and with a new message-id.
+    queue = unique("queue")
+    sent = message("unsettled")
+    async with connected(rabbitmq.url) as connection:
+        await connection.send(queue, sent)
+        subscription = await connection.subscribe(queue_request(queue))
+        delivery = await receive(subscription)
+        assert not delivery.broker_redelivered
+        await subscription.close()
+        assert not connection.is_open
+        with pytest.raises(ConnectionLost):
+            await connection.ack(delivery)
+    async with connected(rabbitmq.url) as connection:
+        again = await receive(await connection.subscribe(queue_request(queue)))
+        assert again.headers[ID] == sent.headers[ID]
+        assert again.broker_redelivered
+        assert again.broker_message_id != delivery.broker_message_id
+        await connection.ack(again)
+
+
+async def test_closing_a_settled_subscription_keeps_the_connection(rabbitmq: RabbitMQ) -> None:
+    queue = unique("queue")
+    async with connected(rabbitmq.url) as connection:
+        subscription = await connection.subscribe(queue_request(queue))
+        await connection.send(queue, message("settled"))
+        await connection.ack(await receive(subscription))
+        await subscription.close()
+        assert connection.is_open
+        again = await connection.subscribe(queue_request(queue))
+        later = message("later")
+        await connection.send(queue, later)
+        # Queues are FIFO: a delivery handed back by the close would come first.
+        assert (await receive(again)).headers[ID] == later.headers[ID]
+
+
+async def test_a_killed_node_makes_everything_stale_and_redelivers_flagged_after_restart(
+    private_rabbitmq: RabbitMQ,
+) -> None:
+    queue = unique("queue")
+    connection = await StompBroker(options(private_rabbitmq.url)).connect()
+    subscription = await connection.subscribe(queue_request(queue))
+    sent = message("in flight")
+    await connection.send(queue, sent)
+    delivery = await receive(subscription)
+    transaction = await connection.begin()
+    await transaction.ack(delivery)
+
+    await anyio.to_thread.run_sync(private_rabbitmq.kill)
+
+    with pytest.raises(ConnectionLost):
+        await receive(subscription)
+    with pytest.raises(TransactionRolledBack):
+        await transaction.commit()
+    with anyio.fail_after(WAIT):
+        await subscription.close()
+        await connection.close()
+
+    await anyio.to_thread.run_sync(private_rabbitmq.restart)
+    async with connected(private_rabbitmq.url) as fresh:
+        with pytest.raises(ConnectionLost):
+            await fresh.ack(delivery)
+        again = await receive(await fresh.subscribe(queue_request(queue)))
+        assert again.headers[ID] == sent.headers[ID]
+        # Unlike ActiveMQ's default, RabbitMQ keeps the flag across a crash of the node.
+        assert again.broker_redelivered
+        await fresh.ack(again)
+
+
+async def test_a_hung_node_is_noticed_by_heartbeats_and_receipts(
+    private_rabbitmq: RabbitMQ,
+) -> None:
+    queue = unique("queue")
+    async with connected(
+        private_rabbitmq.url, heartbeat_ms=1000, receipt_timeout=0.5
+    ) as connection:
+        subscription = await connection.subscribe(queue_request(queue))
+        transaction = await connection.begin()
+        await transaction.send(queue, message("held"))
+
+        private_rabbitmq.pause()
+        try:
+            with pytest.raises(SendOutcomeUnknown):
+                await connection.send(queue, message("unconfirmed"))
+            with pytest.raises(TransactionRolledBack):
+                await transaction.commit()
+            with pytest.raises(ConnectionLost):
+                await receive(subscription)  # the heartbeat timeout ends the connection
+            assert not connection.is_open
+            with pytest.raises(ConnectionFailed):
+                with anyio.fail_after(WAIT):
+                    await StompBroker(options(private_rabbitmq.url, connect_timeout=1.0)).connect()
+        finally:
+            private_rabbitmq.resume()
