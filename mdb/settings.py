@@ -32,7 +32,8 @@ class BrokerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    url: str = Field("memory://", description="`memory://NAME` (embedded) or `stomp+activemq://HOST:PORT`")
+    url: str = Field("memory://", description=(
+        "`memory://NAME` (embedded), `stomp+activemq://HOST:PORT` or `stomp+rabbitmq://HOST:PORT`"))
     username: str | None = Field(None, description="login, if the broker wants one")
     password: SecretStr | None = Field(None, description="passcode; never printed or logged")
     heartbeat_ms: Annotated[int, Field(ge=0)] = Field(

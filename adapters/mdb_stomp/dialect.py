@@ -13,7 +13,7 @@ ActiveMQ Classic (``ActiveMQDialect``, URL scheme ``stomp+activemq``)::
 
 ActiveMQ's virtual-topic pattern ``Consumer.*.VirtualTopic.>`` takes the subscription name as ONE
 path segment (a dotted name would silently never receive anything), which is why the seam's
-subscription names never contain '.'; one that does is refused. ``physical_subscription_queue``
+subscription names never contain '.'; one that does is refused. ``Dialect.subscription_queue``
 gives the queue name for operators' tools.
 
 RabbitMQ (``RabbitMQDialect``, URL scheme ``stomp+rabbitmq``): see the class docstring for the
@@ -73,6 +73,11 @@ class Dialect(abc.ABC):
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
         """How to subscribe for ``request``. Raises ``SubscriptionFailed`` for a request this
         broker cannot honour, saying what to set instead."""
+
+    @abc.abstractmethod
+    def subscription_queue(self, topic: Destination, name: str) -> str:
+        """The broker queue holding subscription ``name`` of ``topic`` (what an operator looks
+        for); ``SubscriptionFailed`` for a name that cannot be one segment of it."""
 
 
 # One STOMP path segment: no wildcards ('*', '>'), no separators ('.', '/').
@@ -134,23 +139,22 @@ class ActiveMQDialect(Dialect):
                 "are not supported by the ActiveMQ dialect yet; set durable=true for this "
                 "listener (a virtual-topic consumer queue that keeps messages while detached)"
             )
-        queue = physical_subscription_queue(destination, request.name)
+        queue = self.subscription_queue(destination, request.name)
         return SubscribeSpec(f"/queue/{queue}", "client", headers, Destination(Kind.QUEUE, queue))
 
+    def subscription_queue(self, topic: Destination, name: str) -> str:
+        return f"Consumer.{_segment(topic, name)}.{_VIRTUAL_TOPIC_PREFIX}{topic.name}"
 
-def physical_subscription_queue(topic: Destination, name: str, rabbitmq: bool = False) -> str:
-    """The queue holding subscription ``name`` of ``topic``: on ActiveMQ
-    ``Consumer.<name>.VirtualTopic.<topic>``, on RabbitMQ (``rabbitmq=True``)
-    ``Consumer.<name>.<topic>``. Raises ``SubscriptionFailed`` for a name that cannot be one
-    path segment (on RabbitMQ that keeps the queue names of different topics apart)."""
+
+def _segment(topic: Destination, name: str) -> str:
+    """``name`` if it can be one path segment of a queue name, else ``SubscriptionFailed`` (it
+    also keeps the queue names of different topics apart)."""
     if not _SEGMENT.match(name):
         raise SubscriptionFailed(
             f"{topic}: subscription name {name!r} may contain only letters, digits, '_' and '-' "
             "(it is one segment of a queue name)"
         )
-    if rabbitmq:
-        return f"Consumer.{name}.{topic.name}"
-    return f"Consumer.{name}.{_VIRTUAL_TOPIC_PREFIX}{topic.name}"
+    return name
 
 
 class RabbitMQDialect(Dialect):
@@ -239,7 +243,7 @@ class RabbitMQDialect(Dialect):
                 "are not supported by the RabbitMQ dialect yet; set durable=true for this "
                 "listener (a durable queue that keeps messages while detached)"
             )
-        queue = physical_subscription_queue(destination, request.name, rabbitmq=True)
+        queue = self.subscription_queue(destination, request.name)
         headers.update({"durable": "true", "auto-delete": "false", "x-queue-name": queue})
         return SubscribeSpec(
             f"/topic/{destination.name}",
@@ -247,6 +251,9 @@ class RabbitMQDialect(Dialect):
             headers,
             Destination(Kind.QUEUE, queue),
         )
+
+    def subscription_queue(self, topic: Destination, name: str) -> str:
+        return f"Consumer.{_segment(topic, name)}.{topic.name}"
 
 
 DIALECTS: dict[str, type[Dialect]] = {

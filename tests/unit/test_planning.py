@@ -9,7 +9,7 @@ from mdb.destinations import Destination
 from mdb.errors import SubscriptionFailed
 from mdb.listener import ListenerSpec, spec_of
 from mdb.planning import plan
-from mdb_stomp.dialect import ActiveMQDialect, physical_subscription_queue
+from mdb_stomp.dialect import ActiveMQDialect, RabbitMQDialect
 
 
 def spec(destination: str, **options: object) -> ListenerSpec:
@@ -63,6 +63,18 @@ def test_activemq_maps_a_topic_subscription_to_its_virtual_topic_queue() -> None
         "/topic/VirtualTopic.prices"
 
 
-def test_activemq_refuses_a_name_that_is_not_one_segment() -> None:
+@pytest.mark.parametrize("dialect", [ActiveMQDialect(), RabbitMQDialect()])
+def test_a_name_that_is_not_one_segment_is_refused(
+    dialect: ActiveMQDialect | RabbitMQDialect,
+) -> None:
     with pytest.raises(SubscriptionFailed, match="one segment"):
-        physical_subscription_queue(Destination.parse("topic:t"), "a.b")
+        dialect.subscription_queue(Destination.parse("topic:t"), "a.b")
+
+
+def test_rabbitmq_maps_a_topic_subscription_to_a_named_durable_queue() -> None:
+    planned = plan(spec("topic:prices"), app="shop", server="s", broker="b")
+    subscribe = RabbitMQDialect().subscribe_spec(planned.request)
+    assert subscribe.path == "/topic/prices"
+    assert subscribe.headers["x-queue-name"] == "Consumer.shop-on_event.prices"
+    assert subscribe.headers["durable"] == "true"
+    assert str(subscribe.requeue_destination) == "queue:Consumer.shop-on_event.prices"
