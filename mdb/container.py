@@ -63,6 +63,9 @@ class Slot:
 
 
 class Container:
+    """Runs ``listeners`` with ``settings``. Construction applies the settings' overrides and
+    plans every subscription (raising ConfigurationError); ``run`` does the rest."""
+
     def __init__(self, settings: Settings, listeners: Iterable[ListenerSpec]) -> None:
         self.settings = settings
         self.deployed: list[Deployed] = []
