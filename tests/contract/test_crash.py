@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +27,29 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class ContainerProcess:
-    """``mdb run tests.contract.ledger_app`` in its own process, its ledger read from stdout."""
+    """``mdb run <module>`` in its own process, its ledger read from stdout.
+
+    ``module`` defaults to ``tests.contract.ledger_app``; ``env`` adds environment variables.
+    Processes given one ``lines`` queue share it. Besides the ledger's JSON lines, the queue gets
+    ``ready``, ``stopping`` and ``stopped`` events from the CLI's own lines.
+    """
 
     def __init__(self, url: str, ledger_queue: str, app: str, server: str, hang: bool,
-                 grace: float = 1) -> None:
-        env = {**os.environ, "LEDGER_QUEUE": ledger_queue, "MDB_APP": app,
-               "MDB_SERVER": server, "MDB_BROKERS__DEFAULT__URL": url,
-               "MDB_SHUTDOWN_GRACE_PERIOD": str(grace), "MDB_LOG_LEVEL": "WARNING"}
+                 grace: float = 1, *, module: str = "tests.contract.ledger_app",
+                 env: Mapping[str, str] | None = None,
+                 lines: queue.Queue[dict[str, Any]] | None = None) -> None:
+        environment = {**os.environ, "LEDGER_QUEUE": ledger_queue, "MDB_APP": app,
+                       "MDB_SERVER": server, "MDB_BROKERS__DEFAULT__URL": url,
+                       "MDB_SHUTDOWN_GRACE_PERIOD": str(grace), "MDB_LOG_LEVEL": "WARNING",
+                       **(env or {})}
         if hang:
-            env["HANG_FIRST_DELIVERY"] = "1"
+            environment["HANG_FIRST_DELIVERY"] = "1"
+        self.server = server
+        self.lines: queue.Queue[dict[str, Any]] = queue.Queue() if lines is None else lines
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mdb.cli", "run", "tests.contract.ledger_app"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
+            [sys.executable, "-m", "mdb.cli", "run", module],
+            cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -47,6 +57,12 @@ class ContainerProcess:
         for line in self.process.stdout:
             if line.startswith("{"):
                 self.lines.put(json.loads(line))
+            elif line.startswith("mdb: ready"):
+                self.lines.put({"event": "ready", "server": self.server,
+                                "pid": self.process.pid, "line": line})
+            elif line.startswith("mdb: stopped"):
+                self.lines.put({"event": "stopped", "server": self.server,
+                                "pid": self.process.pid, "line": line})
             elif "stopping" in line:
                 self.lines.put({"event": "stopping", "line": line})
 
