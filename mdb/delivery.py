@@ -81,6 +81,26 @@ class _Ready:
     body: Any
 
 
+class _OnFirstSend:
+    """A transaction begun by the handler's first send. A handler that sends nothing is settled
+    by a plain ack: a transaction holding one ack is no more atomic, and it costs the broker two
+    more commands and a commit."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self.begun: Transaction | None = None
+
+    async def send(self, destination: Destination, body: object,
+                   headers: Mapping[str, str] | None) -> None:
+        if self.begun is None:
+            self.begun = await self._connection.begin()
+        await self.begun.send(destination, codec.outgoing(body, headers))
+
+    async def abort(self) -> None:
+        if self.begun is not None:
+            await self.begun.abort()
+
+
 class Processor:
     """Runs one listener's handler on deliveries of one subscription, as DESIGN §4 says."""
 
@@ -187,15 +207,7 @@ class Processor:
     async def _batch(self, run: list[_Ready]) -> bool:
         """One transaction for ``run`` (two or more); on a handler failure, abort it and fall
         back to one message at a time (see the module docstring)."""
-        tx: Transaction | None = None
-
-        async def send(destination: Destination, body: object,
-                       headers: Mapping[str, str] | None) -> None:
-            nonlocal tx
-            if tx is None:
-                tx = await self._connection.begin()
-            await tx.send(destination, codec.outgoing(body, headers))
-
+        tx = _OnFirstSend(self._connection)
         done = 0
         failure: Exception | None = None
         self._stats.in_flight += len(run)
@@ -205,21 +217,19 @@ class Processor:
                     if done and self._stopping():
                         break
                     try:
-                        await self._invoke(item.message, item.body, send)
+                        await self._invoke(item.message, item.body, tx.send)
                     except Exception as exc:  # user code: the batch failed
                         failure = exc
                         break
                     done += 1
             except BaseException:
-                if tx is not None:
-                    with anyio.CancelScope(shield=True):
-                        await tx.abort()
+                with anyio.CancelScope(shield=True):
+                    await tx.abort()
                 raise
             if failure is None:
-                await self._settle(tx, [item.delivery for item in run[:done]])
+                await self._settle(tx.begun, [item.delivery for item in run[:done]])
                 return True
-            if tx is not None:
-                await tx.abort()
+            await tx.abort()
             if not self._connection.is_open:
                 # Nothing of the batch can be settled any more: the broker redelivers it all.
                 raise ConnectionLost(f"the connection was lost during the batch ({failure})")
@@ -280,32 +290,19 @@ class Processor:
             self._stats.in_flight -= 1
 
     async def _transacted(self, delivery: Delivery, message: Message, body: Any) -> None:
-        # The transaction begins with the handler's first send. A handler that sends nothing
-        # is settled by a plain ack: a transaction holding one ack is no more atomic, and it
-        # costs the broker two more commands and a commit.
-        tx: Transaction | None = None
-
-        async def send(destination: Destination, body: object,
-                       headers: Mapping[str, str] | None) -> None:
-            nonlocal tx
-            if tx is None:
-                tx = await self._connection.begin()
-            await tx.send(destination, codec.outgoing(body, headers))
-
+        tx = _OnFirstSend(self._connection)
         try:
-            await self._invoke(message, body, send)
+            await self._invoke(message, body, tx.send)
         except Exception as exc:  # the handler is user code: any failure is a failed delivery
-            if tx is not None:
-                await tx.abort()
+            await tx.abort()
             await self._settle_failure(delivery, message, _type_name(exc), str(exc),
                                        retry=True, wait=True)
             return
         except BaseException:
-            if tx is not None:
-                with anyio.CancelScope(shield=True):
-                    await tx.abort()
+            with anyio.CancelScope(shield=True):
+                await tx.abort()
             raise
-        await self._settle(tx, [delivery])
+        await self._settle(tx.begun, [delivery])
 
     async def _acked_after(self, delivery: Delivery, message: Message, body: Any) -> None:
         try:
