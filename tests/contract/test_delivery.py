@@ -1,9 +1,10 @@
-"""The delivery contract (DESIGN §4), once, on every broker: the memory broker and ActiveMQ."""
+"""The delivery contract (DESIGN §4), once, on every broker: memory, ActiveMQ and RabbitMQ."""
 
 from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Sequence
 
 import anyio
 import anyio.from_thread
@@ -24,7 +25,7 @@ from tests.contract.support import Calls, read, running, settings_for, specs, un
 pytestmark = pytest.mark.anyio
 
 
-async def send_all(url: str, destination: str, bodies: list[object]) -> list[str]:
+async def send_all(url: str, destination: str, bodies: Sequence[object]) -> list[str]:
     async with Producer(settings_for(url)) as producer:
         return [await producer.send(destination, body) for body in bodies]
 
