@@ -1,118 +1,39 @@
 """The stomp+activemq adapter, driven directly through the broker seam against a real ActiveMQ.
 
-The broker is started by ``tests.harness.activemq``: one per module for the ordinary tests, a
-private one for each test that kills or hangs it. Without ActiveMQ installed the tests are
-skipped, except in CI (``CI=true``) where that is a failure. Every wait is bounded by
-``fail_after`` so a broken adapter fails instead of hanging; nothing asserts a duration.
+The broker is started by ``tests.harness.activemq``: one for this module. What ActiveMQ and
+RabbitMQ share (a killed or hung broker, connect failures) is tested once per broker in
+``test_stomp_brokers``. Without ActiveMQ installed the tests are skipped, except in CI
+(``CI=true``) where that is a failure. Every wait is bounded by ``fail_after`` so a broken
+adapter fails instead of hanging; nothing asserts a duration.
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 
-import anyio
 import pytest
 
-from mdb.broker import ConnectionOptions, Delivery, Subscription, SubscriptionRequest
-from mdb.destinations import Destination
-from mdb.errors import (
-    BrokerError,
-    ConfigurationError,
-    ConnectionFailed,
-    ConnectionLost,
-    SendOutcomeUnknown,
-    SubscriptionFailed,
-    TransactionRolledBack,
-)
+from mdb.broker import ConnectionOptions
+from mdb.errors import BrokerError, ConfigurationError, ConnectionLost, SubscriptionFailed
 from mdb.message import ID, OutgoingMessage, new_id
-from mdb_stomp import StompBroker, StompConnection
-from tests.harness.activemq import ActiveMQ, activemq_available, free_port
+from mdb_stomp import StompBroker
+from tests.adapters.stomp_support import (
+    connected,
+    message,
+    own_broker,
+    queue_request,
+    receive,
+    unique,
+)
+from tests.harness.activemq import ActiveMQ
 
 pytestmark = pytest.mark.anyio
-
-WAIT = 15.0  # bound on any single wait: a hang guard, not a timing assertion
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-def _require_activemq() -> None:
-    if activemq_available():
-        return
-    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-        pytest.fail("ActiveMQ (Debian package 'activemq') and java are required when CI=true")
-    pytest.skip("ActiveMQ is not installed (apt-get install activemq)")
 
 
 @pytest.fixture(scope="module")
 def activemq() -> Iterator[ActiveMQ]:
     """This module's own broker (shadows any session-wide one: these tests leave queues)."""
-    _require_activemq()
-    broker = ActiveMQ().start()
-    yield broker
-    broker.close()
-
-
-@pytest.fixture
-def private_activemq() -> Iterator[ActiveMQ]:
-    """A broker of the test's own, for tests that kill or hang it."""
-    _require_activemq()
-    broker = ActiveMQ().start()
-    yield broker
-    broker.close()
-
-
-def options(url: str, **overrides: object) -> ConnectionOptions:
-    values: dict[str, object] = {
-        "heartbeat_ms": 1000,
-        "connect_timeout": 5.0,
-        "receipt_timeout": 5.0,
-    }
-    values.update(overrides)
-    return ConnectionOptions(url=url, **values)  # type: ignore[arg-type]
-
-
-@asynccontextmanager
-async def connected(url: str, **overrides: object) -> AsyncIterator[StompConnection]:
-    connection = await StompBroker(options(url, **overrides)).connect()
-    try:
-        yield connection
-    finally:
-        await connection.close()
-
-
-def unique(kind: str) -> Destination:
-    return Destination.parse(f"{kind}:mdbtest-{uuid.uuid4().hex[:12]}")
-
-
-def queue_request(
-    destination: Destination, prefetch: int = 1, selector: str | None = None
-) -> SubscriptionRequest:
-    return SubscriptionRequest(
-        destination, name=None, durable=True, selector=selector, prefetch=prefetch
-    )
-
-
-def topic_request(destination: Destination, name: str, prefetch: int = 1) -> SubscriptionRequest:
-    return SubscriptionRequest(
-        destination, name=name, durable=True, selector=None, prefetch=prefetch
-    )
-
-
-def message(body: bytes | str, **headers: str) -> OutgoingMessage:
-    data = body.encode() if isinstance(body, str) else body
-    return OutgoingMessage(data, {ID: new_id(), "content-type": "text/plain", **headers})
-
-
-async def receive(subscription: Subscription) -> Delivery:
-    with anyio.fail_after(WAIT):
-        return await subscription.receive()
+    yield from own_broker("activemq")
 
 
 # -- sending and receiving -------------------------------------------------------------------
@@ -148,70 +69,6 @@ async def test_send_and_receive_on_a_queue_round_trips_body_and_headers(activemq
 
         await connection.ack(first)
         await connection.ack(second)
-
-
-async def test_topic_subscription_is_shared_by_name_and_each_name_gets_a_copy(
-    activemq: ActiveMQ,
-) -> None:
-    topic = unique("topic")
-    async with connected(activemq.url) as one, connected(activemq.url) as two:
-        shared_a = await one.subscribe(topic_request(topic, "shared"))
-        shared_b = await two.subscribe(topic_request(topic, "shared"))
-        other = await one.subscribe(topic_request(topic, "other-name", prefetch=10))
-        sent = [message(f"m{i}") for i in range(2)]
-        for item in sent:
-            await one.send(topic, item)
-
-        # Prefetch 1 and nothing acked: each subscriber of "shared" holds one message. Were
-        # they separate subscriptions, both would have started with the first message.
-        got_a = await receive(shared_a)
-        got_b = await receive(shared_b)
-        assert {got_a.headers[ID], got_b.headers[ID]} == {m.headers[ID] for m in sent}
-        assert got_a.destination == got_b.destination == topic
-
-        copies = [await receive(other) for _ in sent]
-        assert [d.headers[ID] for d in copies] == [m.headers[ID] for m in sent]
-
-        # The requeue destination reaches this subscription and no other.
-        assert shared_a.requeue_destination == shared_b.requeue_destination
-        assert shared_a.requeue_destination.name == f"Consumer.shared.VirtualTopic.{topic.name}"
-        assert other.requeue_destination.name == f"Consumer.other-name.VirtualTopic.{topic.name}"
-        await one.ack(got_a)
-        await two.ack(got_b)
-        requeued = message("again")
-        await one.send(shared_a.requeue_destination, requeued)
-        marker = message("marker")
-        await one.send(other.requeue_destination, marker)
-        for copy in copies:
-            await one.ack(copy)
-        assert (await receive(other)).headers[ID] == marker.headers[ID]
-        with anyio.fail_after(WAIT):
-            async with anyio.create_task_group() as group:
-                winner: list[Delivery] = []
-
-                async def take(subscription: Subscription) -> None:
-                    winner.append(await subscription.receive())
-                    group.cancel_scope.cancel()
-
-                group.start_soon(take, shared_a)
-                group.start_soon(take, shared_b)
-        assert [d.headers[ID] for d in winner] == [requeued.headers[ID]]
-
-
-async def test_topic_subscriptions_the_dialect_cannot_make_are_refused(activemq: ActiveMQ) -> None:
-    topic = unique("topic")
-    async with connected(activemq.url) as connection:
-        with pytest.raises(SubscriptionFailed, match="durable"):
-            await connection.subscribe(
-                SubscriptionRequest(topic, "n", durable=False, selector=None, prefetch=1)
-            )
-        with pytest.raises(SubscriptionFailed, match="name"):
-            await connection.subscribe(
-                SubscriptionRequest(topic, None, durable=True, selector=None, prefetch=1)
-            )
-        with pytest.raises(SubscriptionFailed, match="may contain only"):
-            await connection.subscribe(topic_request(topic, "bad/name*"))
-        assert connection.is_open
 
 
 # -- transactions ----------------------------------------------------------------------------
@@ -394,96 +251,7 @@ async def test_an_invalid_selector_is_a_subscription_failure(activemq: ActiveMQ)
         assert (await receive(selective)).headers[ID] == red.headers[ID]
 
 
-# -- failures --------------------------------------------------------------------------------
-
-
-async def test_a_killed_broker_makes_everything_on_the_connection_stale(
-    private_activemq: ActiveMQ,
-) -> None:
-    queue = unique("queue")
-    connection = await StompBroker(options(private_activemq.url)).connect()
-    subscription = await connection.subscribe(queue_request(queue))
-    sent = message("in flight")
-    await connection.send(queue, sent)
-    delivery = await receive(subscription)
-    transaction = await connection.begin()
-    await transaction.ack(delivery)
-
-    await anyio.to_thread.run_sync(private_activemq.kill)
-
-    with pytest.raises(ConnectionLost):
-        await receive(subscription)
-    assert not connection.is_open
-    with pytest.raises(TransactionRolledBack):
-        await transaction.commit()
-    with pytest.raises(ConnectionLost):
-        await connection.send(queue, message("never sent"))
-    with pytest.raises(ConnectionLost):
-        await connection.begin()
-    with pytest.raises(ConnectionLost):
-        await connection.subscribe(queue_request(queue))
-    with anyio.fail_after(WAIT):
-        await subscription.close()
-        await connection.close()
-
-    # The reference config keeps the redelivered flag across the crash (persistJMSRedelivered).
-    await anyio.to_thread.run_sync(private_activemq.restart)
-    async with connected(private_activemq.url) as fresh:
-        with pytest.raises(ConnectionLost):
-            await fresh.ack(delivery)  # from the old connection: never written
-        stale = await fresh.begin()
-        with pytest.raises(ConnectionLost):
-            await stale.ack(delivery)
-        with pytest.raises(TransactionRolledBack):
-            await stale.commit()
-        again = await receive(await fresh.subscribe(queue_request(queue)))
-        assert again.headers[ID] == sent.headers[ID]
-        assert again.broker_redelivered
-        await fresh.ack(again)
-
-
-async def test_a_hung_broker_is_noticed_by_heartbeats_and_receipts(
-    private_activemq: ActiveMQ,
-) -> None:
-    queue = unique("queue")
-    async with connected(
-        private_activemq.url, heartbeat_ms=1000, receipt_timeout=0.5
-    ) as connection:
-        subscription = await connection.subscribe(queue_request(queue))
-        transaction = await connection.begin()
-        await transaction.send(queue, message("held"))
-
-        private_activemq.pause()
-        try:
-            with pytest.raises(SendOutcomeUnknown):
-                await connection.send(queue, message("unconfirmed"))
-            with pytest.raises(TransactionRolledBack):
-                await transaction.commit()
-            with pytest.raises(ConnectionLost):
-                await receive(subscription)  # the heartbeat timeout ends the connection
-            assert not connection.is_open
-            with pytest.raises(ConnectionFailed):
-                with anyio.fail_after(WAIT):
-                    await StompBroker(options(private_activemq.url, connect_timeout=1.0)).connect()
-        finally:
-            private_activemq.resume()
-
-
-async def test_connect_to_a_closed_port_fails() -> None:
-    url = f"stomp+activemq://127.0.0.1:{free_port()}"
-    with pytest.raises(ConnectionFailed):
-        with anyio.fail_after(WAIT):
-            await StompBroker(options(url, connect_timeout=2.0)).connect()
-
-
-async def test_connect_to_a_server_that_never_answers_fails_at_the_deadline() -> None:
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()  # the kernel completes the TCP handshake; nobody ever replies
-        url = f"stomp+activemq://127.0.0.1:{silent.getsockname()[1]}"
-        with pytest.raises(ConnectionFailed, match="CONNECTED"):
-            with anyio.fail_after(WAIT):
-                await StompBroker(options(url, connect_timeout=1.0)).connect()
+# -- configuration ---------------------------------------------------------------------------
 
 
 def test_urls_the_adapter_cannot_serve_are_configuration_errors() -> None:

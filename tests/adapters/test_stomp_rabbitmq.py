@@ -3,75 +3,42 @@
 These tests pin the RabbitMQ facts the dialect rests on (see ``mdb_stomp.dialect``): shared
 subscriptions through ``x-queue-name``, individual acks, selectors refused, a new
 ``message-id`` on every delivery, and unacked deliveries that only come back when their
-connection closes. The node is started by ``tests.harness.rabbitmq``: one per module, and a
-private one for the test that kills it. Without RabbitMQ installed the tests are skipped,
-except in CI (``CI=true``) where that is a failure. Every wait is bounded by ``fail_after``.
+connection closes. The node is started by ``tests.harness.rabbitmq``: one for this module.
+What RabbitMQ and ActiveMQ share (a killed or hung broker, connect failures) is tested once
+per broker in ``test_stomp_brokers``. Without RabbitMQ installed the tests are skipped, except
+in CI (``CI=true``) where that is a failure. Every wait is bounded by ``fail_after``.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
-import anyio
 import pytest
 
-from mdb.broker import Delivery, Subscription, SubscriptionRequest
-from mdb.destinations import Destination
-from mdb.errors import (
-    ConnectionFailed,
-    ConnectionLost,
-    SendOutcomeUnknown,
-    SubscriptionFailed,
-    TransactionRolledBack,
-)
+from mdb.broker import SubscriptionRequest
+from mdb.errors import ConnectionLost, SubscriptionFailed
 from mdb.message import ID
 from mdb_stomp import StompBroker
 from mdb_stomp.dialect import RabbitMQDialect
-from tests.adapters.test_stomp_activemq import (
-    WAIT,
+from tests.adapters.stomp_support import (
     connected,
     message,
     options,
+    own_broker,
     queue_request,
     receive,
     topic_request,
     unique,
 )
-from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
+from tests.harness.rabbitmq import RabbitMQ
 
 pytestmark = [pytest.mark.anyio, pytest.mark.rabbitmq]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-def _require_rabbitmq() -> None:
-    if rabbitmq_available():
-        return
-    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-        pytest.fail("RabbitMQ (Debian package 'rabbitmq-server') is required when CI=true")
-    pytest.skip("RabbitMQ is not installed (apt-get install rabbitmq-server)")
 
 
 @pytest.fixture(scope="module")
 def rabbitmq() -> Iterator[RabbitMQ]:
     """This module's own node (shadows any session-wide one: these tests leave queues)."""
-    _require_rabbitmq()
-    broker = RabbitMQ().start()
-    yield broker
-    broker.close()
-
-
-@pytest.fixture
-def private_rabbitmq() -> Iterator[RabbitMQ]:
-    """A node of the test's own, for the test that kills it."""
-    _require_rabbitmq()
-    broker = RabbitMQ().start()
-    yield broker
-    broker.close()
+    yield from own_broker("rabbitmq")
 
 
 # -- sending and receiving -------------------------------------------------------------------
@@ -94,55 +61,6 @@ async def test_send_and_receive_on_a_queue_round_trips_body_and_headers(rabbitmq
         assert delivery.broker_message_id and not delivery.broker_redelivered
         assert subscription.requeue_destination == queue
         await connection.ack(delivery)
-
-
-async def test_a_named_topic_subscription_is_one_shared_queue_and_each_name_gets_a_copy(
-    rabbitmq: RabbitMQ,
-) -> None:
-    topic = unique("topic")
-    async with connected(rabbitmq.url) as one, connected(rabbitmq.url) as two:
-        shared_a = await one.subscribe(topic_request(topic, "shared"))
-        shared_b = await two.subscribe(topic_request(topic, "shared"))
-        other = await one.subscribe(topic_request(topic, "other-name", prefetch=10))
-        sent = [message(f"m{i}") for i in range(2)]
-        for item in sent:
-            await one.send(topic, item)
-
-        # Prefetch 1 and nothing acked: each subscriber of "shared" holds one message.
-        got_a, got_b = await receive(shared_a), await receive(shared_b)
-        assert {got_a.headers[ID], got_b.headers[ID]} == {m.headers[ID] for m in sent}
-        assert got_a.destination == got_b.destination == topic
-        copies = [await receive(other) for _ in sent]
-        assert [d.headers[ID] for d in copies] == [m.headers[ID] for m in sent]
-
-        # The x-queue-name queue, reached as a plain queue, is the requeue destination.
-        assert shared_a.requeue_destination == shared_b.requeue_destination
-        assert shared_a.requeue_destination == Destination.parse(
-            f"queue:Consumer.shared.{topic.name}"
-        )
-        assert other.requeue_destination.name == f"Consumer.other-name.{topic.name}"
-
-        await one.ack(got_a)
-        await two.ack(got_b)
-        for copy in copies:
-            await one.ack(copy)
-        requeued = message("again")
-        await one.send(shared_a.requeue_destination, requeued)
-        marker = message("marker")
-        await one.send(other.requeue_destination, marker)
-        # "other" gets the marker and not the requeued message: it reaches only "shared".
-        assert (await receive(other)).headers[ID] == marker.headers[ID]
-        with anyio.fail_after(WAIT):
-            async with anyio.create_task_group() as group:
-                winner: list[Delivery] = []
-
-                async def take(subscription: Subscription) -> None:
-                    winner.append(await subscription.receive())
-                    group.cancel_scope.cancel()
-
-                group.start_soon(take, shared_a)
-                group.start_soon(take, shared_b)
-        assert [d.headers[ID] for d in winner] == [requeued.headers[ID]]
 
 
 async def test_a_durable_topic_subscription_keeps_messages_while_detached(
@@ -170,16 +88,8 @@ async def test_subscriptions_rabbitmq_cannot_honour_are_refused(rabbitmq: Rabbit
             await connection.subscribe(
                 SubscriptionRequest(topic, "n", durable=True, selector="a = 1", prefetch=1)
             )
-        with pytest.raises(SubscriptionFailed, match="durable"):
-            await connection.subscribe(
-                SubscriptionRequest(topic, "n", durable=False, selector=None, prefetch=1)
-            )
-        with pytest.raises(SubscriptionFailed, match="name"):
-            await connection.subscribe(
-                SubscriptionRequest(topic, None, durable=True, selector=None, prefetch=1)
-            )
-        with pytest.raises(SubscriptionFailed, match="may contain only"):
-            await connection.subscribe(topic_request(topic, "bad.name"))
+        # What neither dialect can make (not durable, no name, a bad name) is refused in
+        # test_stomp_brokers.
         assert connection.is_open
 
 
@@ -282,63 +192,3 @@ async def test_closing_a_settled_subscription_keeps_the_connection(rabbitmq: Rab
         await connection.send(queue, later)
         # Queues are FIFO: a delivery handed back by the close would come first.
         assert (await receive(again)).headers[ID] == later.headers[ID]
-
-
-async def test_a_killed_node_makes_everything_stale_and_redelivers_flagged_after_restart(
-    private_rabbitmq: RabbitMQ,
-) -> None:
-    queue = unique("queue")
-    connection = await StompBroker(options(private_rabbitmq.url)).connect()
-    subscription = await connection.subscribe(queue_request(queue))
-    sent = message("in flight")
-    await connection.send(queue, sent)
-    delivery = await receive(subscription)
-    transaction = await connection.begin()
-    await transaction.ack(delivery)
-
-    await anyio.to_thread.run_sync(private_rabbitmq.kill)
-
-    with pytest.raises(ConnectionLost):
-        await receive(subscription)
-    with pytest.raises(TransactionRolledBack):
-        await transaction.commit()
-    with anyio.fail_after(WAIT):
-        await subscription.close()
-        await connection.close()
-
-    await anyio.to_thread.run_sync(private_rabbitmq.restart)
-    async with connected(private_rabbitmq.url) as fresh:
-        with pytest.raises(ConnectionLost):
-            await fresh.ack(delivery)
-        again = await receive(await fresh.subscribe(queue_request(queue)))
-        assert again.headers[ID] == sent.headers[ID]
-        # Unlike ActiveMQ's default, RabbitMQ keeps the flag across a crash of the node.
-        assert again.broker_redelivered
-        await fresh.ack(again)
-
-
-async def test_a_hung_node_is_noticed_by_heartbeats_and_receipts(
-    private_rabbitmq: RabbitMQ,
-) -> None:
-    queue = unique("queue")
-    async with connected(
-        private_rabbitmq.url, heartbeat_ms=1000, receipt_timeout=0.5
-    ) as connection:
-        subscription = await connection.subscribe(queue_request(queue))
-        transaction = await connection.begin()
-        await transaction.send(queue, message("held"))
-
-        private_rabbitmq.pause()
-        try:
-            with pytest.raises(SendOutcomeUnknown):
-                await connection.send(queue, message("unconfirmed"))
-            with pytest.raises(TransactionRolledBack):
-                await transaction.commit()
-            with pytest.raises(ConnectionLost):
-                await receive(subscription)  # the heartbeat timeout ends the connection
-            assert not connection.is_open
-            with pytest.raises(ConnectionFailed):
-                with anyio.fail_after(WAIT):
-                    await StompBroker(options(private_rabbitmq.url, connect_timeout=1.0)).connect()
-        finally:
-            private_rabbitmq.resume()

@@ -1,0 +1,237 @@
+"""The stomp adapter's behaviour that is the same on ActiveMQ and RabbitMQ: named topic
+subscriptions shared by name or refused, a killed broker, a hung broker, and connect failures.
+Each test runs once per broker (``pytest.mark.activemq`` / ``pytest.mark.rabbitmq``); the
+broker-specific facts are pinned in ``test_stomp_activemq`` and ``test_stomp_rabbitmq``.
+
+The tests that kill or hang a broker get a private one of their own (``private_broker``), the
+others use the session's (``broker``: the ``activemq`` and ``rabbitmq`` fixtures of
+``tests/conftest.py``). Every wait is bounded by ``fail_after``; nothing asserts a duration.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import cast
+
+import anyio
+import pytest
+
+from mdb.broker import Delivery, Subscription, SubscriptionRequest
+from mdb.destinations import Destination
+from mdb.errors import (
+    ConnectionFailed,
+    ConnectionLost,
+    SendOutcomeUnknown,
+    SubscriptionFailed,
+    TransactionRolledBack,
+)
+from mdb.message import ID
+from mdb_stomp import StompBroker
+from tests.adapters.stomp_support import (
+    WAIT,
+    connected,
+    message,
+    options,
+    own_broker,
+    queue_request,
+    receive,
+    topic_request,
+    unique,
+)
+from tests.harness.process import BrokerProcess, free_port
+
+pytestmark = pytest.mark.anyio
+
+BROKERS = [
+    pytest.param("activemq", marks=pytest.mark.activemq),
+    pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
+]
+SCHEMES = ["stomp+activemq", "stomp+rabbitmq"]
+
+
+@pytest.fixture(params=BROKERS)
+def broker(request: pytest.FixtureRequest) -> BrokerProcess:
+    """The session's broker (``tests/conftest.py``), for tests that leave it as they found it."""
+    return cast(BrokerProcess, request.getfixturevalue(request.param))
+
+
+@pytest.fixture(params=BROKERS)
+def private_broker(request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
+    """A broker of the test's own, for tests that kill or hang it."""
+    yield from own_broker(request.param)
+
+
+# Where each dialect puts the queue behind a named topic subscription: ActiveMQ's virtual topic
+# consumer queue, RabbitMQ's x-queue-name queue. Either way a plain queue is the requeue
+# destination, reaching that subscription and no other.
+SHARED_QUEUE = {
+    "stomp+activemq": "queue:Consumer.{name}.VirtualTopic.{topic}",
+    "stomp+rabbitmq": "queue:Consumer.{name}.{topic}",
+}
+
+
+async def test_a_named_topic_subscription_is_shared_and_each_name_gets_a_copy(
+    broker: BrokerProcess,
+) -> None:
+    topic = unique("topic")
+    shared_queue = SHARED_QUEUE[broker.scheme]
+    async with connected(broker.url) as one, connected(broker.url) as two:
+        shared_a = await one.subscribe(topic_request(topic, "shared"))
+        shared_b = await two.subscribe(topic_request(topic, "shared"))
+        other = await one.subscribe(topic_request(topic, "other-name", prefetch=10))
+        sent = [message(f"m{i}") for i in range(2)]
+        for item in sent:
+            await one.send(topic, item)
+
+        # Prefetch 1 and nothing acked: each subscriber of "shared" holds one message. Were
+        # they separate subscriptions, both would have started with the first message.
+        got_a = await receive(shared_a)
+        got_b = await receive(shared_b)
+        assert {got_a.headers[ID], got_b.headers[ID]} == {m.headers[ID] for m in sent}
+        assert got_a.destination == got_b.destination == topic
+
+        copies = [await receive(other) for _ in sent]
+        assert [d.headers[ID] for d in copies] == [m.headers[ID] for m in sent]
+
+        assert shared_a.requeue_destination == shared_b.requeue_destination
+        assert shared_a.requeue_destination == Destination.parse(
+            shared_queue.format(name="shared", topic=topic.name)
+        )
+        assert other.requeue_destination == Destination.parse(
+            shared_queue.format(name="other-name", topic=topic.name)
+        )
+        await one.ack(got_a)
+        await two.ack(got_b)
+        for copy in copies:
+            await one.ack(copy)
+        requeued = message("again")
+        await one.send(shared_a.requeue_destination, requeued)
+        marker = message("marker")
+        await one.send(other.requeue_destination, marker)
+        # "other" gets the marker and not the requeued message: it reaches only "shared".
+        assert (await receive(other)).headers[ID] == marker.headers[ID]
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as group:
+                winner: list[Delivery] = []
+
+                async def take(subscription: Subscription) -> None:
+                    winner.append(await subscription.receive())
+                    group.cancel_scope.cancel()
+
+                group.start_soon(take, shared_a)
+                group.start_soon(take, shared_b)
+        assert [d.headers[ID] for d in winner] == [requeued.headers[ID]]
+
+
+# A subscription name each dialect refuses: "/" and "*" mean something to ActiveMQ's
+# destinations, "." to RabbitMQ's routing keys.
+BAD_NAME = {"stomp+activemq": "bad/name*", "stomp+rabbitmq": "bad.name"}
+
+
+async def test_topic_subscriptions_the_dialect_cannot_make_are_refused(
+    broker: BrokerProcess,
+) -> None:
+    topic = unique("topic")
+    async with connected(broker.url) as connection:
+        with pytest.raises(SubscriptionFailed, match="durable"):
+            await connection.subscribe(
+                SubscriptionRequest(topic, "n", durable=False, selector=None, prefetch=1)
+            )
+        with pytest.raises(SubscriptionFailed, match="name"):
+            await connection.subscribe(
+                SubscriptionRequest(topic, None, durable=True, selector=None, prefetch=1)
+            )
+        with pytest.raises(SubscriptionFailed, match="may contain only"):
+            await connection.subscribe(topic_request(topic, BAD_NAME[broker.scheme]))
+        assert connection.is_open
+
+
+async def test_a_killed_broker_makes_everything_stale_and_redelivers_flagged_after_restart(
+    private_broker: BrokerProcess,
+) -> None:
+    queue = unique("queue")
+    connection = await StompBroker(options(private_broker.url)).connect()
+    subscription = await connection.subscribe(queue_request(queue))
+    sent = message("in flight")
+    await connection.send(queue, sent)
+    delivery = await receive(subscription)
+    transaction = await connection.begin()
+    await transaction.ack(delivery)
+
+    await anyio.to_thread.run_sync(private_broker.kill)
+
+    with pytest.raises(ConnectionLost):
+        await receive(subscription)
+    assert not connection.is_open
+    with pytest.raises(TransactionRolledBack):
+        await transaction.commit()
+    with pytest.raises(ConnectionLost):
+        await connection.send(queue, message("never sent"))
+    with pytest.raises(ConnectionLost):
+        await connection.begin()
+    with pytest.raises(ConnectionLost):
+        await connection.subscribe(queue_request(queue))
+    with anyio.fail_after(WAIT):
+        await subscription.close()
+        await connection.close()
+
+    # Both keep the redelivered flag across the crash: ActiveMQ through the reference config
+    # (persistJMSRedelivered), RabbitMQ by itself.
+    await anyio.to_thread.run_sync(private_broker.restart)
+    async with connected(private_broker.url) as fresh:
+        with pytest.raises(ConnectionLost):
+            await fresh.ack(delivery)  # from the old connection: never written
+        stale = await fresh.begin()
+        with pytest.raises(ConnectionLost):
+            await stale.ack(delivery)
+        with pytest.raises(TransactionRolledBack):
+            await stale.commit()
+        again = await receive(await fresh.subscribe(queue_request(queue)))
+        assert again.headers[ID] == sent.headers[ID]
+        assert again.broker_redelivered
+        await fresh.ack(again)
+
+
+async def test_a_hung_broker_is_noticed_by_heartbeats_and_receipts(
+    private_broker: BrokerProcess,
+) -> None:
+    queue = unique("queue")
+    async with connected(private_broker.url, heartbeat_ms=1000, receipt_timeout=0.5) as connection:
+        subscription = await connection.subscribe(queue_request(queue))
+        transaction = await connection.begin()
+        await transaction.send(queue, message("held"))
+
+        private_broker.pause()
+        try:
+            with pytest.raises(SendOutcomeUnknown):
+                await connection.send(queue, message("unconfirmed"))
+            with pytest.raises(TransactionRolledBack):
+                await transaction.commit()
+            with pytest.raises(ConnectionLost):
+                await receive(subscription)  # the heartbeat timeout ends the connection
+            assert not connection.is_open
+            with pytest.raises(ConnectionFailed):
+                with anyio.fail_after(WAIT):
+                    await StompBroker(options(private_broker.url, connect_timeout=1.0)).connect()
+        finally:
+            private_broker.resume()
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+async def test_connect_to_a_closed_port_fails(scheme: str) -> None:
+    url = f"{scheme}://127.0.0.1:{free_port()}"
+    with pytest.raises(ConnectionFailed):
+        with anyio.fail_after(WAIT):
+            await StompBroker(options(url, connect_timeout=2.0)).connect()
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+async def test_connect_to_a_server_that_never_answers_fails_at_the_deadline(scheme: str) -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel completes the TCP handshake; nobody ever replies
+        url = f"{scheme}://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(ConnectionFailed, match="CONNECTED"):
+            with anyio.fail_after(WAIT):
+                await StompBroker(options(url, connect_timeout=1.0)).connect()
