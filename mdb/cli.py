@@ -1,9 +1,11 @@
 """The ``mdb`` command.
 
 ``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]``
-runs the container process; ``mdb send DESTINATION BODY [--header k=v]...`` sends a message by
-hand. Exit status: 0 after a clean stop, 2 for a configuration error, 3 when a broker could not
-be reached at startup, 128+N after a second signal N.
+runs the container process; ``mdb subscriptions MODULE... [--config FILE]`` prints the
+subscriptions it would create, connecting to nothing; ``mdb send DESTINATION BODY
+[--header k=v]...`` sends a message by hand. Exit status: 0 after a clean stop, 2 for a
+configuration error, 3 when a broker could not be reached at startup, 128+N after a second
+signal N.
 """
 
 from __future__ import annotations
@@ -71,11 +73,19 @@ async def send(args: argparse.Namespace, settings: Settings) -> None:
     print(f"sent {message_id} to {args.destination}")
 
 
+async def subscriptions(args: argparse.Namespace, settings: Settings) -> None:
+    modules = import_modules(args.modules)
+    print(plan_table(Container(settings, find_listeners(modules))))
+
+
 def plan_table(container: Container) -> str:
-    rows = [("listener", "destination", "subscription", "pool", "broker")]
+    """Listeners → subscriptions → brokers, as ``mdb run`` and ``mdb subscriptions`` print it."""
+    rows = [("listener", "destination", "subscription", "kind", "pool", "broker")]
     for d in container.deployed:
         links = container.links[d.planned.broker]
-        rows.append((d.spec.name, str(d.spec.destination), d.planned.name,
+        kind = ("shared" if d.planned.shared else "own") + (
+            ", durable" if d.planned.request.name and d.planned.request.durable else "")
+        rows.append((d.spec.name, str(d.spec.destination), d.planned.name, kind,
                      str(d.spec.options.pool),
                      f"{d.planned.broker} ({links[0].settings.url}, {len(links)} connections)"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -137,6 +147,12 @@ def _parser() -> argparse.ArgumentParser:
     p_run.add_argument("--container", help="dependency-injector container, module:Attribute")
     common(p_run)
     p_run.set_defaults(command=run)
+
+    p_subs = sub.add_parser(
+        "subscriptions", help="print the subscriptions the listeners of MODULE(s) would create")
+    p_subs.add_argument("modules", nargs="+", metavar="MODULE")
+    common(p_subs)
+    p_subs.set_defaults(command=subscriptions)
 
     p_send = sub.add_parser("send", help="send one message")
     p_send.add_argument("destination", help="queue:NAME or topic:NAME")

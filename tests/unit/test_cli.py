@@ -82,3 +82,26 @@ def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> Non
     [delivery] = anyio.run(read, url, queue, 1)
     assert delivery.body == b"hello" and delivery.headers["region"] == "eu"
     assert result.stdout.startswith(f"sent {delivery.headers['mdb_id']} to {queue}")
+
+
+def test_mdb_subscriptions_prints_the_plan_without_connecting(tmp_path: Path) -> None:
+    (tmp_path / "topic_listeners.py").write_text(
+        "from mdb import Distribution, listener\n\n"
+        "@listener('topic:prices')\n"
+        "async def per_app(body: bytes) -> None:\n"
+        "    pass\n\n"
+        "@listener('topic:prices', distribution=Distribution.ONE_COPY_PER_SERVER)\n"
+        "async def per_server(body: bytes) -> None:\n"
+        "    pass\n"
+    )
+    (tmp_path / "down.toml").write_text(  # nothing listens there: it must not connect
+        "app = 'shop'\nserver = 'web_1'\n[brokers.main]\nurl = 'stomp+activemq://127.0.0.1:9'\n")
+    result = mdb("subscriptions", "topic_listeners", "--config", "down.toml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["listener", "destination", "subscription", "kind", "pool",
+                                "broker"]
+    assert lines[1].split()[:5] == ["per_app", "topic:prices", "shop-per_app", "shared,",
+                                    "durable"]
+    assert lines[2].split()[:5] == ["per_server", "topic:prices", "shop-web_1-per_server",
+                                    "own,", "durable"]
