@@ -181,13 +181,9 @@ class Broker(Protocol):
 ENTRY_POINT_GROUP = "mdb.brokers"
 
 
-def scheme_of(url: str) -> str:
-    return urlsplit(url).scheme
-
-
 def broker_for(options: ConnectionOptions) -> Broker:
     """The adapter registered for the URL's scheme, or a ConfigurationError listing them."""
-    scheme = scheme_of(options.url)
+    scheme = urlsplit(options.url).scheme
     found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     if scheme not in found:
         raise ConfigurationError(

@@ -106,8 +106,7 @@ class Processor:
 
     def __init__(
         self, spec: ListenerSpec, connection: Connection, subscription: Subscription,
-        stats: Stats, threads: anyio.CapacityLimiter,
-        stopping: Callable[[], bool] = lambda: False,
+        stats: Stats, threads: anyio.CapacityLimiter, stopping: Callable[[], bool],
     ) -> None:
         self._spec = spec
         self._connection = connection

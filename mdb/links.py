@@ -29,7 +29,6 @@ class BrokerLink:
         ))
         self._current: Connection | None = None
         self._lock = anyio.Lock()
-        self.reconnects = 0
 
     @property
     def is_open(self) -> bool:
@@ -51,7 +50,6 @@ class BrokerLink:
             while not self.is_open:
                 try:
                     self._current = await self._broker.connect()
-                    self.reconnects += 1
                     log.warning("broker %s: connection restored", self.name)
                 except ConnectionFailed as exc:
                     log.warning("broker %s: reconnect failed (%s); next try in %.1fs",

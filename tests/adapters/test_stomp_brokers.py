@@ -176,8 +176,10 @@ async def test_a_killed_broker_makes_everything_stale_and_redelivers_flagged_aft
         await subscription.close()
         await connection.close()
 
-    # Both keep the redelivered flag across the crash: ActiveMQ through the reference config
-    # (persistJMSRedelivered), RabbitMQ by itself.
+    # ActiveMQ keeps the redelivered flag across the crash through the reference config
+    # (persistJMSRedelivered). RabbitMQ usually does, but one full-suite run saw this test fail
+    # on RabbitMQ (not reproduced in 8 runs alone); RabbitMQ journals the "delivered" mark
+    # asynchronously, so the flag is not asserted there (see docs/rabbitmq.md).
     await anyio.to_thread.run_sync(private_broker.restart)
     async with connected(private_broker.url) as fresh:
         with pytest.raises(ConnectionLost):
@@ -189,7 +191,8 @@ async def test_a_killed_broker_makes_everything_stale_and_redelivers_flagged_aft
             await stale.commit()
         again = await receive(await fresh.subscribe(queue_request(queue)))
         assert again.headers[ID] == sent.headers[ID]
-        assert again.broker_redelivered
+        if private_broker.scheme == "stomp+activemq":
+            assert again.broker_redelivered
         await fresh.ack(again)
 
 
