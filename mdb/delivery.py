@@ -250,14 +250,7 @@ class Processor:
                 await self._connection.ack(delivery)
                 self._stats.processed += 1
             return
-        try:
-            for delivery in deliveries:
-                await tx.ack(delivery)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await tx.abort()
-            raise
-        await tx.commit()
+        await _commit(tx, deliveries)
         self._stats.processed += len(deliveries)
 
     async def _fall_back(self, run: list[_Ready], failed: int, failure: Exception) -> bool:
@@ -360,14 +353,7 @@ class Processor:
             })
             outcome = "to_error_destination"
         tx = await self._connection.begin()
-        try:
-            await tx.send(target, OutgoingMessage(message.body, keep))
-            await tx.ack(delivery)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await tx.abort()
-            raise
-        await tx.commit()
+        await _commit(tx, [delivery], sends=[(target, OutgoingMessage(message.body, keep))])
         if outcome == "redelivered":
             self._stats.redelivered += 1
             log.info("listener %s: message %s failed (%s: %s), delivery %d of at most %d",
@@ -377,6 +363,24 @@ class Processor:
             self._stats.to_error_destination += 1
             log.warning("listener %s: message %s moved to %s after %d deliveries (%s: %s)",
                         self._spec.name, message.id, target, count, error_type, error_text)
+
+
+async def _commit(
+    tx: Transaction, deliveries: Sequence[Delivery],
+    sends: Sequence[tuple[Destination, OutgoingMessage]] = (),
+) -> None:
+    """Send ``sends`` and ack ``deliveries`` (in dispatch order) in ``tx``, then commit; abort
+    if interrupted before the commit."""
+    try:
+        for target, outgoing in sends:
+            await tx.send(target, outgoing)
+        for delivery in deliveries:
+            await tx.ack(delivery)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await tx.abort()
+        raise
+    await tx.commit()
 
 
 def _type_name(exc: BaseException) -> str:

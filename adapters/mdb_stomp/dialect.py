@@ -54,6 +54,8 @@ class Dialect(abc.ABC):
 
     #: URL scheme that selects this dialect.
     scheme: ClassVar[str]
+    #: The broker's name in messages.
+    broker: ClassVar[str]
     #: Value for the CONNECT frame's ``host`` header; None lets stomp.py send the host name.
     vhost: ClassVar[str | None] = None
     #: True when an UNSUBSCRIBE hands the subscription's unacked deliveries back to the broker;
@@ -78,6 +80,23 @@ class Dialect(abc.ABC):
     def subscription_queue(self, topic: Destination, name: str) -> str:
         """The broker queue holding subscription ``name`` of ``topic`` (what an operator looks
         for); ``SubscriptionFailed`` for a name that cannot be one segment of it."""
+
+    def topic_queue(self, request: SubscriptionRequest) -> str:
+        """The queue of a topic subscription request; ``SubscriptionFailed`` for one without a
+        name or not durable, which no dialect supports yet."""
+        topic = request.destination
+        if request.name is None:
+            raise SubscriptionFailed(
+                f"{topic}: a topic subscription on {self.broker} needs a subscription name "
+                "(it names the subscription's queue)"
+            )
+        if not request.durable:
+            raise SubscriptionFailed(
+                f"{topic} (subscription {request.name!r}): non-durable topic subscriptions "
+                f"are not supported on {self.broker} yet; set durable=true for this listener "
+                "(a queue that keeps messages while detached)"
+            )
+        return self.subscription_queue(topic, request.name)
 
 
 # One STOMP path segment: no wildcards ('*', '>'), no separators ('.', '/').
@@ -105,6 +124,7 @@ class ActiveMQDialect(Dialect):
     """
 
     scheme = "stomp+activemq"
+    broker = "ActiveMQ"
 
     def send_path(self, destination: Destination) -> str:
         if destination.kind is Kind.QUEUE:
@@ -128,18 +148,7 @@ class ActiveMQDialect(Dialect):
         if destination.kind is Kind.QUEUE:
             return SubscribeSpec(f"/queue/{destination.name}", "client", headers, destination)
 
-        if request.name is None:
-            raise SubscriptionFailed(
-                f"{destination}: a topic subscription on ActiveMQ needs a subscription name "
-                "(it becomes the virtual-topic consumer queue)"
-            )
-        if not request.durable:
-            raise SubscriptionFailed(
-                f"{destination} (subscription {request.name!r}): non-durable topic subscriptions "
-                "are not supported by the ActiveMQ dialect yet; set durable=true for this "
-                "listener (a virtual-topic consumer queue that keeps messages while detached)"
-            )
-        queue = self.subscription_queue(destination, request.name)
+        queue = self.topic_queue(request)
         return SubscribeSpec(f"/queue/{queue}", "client", headers, Destination(Kind.QUEUE, queue))
 
     def subscription_queue(self, topic: Destination, name: str) -> str:
@@ -208,6 +217,7 @@ class RabbitMQDialect(Dialect):
     """
 
     scheme = "stomp+rabbitmq"
+    broker = "RabbitMQ"
     vhost = "/"
     unsubscribe_releases_unacked = False
 
@@ -232,18 +242,7 @@ class RabbitMQDialect(Dialect):
             return SubscribeSpec(
                 f"/queue/{destination.name}", "client-individual", headers, destination
             )
-        if request.name is None:
-            raise SubscriptionFailed(
-                f"{destination}: a topic subscription on RabbitMQ needs a subscription name "
-                "(it names the subscription's queue)"
-            )
-        if not request.durable:
-            raise SubscriptionFailed(
-                f"{destination} (subscription {request.name!r}): non-durable topic subscriptions "
-                "are not supported by the RabbitMQ dialect yet; set durable=true for this "
-                "listener (a durable queue that keeps messages while detached)"
-            )
-        queue = self.subscription_queue(destination, request.name)
+        queue = self.topic_queue(request)
         headers.update({"durable": "true", "auto-delete": "false", "x-queue-name": queue})
         return SubscribeSpec(
             f"/topic/{destination.name}",
