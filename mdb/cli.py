@@ -3,7 +3,7 @@
 ``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]``
 runs the container process; ``mdb subscriptions MODULE... [--config FILE]`` prints the
 subscriptions it would create, connecting to nothing; ``mdb send DESTINATION BODY
-[--header k=v]...`` sends a message by hand. Exit status: 0 after a clean stop, 2 for a
+[--header k=v]... [--key K]`` sends a message by hand. Exit status: 0 after a clean stop, 2 for a
 configuration error, 3 when a broker could not be reached at startup, 128+N after a second
 signal N.
 """
@@ -69,7 +69,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> None:
 async def send(args: argparse.Namespace, settings: Settings) -> None:
     headers = dict(_header(h) for h in args.header)
     async with Producer(settings) as producer:
-        message_id = await producer.send(args.destination, args.body, headers)
+        message_id = await producer.send(args.destination, args.body, headers, key=args.key)
     print(f"sent {message_id} to {args.destination}")
 
 
@@ -79,15 +79,17 @@ async def subscriptions(args: argparse.Namespace, settings: Settings) -> None:
 
 
 def plan_table(container: Container) -> str:
-    """Listeners → subscriptions → brokers, as ``mdb run`` and ``mdb subscriptions`` print it."""
-    rows = [("listener", "destination", "subscription", "kind", "pool", "broker")]
+    """Listeners → members → subscriptions → brokers, as ``mdb run`` and ``mdb subscriptions``
+    print it: one row per subscription (every pool slot of the row attaches to it)."""
+    rows = [("listener", "destination", "member", "subscription", "kind", "pool", "broker")]
     for d in container.deployed:
-        links = container.links[d.planned.broker]
-        kind = ("shared" if d.planned.shared else "own") + (
-            ", durable" if d.planned.request.name and d.planned.request.durable else "")
-        rows.append((d.spec.name, str(d.spec.destination), d.planned.name, kind,
-                     str(d.spec.options.pool),
-                     f"{d.planned.broker} ({links[0].settings.url}, {len(links)} connections)"))
+        for p in d.planned:
+            links = container.links[p.broker]
+            kind = ("shared" if p.shared else "own") + (
+                ", durable" if p.request.name and p.request.durable else "")
+            rows.append((d.spec.name, str(d.spec.destination), str(p.request.destination),
+                         p.name, kind, str(d.spec.options.pool),
+                         f"{p.broker} ({links[0].settings.url}, {len(links)} connections)"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
     return "\n".join(line.rstrip() for line in lines)
@@ -158,6 +160,8 @@ def _parser() -> argparse.ArgumentParser:
     p_send.add_argument("destination", help="queue:NAME or topic:NAME")
     p_send.add_argument("body")
     p_send.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
+    p_send.add_argument("--key", help="choose the member of a distributed destination by this "
+                                      "key (default: round robin)")
     common(p_send)
     p_send.set_defaults(command=send)
     return parser

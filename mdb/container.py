@@ -2,10 +2,10 @@
 
 Lifecycle (``run``):
 
-1. start: connect to every broker used, then create every subscription (one per pool slot,
-   prefetch ``max_messages_per_transaction``, 1 by default, so a process never holds more
-   unsettled messages than it can work on), then report ready. A failure here is fatal and
-   raised.
+1. start: connect to every broker used, then create every subscription (one per pool slot
+   and member of the listener's destination, prefetch ``max_messages_per_transaction``, 1 by
+   default, so a process never holds more unsettled messages than it can work on), then report
+   ready. A failure here is fatal and raised.
 2. run: each slot waits for a delivery, adds the ones its subscription already holds (up to
    ``max_messages_per_transaction``; it never waits for a batch to fill) and hands them to its
    ``Processor``. A slot whose connection was lost reconnects (one attempt per broker, with
@@ -31,6 +31,7 @@ from mdb.errors import BrokerError, ConfigurationError, ConnectionLost
 from mdb.links import BrokerLink
 from mdb.listener import ListenerSpec
 from mdb.planning import PlannedSubscription, plan
+from mdb.producer import Producer
 from mdb.settings import Settings
 
 log = logging.getLogger("mdb.container")
@@ -45,18 +46,20 @@ MAX_CONNECTIONS = 8
 
 @dataclass
 class Deployed:
-    """One listener as deployed in this container."""
+    """One listener as deployed in this container: a pool per member of its destination."""
 
     spec: ListenerSpec
-    planned: PlannedSubscription
+    planned: tuple[PlannedSubscription, ...]
     stats: Stats = field(default_factory=Stats)
 
 
 @dataclass
 class Slot:
-    """One pool slot: a subscription on one connection, one delivery (or batch) at a time."""
+    """One pool slot on one member: a subscription on one connection, one delivery (or batch)
+    at a time."""
 
     deployed: Deployed
+    planned: PlannedSubscription
     link: BrokerLink
     threads: anyio.CapacityLimiter
     subscription: Subscription | None
@@ -83,19 +86,22 @@ class Container:
                 f"setting listeners.{sorted(unknown)[0]}: no such listener; "
                 f"listeners are: {', '.join(sorted(seen)) or 'none'}"
             )
+        topology = settings.topology()
         for spec in seen.values():
             configured = spec.with_settings(settings.defaults, settings.listeners.get(spec.name))
-            planned = plan(configured, app=settings.app, server=settings.server,
-                           broker=settings.broker_of(configured.destination))
+            planned = plan(configured, topology, app=settings.app, server=settings.server)
             self.deployed.append(Deployed(configured, planned))
-        self.links: dict[str, list[BrokerLink]] = {}
-        for name in dict.fromkeys(d.planned.broker for d in self.deployed):
-            slots = sum(d.spec.options.pool for d in self.deployed if d.planned.broker == name)
-            count = min(-(-slots // SLOTS_PER_CONNECTION), MAX_CONNECTIONS)
-            self.links[name] = [
-                BrokerLink(name, settings.brokers[name], f"{settings.app}.{settings.server}")
-                for _ in range(count)
-            ]
+        client_id = f"{settings.app}.{settings.server}"
+        slots_on: dict[str, int] = {}
+        for d in self.deployed:
+            for p in d.planned:
+                slots_on[p.broker] = slots_on.get(p.broker, 0) + d.spec.options.pool
+        self.links: dict[str, list[BrokerLink]] = {
+            name: [BrokerLink(name, settings.brokers[name], client_id)
+                   for _ in range(min(-(-slots // SLOTS_PER_CONNECTION), MAX_CONNECTIONS))]
+            for name, slots in slots_on.items()
+        }
+        self.producer = Producer(settings, topology=topology, client_id=f"{client_id}.sends")
         self.stopping = False
         self._stop_requested: anyio.Event | None = None
         self._receiving: set[anyio.CancelScope] = set()
@@ -137,19 +143,21 @@ class Container:
                 for links in self.links.values():
                     for link in links:
                         await link.close()
+                await self.producer.close()
 
     async def _start(self) -> list[Slot]:
         slots: list[Slot] = []
         assigned = {name: 0 for name in self.links}
         for deployed in self.deployed:
-            threads = anyio.CapacityLimiter(deployed.spec.options.pool)
-            links = self.links[deployed.planned.broker]
-            for _ in range(deployed.spec.options.pool):
-                link = links[assigned[deployed.planned.broker] % len(links)]
-                assigned[deployed.planned.broker] += 1
-                connection = await link.connect()
-                subscription = await connection.subscribe(deployed.planned.request)
-                slots.append(Slot(deployed, link, threads, subscription))
+            threads = anyio.CapacityLimiter(deployed.spec.options.pool * len(deployed.planned))
+            for planned in deployed.planned:
+                links = self.links[planned.broker]
+                for _ in range(deployed.spec.options.pool):
+                    link = links[assigned[planned.broker] % len(links)]
+                    assigned[planned.broker] += 1
+                    connection = await link.connect()
+                    subscription = await connection.subscribe(planned.request)
+                    slots.append(Slot(deployed, planned, link, threads, subscription))
         return slots
 
     async def _slot(self, slot: Slot) -> None:
@@ -161,15 +169,17 @@ class Container:
                 self._slots_done.set()
 
     async def _consume(self, slot: Slot) -> None:
-        deployed, link, subscription = slot.deployed, slot.link, slot.subscription
+        deployed, planned, link = slot.deployed, slot.planned, slot.link
+        subscription = slot.subscription
         batch_size = deployed.spec.options.max_messages_per_transaction
         while not self.stopping:
             try:
                 connection = await link.connection()
                 if subscription is None:
-                    subscription = await connection.subscribe(deployed.planned.request)
-                processor = Processor(deployed.spec, connection, subscription, deployed.stats,
-                                      slot.threads, stopping=lambda: self.stopping)
+                    subscription = await connection.subscribe(planned.request)
+                processor = Processor(deployed.spec, planned.broker, connection, subscription,
+                                      self.producer, deployed.stats, slot.threads,
+                                      stopping=lambda: self.stopping)
                 while not self.stopping:
                     with anyio.CancelScope() as receiving:
                         self._receiving.add(receiving)

@@ -11,7 +11,9 @@ import anyio.from_thread
 from mdb.destinations import Destination
 from mdb.message import Message
 
-SendFunction = Callable[[Destination, object, Mapping[str, str] | None], Coroutine[Any, Any, None]]
+SendFunction = Callable[
+    [Destination, object, Mapping[str, str] | None, str | None], Coroutine[Any, Any, None]
+]
 
 
 class Context:
@@ -47,19 +49,25 @@ class Context:
 
     def send(
         self, destination: str | Destination, body: object,
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None, *, key: str | None = None,
     ) -> Awaitable[None]:
         """Send ``body`` as part of this delivery: in a transacted listener it is sent only if
         the handler succeeds, together with the acknowledgement.
+
+        A distributed destination's member is chosen by ``key`` when given (one key, one
+        member, so messages with the same key keep their order), else round robin among the
+        members on this delivery's broker first. A member on another broker cannot join the
+        transaction: such a send is made once the handler returned, just before the commit
+        (see docs/distribution.md).
 
         In an ``async def`` handler, await it. In a plain ``def`` handler the call itself sends
         (blocking until done) and its result need not be awaited.
         """
         dest = Destination.parse(destination)
         if threading.get_ident() != self._loop_thread:
-            anyio.from_thread.run(self._send, dest, body, headers)
+            anyio.from_thread.run(self._send, dest, body, headers, key)
             return _ALREADY_SENT
-        return self._send(dest, body, headers)
+        return self._send(dest, body, headers, key)
 
 
 class _AlreadySent:

@@ -43,6 +43,7 @@ from mdb.destinations import Destination
 from mdb.errors import BrokerError, ConnectionLost, DecodeError
 from mdb.listener import ListenerSpec
 from mdb.message import Message, OutgoingMessage, portable_headers
+from mdb.producer import Producer
 
 log = logging.getLogger("mdb.delivery")
 
@@ -58,13 +59,14 @@ class Stats:
     in_flight: int = 0
 
 
-def to_message(delivery: Delivery) -> Message:
+def to_message(delivery: Delivery, destination: Destination) -> Message:
+    """``delivery`` as the handler sees it: from the listener's logical ``destination``, whatever
+    member or re-send queue it came through."""
     h = delivery.headers
     count = _int(h.get(headers_.DELIVERY_COUNT), 1)
-    redelivery_of = h.get(headers_.REDELIVERY_OF)
     return Message(
         id=h.get(headers_.ID) or delivery.broker_message_id,
-        destination=Destination.parse(redelivery_of) if redelivery_of else delivery.destination,
+        destination=destination,
         body=delivery.body,
         headers=h,
         redelivered=count > 1 or delivery.broker_redelivered,
@@ -81,22 +83,41 @@ class _Ready:
     body: Any
 
 
-class _OnFirstSend:
-    """A transaction begun by the handler's first send. A handler that sends nothing is settled
-    by a plain ack: a transaction holding one ack is no more atomic, and it costs the broker two
-    more commands and a commit."""
+class _Sends:
+    """The sends of a handler's run. Those to a member on the delivery's broker go into a
+    transaction begun by the first of them; a handler that sends nothing is settled by a plain
+    ack (a transaction holding one ack is no more atomic, and it costs the broker two more
+    commands and a commit). A member on another broker cannot join that transaction: those
+    sends are held and made by ``flush``, once the handler returned and before the commit, so
+    a failed handler sends nothing and a committed ack always follows its sends (a commit that
+    then fails means a redelivery, and those sends may be made twice)."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, broker: str, producer: Producer) -> None:
         self._connection = connection
+        self._broker = broker
+        self._producer = producer
         self.begun: Transaction | None = None
+        self._held: list[tuple[Destination, OutgoingMessage, str | None]] = []
 
     async def send(self, destination: Destination, body: object,
-                   headers: Mapping[str, str] | None) -> None:
+                   headers: Mapping[str, str] | None, key: str | None) -> None:
+        message = codec.outgoing(body, headers)
+        member = self._producer.topology.candidates(destination, key=key, prefer=self._broker)[0]
+        if member.broker != self._broker:
+            self._held.append((destination, message, key))
+            return
         if self.begun is None:
             self.begun = await self._connection.begin()
-        await self.begun.send(destination, codec.outgoing(body, headers))
+        await self.begun.send(member.destination, message)
+
+    async def flush(self) -> None:
+        """Make the held sends; raises BrokerError when one was surely or maybe not sent."""
+        held, self._held = self._held, []
+        for destination, message, key in held:
+            await self._producer.send_message(destination, message, key=key)
 
     async def abort(self) -> None:
+        self._held.clear()
         if self.begun is not None:
             await self.begun.abort()
 
@@ -105,10 +126,13 @@ class Processor:
     """Runs one listener's handler on deliveries of one subscription, as DESIGN §4 says."""
 
     def __init__(
-        self, spec: ListenerSpec, connection: Connection, subscription: Subscription,
-        stats: Stats, threads: anyio.CapacityLimiter, stopping: Callable[[], bool],
+        self, spec: ListenerSpec, broker: str, connection: Connection,
+        subscription: Subscription, producer: Producer, stats: Stats,
+        threads: anyio.CapacityLimiter, stopping: Callable[[], bool],
     ) -> None:
         self._spec = spec
+        self._broker = broker
+        self._producer = producer
         self._connection = connection
         self._subscription = subscription
         self._stats = stats
@@ -146,7 +170,7 @@ class Processor:
         """Process and settle ``delivery``; return False if it could not be settled (a broker
         error), in which case the broker redelivers it once its subscription is closed. Raises
         only BaseExceptions such as cancellation."""
-        return await self._process(delivery, to_message(delivery))
+        return await self._process(delivery, to_message(delivery, self._spec.destination))
 
     async def _one_by_one(self, deliveries: Sequence[Delivery]) -> bool:
         for index, delivery in enumerate(deliveries):
@@ -195,7 +219,7 @@ class Processor:
         for delivery in deliveries:
             if delivery.broker_redelivered:
                 break
-            message = to_message(delivery)
+            message = to_message(delivery, self._spec.destination)
             try:
                 body = self._decode(message.body)
             except DecodeError:
@@ -206,7 +230,7 @@ class Processor:
     async def _batch(self, run: list[_Ready]) -> bool:
         """One transaction for ``run`` (two or more); on a handler failure, abort it and fall
         back to one message at a time (see the module docstring)."""
-        tx = _OnFirstSend(self._connection)
+        sends = self._sends()
         done = 0
         failure: Exception | None = None
         self._stats.in_flight += len(run)
@@ -216,19 +240,21 @@ class Processor:
                     if done and self._stopping():
                         break
                     try:
-                        await self._invoke(item.message, item.body, tx.send)
+                        await self._invoke(item.message, item.body, sends.send)
                     except Exception as exc:  # user code: the batch failed
                         failure = exc
                         break
                     done += 1
+                if failure is None:
+                    failure = await _flushed(sends)
             except BaseException:
                 with anyio.CancelScope(shield=True):
-                    await tx.abort()
+                    await sends.abort()
                 raise
             if failure is None:
-                await self._settle(tx.begun, [item.delivery for item in run[:done]])
+                await self._settle(sends.begun, [item.delivery for item in run[:done]])
                 return True
-            await tx.abort()
+            await sends.abort()
             if not self._connection.is_open:
                 # Nothing of the batch can be settled any more: the broker redelivers it all.
                 raise ConnectionLost(f"the connection was lost during the batch ({failure})")
@@ -237,9 +263,9 @@ class Processor:
                                      exc)
         finally:
             self._stats.in_flight -= len(run)
-        log.info("listener %s: message %s failed in a batch of %d (%s: %s); processing the "
-                 "batch one message at a time", self._spec.name, run[done].message.id,
-                 len(run), _type_name(failure), failure)
+        log.info("listener %s: the batch of %d from message %s failed at message %d (%s: %s); "
+                 "processing it one message at a time", self._spec.name, len(run),
+                 run[0].message.id, done + 1, _type_name(failure), failure)
         return await self._fall_back(run, done, failure)
 
     async def _settle(self, tx: Transaction | None, deliveries: list[Delivery]) -> None:
@@ -282,19 +308,25 @@ class Processor:
             self._stats.in_flight -= 1
 
     async def _transacted(self, delivery: Delivery, message: Message, body: Any) -> None:
-        tx = _OnFirstSend(self._connection)
+        sends = self._sends()
         try:
-            await self._invoke(message, body, tx.send)
+            await self._invoke(message, body, sends.send)
+            failure: Exception | None = await _flushed(sends)
         except Exception as exc:  # the handler is user code: any failure is a failed delivery
-            await tx.abort()
-            await self._settle_failure(delivery, message, _type_name(exc), str(exc),
-                                       retry=True, wait=True)
-            return
+            failure = exc
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await tx.abort()
+                await sends.abort()
             raise
-        await self._settle(tx.begun, [delivery])
+        if failure is not None:
+            await sends.abort()
+            await self._settle_failure(delivery, message, _type_name(failure), str(failure),
+                                       retry=True, wait=True)
+            return
+        await self._settle(sends.begun, [delivery])
+
+    def _sends(self) -> _Sends:
+        return _Sends(self._connection, self._broker, self._producer)
 
     async def _acked_after(self, delivery: Delivery, message: Message, body: Any) -> None:
         try:
@@ -321,8 +353,9 @@ class Processor:
             )
 
     async def _send_now(self, destination: Destination, body: object,
-                        headers: Mapping[str, str] | None) -> None:
-        await self._connection.send(destination, codec.outgoing(body, headers))
+                        headers: Mapping[str, str] | None, key: str | None) -> None:
+        await self._producer.send_message(destination, codec.outgoing(body, headers), key=key,
+                                          prefer=self._broker)
 
     async def _settle_failure(
         self, delivery: Delivery, message: Message, error_type: str, error_text: str,
@@ -381,6 +414,16 @@ async def _commit(
             await tx.abort()
         raise
     await tx.commit()
+
+
+async def _flushed(sends: _Sends) -> BrokerError | None:
+    """Make the held sends of a handler that succeeded; a send that failed fails the run,
+    as if the handler had raised."""
+    try:
+        await sends.flush()
+    except BrokerError as exc:
+        return exc
+    return None
 
 
 def _type_name(exc: BaseException) -> str:

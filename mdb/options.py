@@ -66,8 +66,15 @@ class ListenerOptions(BaseModel):
     @field_validator("subscription")
     @classmethod
     def _subscription_name(cls, value: str | None) -> str | None:
-        if value is not None and not value.replace("_", "").replace("-", "").isalnum():
-            raise ValueError("may contain only letters, digits, '_' and '-'")
+        if value is None:
+            return value
+        try:
+            name = value.format(app="a", server="s", listener="l")
+        except (KeyError, IndexError, ValueError):
+            raise ValueError("the only placeholders are {app}, {server} and {listener}") from None
+        if not name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError("may contain only letters, digits, '_', '-' and the placeholders "
+                             "{app}, {server} and {listener}")
         return value
 
 

@@ -1,11 +1,17 @@
-"""Subscription planning: listener + settings → the subscriptions to create. Pure.
+"""Subscription planning: listener + topology → the subscriptions to create. Pure.
 
-Topic subscription names (documented in docs/concepts.md; changing them abandons durable
-subscriptions, so they never change silently):
+A listener consumes every member of its destination (a partitioned distributed topic stores
+each message on one member), so it has one planned subscription per member, on the member's
+broker. Every pool slot attaches to each of them, like the sessions of a JMS MDB pool.
+
+Topic subscription names (documented in docs/distribution.md; changing them abandons durable
+subscriptions, so they never change silently) are the same on every member:
 
 * ``one-copy-per-app``:    ``<app>-<listener>``           shared by every process of the app
 * ``one-copy-per-server``: ``<app>-<server>-<listener>``  one per process, stable across restarts
-* the listener's ``subscription`` option replaces either.
+* the listener's ``subscription`` option replaces either; it may use the placeholders
+  ``{app}``, ``{server}`` and ``{listener}``, and must use ``{server}`` with
+  ``one-copy-per-server`` (else every server would share it: one copy per app).
 
 App, server and listener names contain only letters, digits and ``_``, so the dashes keep the
 parts apart and a per-app name can never equal a per-server one. Names contain no ``.``: brokers
@@ -18,16 +24,22 @@ from dataclasses import dataclass
 
 from mdb.broker import SubscriptionRequest
 from mdb.destinations import Kind
+from mdb.errors import ConfigurationError
 from mdb.listener import ListenerSpec
 from mdb.options import Distribution
+from mdb.topology import Member, Topology
 
 
 @dataclass(frozen=True, slots=True)
 class PlannedSubscription:
     listener: str
-    broker: str
+    member: Member
     request: SubscriptionRequest
     shared: bool
+
+    @property
+    def broker(self) -> str:
+        return self.member.broker
 
     @property
     def name(self) -> str:
@@ -35,29 +47,41 @@ class PlannedSubscription:
 
 
 def subscription_name(spec: ListenerSpec, app: str, server: str) -> str | None:
+    """The name of ``spec``'s subscription on each member; None for a queue. Raises
+    ConfigurationError for a name that would not give the listener's distribution."""
     if spec.destination.kind is Kind.QUEUE:
         return None
-    if spec.options.subscription:
-        return spec.options.subscription
-    if spec.options.distribution is Distribution.ONE_COPY_PER_SERVER:
-        return f"{app}-{server}-{spec.name}"
-    return f"{app}-{spec.name}"
+    per_server = spec.options.distribution is Distribution.ONE_COPY_PER_SERVER
+    template = spec.options.subscription
+    if template is None:
+        return f"{app}-{server}-{spec.name}" if per_server else f"{app}-{spec.name}"
+    if per_server and "{server}" not in template:
+        raise ConfigurationError(
+            f"listener {spec.name!r}: subscription {template!r} has no '{{server}}' but the "
+            f"distribution is one-copy-per-server: every server would share it (one copy per "
+            f"app); add '{{server}}' to the name or use one-copy-per-app"
+        )
+    return template.format(app=app, server=server, listener=spec.name)
 
 
-def plan(spec: ListenerSpec, *, app: str, server: str, broker: str) -> PlannedSubscription:
-    """The subscription every pool slot of ``spec`` attaches to (one per slot, like the
-    sessions of a JMS MDB pool), with a prefetch of ``max_messages_per_transaction``: a slot
-    holds at most one batch."""
-    return PlannedSubscription(
-        listener=spec.name,
-        broker=broker,
-        request=SubscriptionRequest(
-            destination=spec.destination,
-            name=subscription_name(spec, app, server),
-            durable=spec.options.durable,
-            selector=spec.options.selector,
-            prefetch=spec.options.max_messages_per_transaction,
-        ),
-        shared=spec.destination.kind is Kind.QUEUE
-        or spec.options.distribution is Distribution.ONE_COPY_PER_APP,
+def plan(spec: ListenerSpec, topology: Topology, *, app: str,
+         server: str) -> tuple[PlannedSubscription, ...]:
+    """One subscription per member of ``spec``'s destination, with a prefetch of
+    ``max_messages_per_transaction``: a slot holds at most one batch per member."""
+    name = subscription_name(spec, app, server)
+    return tuple(
+        PlannedSubscription(
+            listener=spec.name,
+            member=member,
+            request=SubscriptionRequest(
+                destination=member.destination,
+                name=name,
+                durable=spec.options.durable,
+                selector=spec.options.selector,
+                prefetch=spec.options.max_messages_per_transaction,
+            ),
+            shared=spec.destination.kind is Kind.QUEUE
+            or spec.options.distribution is Distribution.ONE_COPY_PER_APP,
+        )
+        for member in topology.members(spec.destination)
     )

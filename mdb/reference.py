@@ -9,12 +9,15 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from mdb.options import ListenerOptions, Redelivery
-from mdb.settings import BrokerSettings, DestinationSettings, Settings
+from mdb.settings import BrokerSettings, DestinationSettings, MemberSettings, Settings
 
-SECTIONS: list[tuple[str, type[BaseModel], str]] = [
+# Each section's prefix gives the environment variables; None where there are none (the items
+# of a list are set through the list's variable, as JSON).
+SECTIONS: list[tuple[str, type[BaseModel], str | None]] = [
     ("Top level", Settings, ""),
     ("`brokers.<name>`", BrokerSettings, "brokers.NAME."),
     ("`destinations.\"<queue|topic>:<name>\"`", DestinationSettings, "destinations.DEST."),
+    ("`destinations.\"<queue|topic>:<name>\".members[]`", MemberSettings, None),
     ("`defaults` and `listeners.<listener>`", ListenerOptions, "listeners.LISTENER."),
     ("`listeners.<listener>.redelivery`", Redelivery, "listeners.LISTENER.redelivery."),
 ]
@@ -22,9 +25,9 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
 LISTENER_OPTIONS = {
     "distribution": "`one-copy-per-app` (all processes share each message) or "
                     "`one-copy-per-server` (every process gets every message); topics only",
-    "pool": "concurrent handler invocations in this process (1 to 1024); times "
-            "`max_messages_per_transaction`, the most unsettled messages the process holds for "
-            "this listener",
+    "pool": "concurrent handler invocations in this process per member of the destination (1 "
+            "to 1024); times `max_messages_per_transaction`, the most unsettled messages the "
+            "process holds for this listener on each member",
     "transacted": "true: ack and sends commit together; false: ack after the handler, sends "
                   "go at once (see docs/concepts.md)",
     "selector": "JMS selector on headers, evaluated by the broker",
@@ -32,7 +35,9 @@ LISTENER_OPTIONS = {
     "error_destination": "where failed and undecodable messages go (default "
                          "`queue:<destination name>.DLQ`)",
     "durable": "a topic subscription keeps messages while no process is attached",
-    "subscription": "replaces the derived topic subscription name (letters, digits, _ and -)",
+    "subscription": "replaces the derived topic subscription name (letters, digits, _ and -, "
+                    "and the placeholders `{app}`, `{server}`, `{listener}`; "
+                    "one-copy-per-server needs `{server}`)",
     "max_messages_per_transaction": "most messages one pool slot processes in one transaction "
                                     "(1 to 1000; transacted listeners only); also its prefetch. "
                                     "A batch is what has already arrived, never waited for; if "
@@ -55,9 +60,10 @@ def markdown() -> str:
         lines += [f"### {title}", "", "| setting | default | environment | meaning |",
                   "|---|---|---|---|"]
         for name, info in model.model_fields.items():
-            env = "MDB_" + (prefix + name).upper().replace(".", "__")
+            env = "—" if prefix is None else (
+                "`MDB_" + (prefix + name).upper().replace(".", "__") + "`")
             meaning = _meaning(model, name, info)
-            lines.append(f"| `{name}` | {_default(info)} | `{env}` | {meaning} |")
+            lines.append(f"| `{name}` | {_default(info)} | {env} | {meaning} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -10,9 +10,17 @@ from __future__ import annotations
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -23,6 +31,7 @@ from pydantic_settings import (
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
 from mdb.options import ListenerOverrides
+from mdb.topology import Member, Topology
 
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
@@ -55,12 +64,36 @@ class BrokerSettings(BaseModel):
         return value
 
 
-class DestinationSettings(BaseModel):
-    """Where a destination lives."""
+class MemberSettings(BaseModel):
+    """One member of a distributed destination: a physical destination on a broker."""
 
     model_config = ConfigDict(extra="forbid")
 
     broker: str = Field(description="name of the broker (a key of `brokers`) holding it")
+    name: str | None = Field(
+        None, description="the physical destination's name (default: the logical name)")
+
+
+class DestinationSettings(BaseModel):
+    """Where a destination lives: on one broker, or distributed over several members."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    broker: str | None = Field(
+        None, description="the broker holding it (shorthand for one member of the same name)")
+    members: list[MemberSettings] = Field(
+        default_factory=list,
+        description="the members of a distributed destination, e.g. "
+                    "`[{broker = \"a\"}, {broker = \"b\", name = \"orders_b\"}]`")
+    forwarding: Literal["partitioned"] = Field(
+        "partitioned", description="`partitioned`: each message is stored on one member, so "
+                                   "listeners consume every member and senders pick one")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> DestinationSettings:
+        if (self.broker is None) == (not self.members):
+            raise ValueError("give either `broker` or `members` (a list of {broker, name})")
+        return self
 
 
 class Settings(BaseSettings):
@@ -80,7 +113,8 @@ class Settings(BaseSettings):
         description="brokers by name; destinations not listed in `destinations` use the first "
                     "(default: one broker `default` at `memory://`)")
     destinations: dict[str, DestinationSettings] = Field(
-        default_factory=dict, description="`queue:NAME`/`topic:NAME` → the broker holding it")
+        default_factory=dict,
+        description="`queue:NAME`/`topic:NAME` → its broker or its members (the topology)")
     defaults: ListenerOverrides = Field(
         default_factory=ListenerOverrides,
         description="listener options applied where the code does not set them")
@@ -114,8 +148,10 @@ class Settings(BaseSettings):
     def _destination_keys(
         cls, value: dict[str, DestinationSettings]
     ) -> dict[str, DestinationSettings]:
-        for key in value:
+        for key, entry in value.items():
             try:
+                for member in entry.members:
+                    _member_destination(key, member.name)
                 Destination.parse(key)
             except ConfigurationError as exc:
                 raise ValueError(str(exc)) from None
@@ -137,19 +173,43 @@ class Settings(BaseSettings):
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_file))
         return tuple(sources)
 
-    def broker_of(self, destination: Destination) -> str:
-        """The name of the broker holding ``destination``."""
-        entry = self.destinations.get(str(destination))
-        return entry.broker if entry else next(iter(self.brokers))
+    def topology(self) -> Topology:
+        """The destinations as configured; call ``check`` first."""
+        members = {
+            Destination.parse(key): tuple(
+                Member(m.broker, _member_destination(key, m.name)) for m in entry.members
+            ) or (Member(entry.broker or "", Destination.parse(key)),)
+            for key, entry in self.destinations.items()
+        }
+        return Topology(members, default_broker=next(iter(self.brokers)))
 
     def check(self) -> None:
         """Cross-field checks; raises ConfigurationError naming the setting."""
         for key, entry in self.destinations.items():
-            if entry.broker not in self.brokers:
-                raise ConfigurationError(
-                    f"setting destinations.{key}.broker: {entry.broker!r} is not a broker; "
-                    f"valid: {', '.join(self.brokers)}"
-                )
+            brokers = [entry.broker] if entry.broker else [m.broker for m in entry.members]
+            for index, broker in enumerate(brokers):
+                where = (f"destinations.{key}.broker" if entry.broker
+                         else f"destinations.{key}.members[{index}].broker")
+                if broker not in self.brokers:
+                    raise ConfigurationError(
+                        f"setting {where}: {broker!r} is not a broker; "
+                        f"valid: {', '.join(self.brokers)}"
+                    )
+            seen = set()
+            for index, member in enumerate(entry.members):
+                physical = _member_destination(key, member.name)
+                if (member.broker, physical) in seen:
+                    raise ConfigurationError(
+                        f"setting destinations.{key}.members[{index}]: {physical} on broker "
+                        f"{member.broker!r} is listed twice; give each member its own broker "
+                        f"or name"
+                    )
+                seen.add((member.broker, physical))
+
+
+def _member_destination(key: str, name: str | None) -> Destination:
+    logical = Destination.parse(key)
+    return Destination.parse(f"{logical.kind.value}:{name}") if name else logical
 
 
 def load_settings(config: Path | None = None, **overrides: Any) -> Settings:

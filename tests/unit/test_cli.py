@@ -99,9 +99,9 @@ def test_mdb_subscriptions_prints_the_plan_without_connecting(tmp_path: Path) ->
     result = mdb("subscriptions", "topic_listeners", "--config", "down.toml", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["listener", "destination", "subscription", "kind", "pool",
-                                "broker"]
-    assert lines[1].split()[:5] == ["per_app", "topic:prices", "shop-per_app", "shared,",
-                                    "durable"]
-    assert lines[2].split()[:5] == ["per_server", "topic:prices", "shop-web_1-per_server",
-                                    "own,", "durable"]
+    assert lines[0].split() == ["listener", "destination", "member", "subscription", "kind",
+                                "pool", "broker"]
+    assert lines[1].split()[:6] == ["per_app", "topic:prices", "topic:prices", "shop-per_app",
+                                    "shared,", "durable"]
+    assert lines[2].split()[:6] == ["per_server", "topic:prices", "topic:prices",
+                                    "shop-web_1-per_server", "own,", "durable"]
