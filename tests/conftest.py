@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -41,6 +42,23 @@ def activemq() -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
+def activemq_trio() -> Iterator[list[object]]:
+    """Three ActiveMQ brokers, started together: one per member of a partitioned topic."""
+    from tests.harness.activemq import ActiveMQ, activemq_available
+
+    if not activemq_available():
+        missing("ActiveMQ Classic")
+    brokers = [ActiveMQ() for _ in range(3)]
+    try:
+        with ThreadPoolExecutor(len(brokers)) as starting:
+            list(starting.map(ActiveMQ.start, brokers))
+        yield list(brokers)
+    finally:
+        for broker in brokers:
+            broker.close()
+
+
+@pytest.fixture(scope="session")
 def rabbitmq() -> Iterator[object]:
     from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
 
@@ -66,3 +84,11 @@ def broker_url(request: pytest.FixtureRequest) -> str:
     if request.param == "memory":
         return f"memory://{uuid.uuid4().hex[:8]}"
     return str(request.getfixturevalue(request.param).url)
+
+
+@pytest.fixture(params=["memory", pytest.param("activemq_trio", marks=pytest.mark.activemq)])
+def member_urls(request: pytest.FixtureRequest) -> list[str]:
+    """Three brokers, one per member of a partitioned topic: in memory, then real ones."""
+    if request.param == "memory":
+        return [f"memory://{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    return [str(broker.url) for broker in request.getfixturevalue(request.param)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -13,7 +13,7 @@ from mdb import Container, Settings
 from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest, broker_for
 from mdb.destinations import Destination
 from mdb.listener import ListenerSpec, spec_of
-from mdb.settings import BrokerSettings
+from mdb.settings import BrokerSettings, DestinationSettings, MemberSettings
 
 WAIT = 30.0  # seconds a test waits for something that should happen, before failing
 
@@ -28,6 +28,25 @@ def settings_for(url: str, **values: object) -> Settings:
     values.setdefault("shutdown_grace_period", 5.0)
     return Settings(brokers={"default": BrokerSettings(url=url, heartbeat_ms=2000)},
                     **values)  # type: ignore[arg-type]
+
+
+MEMBER_BROKERS = ("a", "b", "c")
+
+
+def partitioned_settings(urls: Sequence[str], destinations: Iterable[str],
+                         **values: object) -> Settings:
+    """Settings with brokers ``a``, ``b``, ``c`` at ``urls``, each holding one member (of the
+    same name) of every destination in ``destinations``."""
+    values.setdefault("app", unique("app"))
+    values.setdefault("server", "s1")
+    values.setdefault("shutdown_grace_period", 5.0)
+    return Settings(
+        brokers={name: BrokerSettings(url=url, heartbeat_ms=2000)
+                 for name, url in zip(MEMBER_BROKERS, urls, strict=True)},
+        destinations={d: DestinationSettings(members=[MemberSettings(broker=b)
+                                                      for b in MEMBER_BROKERS])
+                      for d in destinations},
+        **values)  # type: ignore[arg-type]
 
 
 def specs(*handlers: Callable[..., object]) -> list[ListenerSpec]:
