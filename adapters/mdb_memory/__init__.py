@@ -1,7 +1,7 @@
 """The in-memory broker (``memory://NAME``): the embedded default broker of ``mdb run`` and the
 fast test double. It keeps the semantics of ActiveMQ Classic with virtual topics — see
 ``state`` for topics and the test hooks, ``connection`` for transactions and prefetch,
-``selector`` for the supported selectors.
+``mdb.selector`` for the supported selectors.
 """
 
 from mdb_memory.broker import MemoryBroker

@@ -40,8 +40,8 @@ from mdb.broker import (
 from mdb.destinations import Destination, Kind
 from mdb.errors import ConnectionLost, SubscriptionFailed, TransactionRolledBack
 from mdb.message import OutgoingMessage
+from mdb.selector import Matcher, SelectorError, compile_selector
 from mdb_memory.queue import MemoryQueue, StoredMessage
-from mdb_memory.selector import Matcher, SelectorError, compile_selector
 from mdb_memory.state import BrokerState, freeze_headers, subscription_queue_name
 
 # A subscription name becomes one segment of ``Consumer.<name>.VirtualTopic.<topic>``.

@@ -21,8 +21,8 @@ from mdb.errors import (
     TransactionRolledBack,
 )
 from mdb.message import OutgoingMessage
+from mdb.selector import SelectorError, compile_selector
 from mdb_memory import BrokerState, MemoryBroker, MemoryConnection, MemorySubscription
-from mdb_memory.selector import SelectorError, compile_selector
 
 pytestmark = pytest.mark.anyio
 

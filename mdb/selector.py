@@ -1,5 +1,8 @@
 """A small subset of JMS message selectors, evaluated against a message's headers.
 
+Used where no broker evaluates them: by the memory broker, and by the STOMP adapter for
+RabbitMQ topic subscriptions (its plugin ignores selectors).
+
 Supported::
 
     selector   := or
