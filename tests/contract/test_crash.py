@@ -19,27 +19,43 @@ from typing import Any
 import anyio
 import pytest
 
-from mdb import Context, listener
+from mdb import Context, Settings, listener
 from tests.contract.support import WAIT, Calls, read, running, settings_for, unique
 from tests.contract.test_delivery import send_all
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def topology_environment(url: str | Settings) -> dict[str, str]:
+    """Environment variables giving a container process one broker, or ``url``'s topology."""
+    if isinstance(url, str):
+        return {"MDB_BROKERS__DEFAULT__URL": url}
+    brokers = {name: {**broker.model_dump(mode="json", exclude_none=True),
+                      **({"password": broker.password.get_secret_value()}
+                         if broker.password is not None else {})}
+               for name, broker in url.brokers.items()}
+    destinations = {key: entry.model_dump(mode="json", exclude_none=True)
+                    for key, entry in url.destinations.items()}
+    return {"MDB_BROKERS": json.dumps(brokers), "MDB_DESTINATIONS": json.dumps(destinations)}
+
+
 class ContainerProcess:
     """``mdb run <module>`` in its own process, its ledger read from stdout.
 
+    ``url`` is the one broker's URL, or settings whose topology (``brokers`` and
+    ``destinations``) the process gets, as ``MDB_BROKERS`` and ``MDB_DESTINATIONS`` in JSON.
     ``module`` defaults to ``tests.contract.ledger_app``; ``env`` adds environment variables.
     Processes given one ``lines`` queue share it. Besides the ledger's JSON lines, the queue gets
     ``ready``, ``stopping`` and ``stopped`` events from the CLI's own lines.
     """
 
-    def __init__(self, url: str, ledger_queue: str, app: str, server: str, hang: bool,
+    def __init__(self, url: str | Settings, ledger_queue: str, app: str, server: str, hang: bool,
                  grace: float = 1, *, module: str = "tests.contract.ledger_app",
                  env: Mapping[str, str] | None = None,
                  lines: queue.Queue[dict[str, Any]] | None = None) -> None:
-        environment = {**os.environ, "LEDGER_QUEUE": ledger_queue, "MDB_APP": app,
-                       "MDB_SERVER": server, "MDB_BROKERS__DEFAULT__URL": url,
+        environment = {**{k: v for k, v in os.environ.items() if not k.startswith("MDB_")},
+                       "LEDGER_QUEUE": ledger_queue, "MDB_APP": app, "MDB_SERVER": server,
+                       **topology_environment(url),
                        "MDB_SHUTDOWN_GRACE_PERIOD": str(grace), "MDB_LOG_LEVEL": "WARNING",
                        **(env or {})}
         if hang:
