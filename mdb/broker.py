@@ -143,6 +143,13 @@ class Connection(abc.ABC):
         so that no message sent afterwards is missed. Raises ``SubscriptionFailed``."""
 
     @abc.abstractmethod
+    async def delete_subscription(self, topic: Destination, name: str) -> None:
+        """Delete subscription ``name`` of ``topic`` with the messages it holds, for every
+        subscriber of it (an abandoned or undeployed subscription). Deleting one that does not
+        exist is not an error. Raises ``SubscriptionFailed`` where the broker cannot do it
+        (saying what to do instead), ``ConnectionLost`` when the connection is down."""
+
+    @abc.abstractmethod
     async def begin(self) -> Transaction:
         """Start a transaction. Several may be open at once on one connection."""
 

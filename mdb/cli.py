@@ -2,7 +2,8 @@
 
 ``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]``
 runs the container process; ``mdb subscriptions MODULE... [--config FILE]`` prints the
-subscriptions it would create, connecting to nothing; ``mdb send DESTINATION BODY
+subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
+NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION BODY
 [--header k=v]... [--key K]`` sends a message by hand. Exit status: 0 after a clean stop, 2 for a
 configuration error, 3 when a broker could not be reached at startup, 128+N after a second
 signal N.
@@ -21,7 +22,9 @@ from pathlib import Path
 import anyio
 
 from mdb.container import Container
+from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError
+from mdb.links import BrokerLink
 from mdb.producer import Producer
 from mdb.settings import Settings, load_settings
 from mdb.wiring import find_container, find_listeners, import_modules, wired
@@ -74,8 +77,30 @@ async def send(args: argparse.Namespace, settings: Settings) -> None:
 
 
 async def subscriptions(args: argparse.Namespace, settings: Settings) -> None:
+    if args.delete:
+        await _delete_subscription(settings, *args.delete)
+        return
+    if not args.modules:
+        raise ConfigurationError("mdb subscriptions: name the MODULE(s) whose subscriptions to "
+                                 "print, or give --delete TOPIC NAME")
     modules = import_modules(args.modules)
     print(plan_table(Container(settings, find_listeners(modules))))
+
+
+async def _delete_subscription(settings: Settings, topic_text: str, name: str) -> None:
+    """Delete subscription ``name`` on every member of the topic, one broker at a time."""
+    topic = Destination.parse(topic_text)
+    if topic.kind is not Kind.TOPIC:
+        raise ConfigurationError(f"--delete {topic}: only topics have named subscriptions")
+    for member in settings.topology().members(topic):
+        link = BrokerLink(member.broker, settings.brokers[member.broker],
+                          f"{settings.app}.{settings.server}.admin")
+        try:
+            connection = await link.connect()
+            await connection.delete_subscription(member.destination, name)
+        finally:
+            await link.close()
+        print(f"deleted subscription {name} of {member}", flush=True)
 
 
 def plan_table(container: Container) -> str:
@@ -152,7 +177,10 @@ def _parser() -> argparse.ArgumentParser:
 
     p_subs = sub.add_parser(
         "subscriptions", help="print the subscriptions the listeners of MODULE(s) would create")
-    p_subs.add_argument("modules", nargs="+", metavar="MODULE")
+    p_subs.add_argument("modules", nargs="*", metavar="MODULE")
+    p_subs.add_argument("--delete", nargs=2, metavar=("TOPIC", "NAME"),
+                        help="delete subscription NAME on every member of TOPIC, with its "
+                             "messages (an abandoned subscription; not on ActiveMQ)")
     common(p_subs)
     p_subs.set_defaults(command=subscriptions)
 

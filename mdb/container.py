@@ -13,7 +13,8 @@ Lifecycle (``run``):
    flight, flagged.
 3. stop (``request_stop``): stop receiving → let in-flight handlers finish within
    ``shutdown_grace_period`` → cancel what is still running, aborting its transaction so the
-   broker redelivers it → close subscriptions and connections.
+   broker redelivers it → close subscriptions → delete the subscriptions of listeners with
+   ``durable_subscription_deletion`` → close connections.
 """
 
 from __future__ import annotations
@@ -138,12 +139,33 @@ class Container:
                 with anyio.move_on_after(self.settings.shutdown_grace_period):
                     await self._slots_done.wait()
                 work.cancel_scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await self._undeploy()
         finally:
             with anyio.CancelScope(shield=True):
                 for links in self.links.values():
                     for link in links:
                         await link.close()
                 await self.producer.close()
+
+    async def _undeploy(self) -> None:
+        """Delete the subscriptions of listeners with ``durable_subscription_deletion``; a
+        failure is logged: the subscription is then abandoned (``mdb subscriptions --delete``)."""
+        for deployed in self.deployed:
+            if not deployed.spec.options.durable_subscription_deletion:
+                continue
+            for planned in deployed.planned:
+                assert planned.request.name is not None  # a topic: checked by the listener
+                try:
+                    connection = await self.links[planned.broker][0].connect()
+                    await connection.delete_subscription(planned.request.destination,
+                                                         planned.request.name)
+                except BrokerError as exc:
+                    log.error("listener %s: subscription %s on broker %s not deleted: %s",
+                              deployed.spec.name, planned.name, planned.broker, exc)
+                else:
+                    log.info("listener %s: subscription %s on broker %s deleted",
+                             deployed.spec.name, planned.name, planned.broker)
 
     async def _start(self) -> list[Slot]:
         slots: list[Slot] = []
@@ -213,6 +235,9 @@ class Container:
                     with anyio.CancelScope(shield=True):
                         await subscription.close()
                     subscription = None
+        if subscription is not None:  # stopped before the loop began
+            with anyio.CancelScope(shield=True):
+                await subscription.close()
 
 
 def _where(spec: ListenerSpec) -> str:

@@ -83,6 +83,7 @@ def listener(
     error_destination: str | None = None,
     durable: bool | None = None,
     subscription: str | None = None,
+    durable_subscription_deletion: bool | None = None,
     max_messages_per_transaction: int | None = None,
     name: str | None = None,
 ) -> Callable[[F], F]:
@@ -99,6 +100,7 @@ def listener(
             "selector": selector, "redelivery": redelivery,
             "error_destination": error_destination, "durable": durable,
             "subscription": subscription,
+            "durable_subscription_deletion": durable_subscription_deletion,
             "max_messages_per_transaction": max_messages_per_transaction,
         }.items()
         if value is not None
@@ -151,6 +153,15 @@ def _check_combination(dest: Destination, options: ListenerOptions, where: str) 
     if dest.kind is Kind.QUEUE and options.subscription is not None:
         raise ConfigurationError(
             f"{where}: option 'subscription' names a topic subscription; {dest} is a queue"
+        )
+    if options.durable_subscription_deletion and (
+        dest.kind is Kind.QUEUE or options.distribution is Distribution.ONE_COPY_PER_APP
+    ):
+        raise ConfigurationError(
+            f"{where}: option 'durable_subscription_deletion' deletes this process's own topic "
+            f"subscriptions when it stops; {dest} with {options.distribution} has none (a "
+            "shared subscription would be deleted under the app's other processes): use "
+            "one-copy-per-server or drop the option"
         )
     if not options.transacted and options.max_messages_per_transaction > 1:
         raise ConfigurationError(

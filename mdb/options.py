@@ -51,6 +51,7 @@ class ListenerOptions(BaseModel):
     error_destination: str | None = None
     durable: bool = True
     subscription: str | None = None
+    durable_subscription_deletion: bool = False
     max_messages_per_transaction: Annotated[int, Field(ge=1, le=1000)] = 1
 
     @field_validator("error_destination")
@@ -91,4 +92,5 @@ class ListenerOverrides(BaseModel):
     error_destination: str | None = None
     durable: bool | None = None
     subscription: str | None = None
+    durable_subscription_deletion: bool | None = None
     max_messages_per_transaction: int | None = None

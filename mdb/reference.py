@@ -38,6 +38,10 @@ LISTENER_OPTIONS = {
     "subscription": "replaces the derived topic subscription name (letters, digits, _ and -, "
                     "and the placeholders `{app}`, `{server}`, `{listener}`; "
                     "one-copy-per-server needs `{server}`)",
+    "durable_subscription_deletion": "on an orderly stop, delete this process's topic "
+                                     "subscriptions and what they hold (one-copy-per-server "
+                                     "only; WebLogic's option of the same name; not on "
+                                     "ActiveMQ, see docs/distribution.md)",
     "max_messages_per_transaction": "most messages one pool slot processes in one transaction "
                                     "(1 to 1000; transacted listeners only); also its prefetch. "
                                     "A batch is what has already arrived, never waited for; if "

@@ -363,6 +363,16 @@ class MemoryConnection(Connection):
         state._notify()
         return subscription
 
+    async def delete_subscription(self, topic: Destination, name: str) -> None:
+        await _checkpoint()
+        self._check_open()
+        queue = Destination(Kind.QUEUE, subscription_queue_name(topic.name, name))
+        if self._state.stats(queue) is not None and not self._state.delete_queue(queue):
+            raise SubscriptionFailed(
+                f"subscription {name!r} of {topic}: not deleted while subscribers are attached; "
+                "stop them first"
+            )
+
     async def begin(self) -> MemoryTransaction:
         await _checkpoint()
         self._check_open()

@@ -306,6 +306,37 @@ class StompConnection(Connection):
             raise
         return subscription
 
+    async def delete_subscription(self, topic: Destination, name: str) -> None:
+        """SUBSCRIBE to the subscription, then UNSUBSCRIBE with the dialect's deleting headers,
+        each with a receipt. The SUBSCRIBE is not registered: what the broker pushes meanwhile
+        is dropped unacked and deleted with the queue."""
+        spec = self._dialect.subscribe_spec(
+            SubscriptionRequest(topic, name, durable=True, selector=None, prefetch=1))
+        deleting = self._dialect.delete_headers(spec)
+        sub_id = str(next(self._ids))
+        what = f"subscription {name!r} of {topic}"
+        await self._confirmed(what, self._stomp.subscribe, spec.path, sub_id, ack=spec.ack_mode,
+                              headers=spec.headers)
+        await self._confirmed(what, self._stomp.unsubscribe, id=sub_id, headers=deleting)
+
+    async def _confirmed(self, what: str, method: Callable[..., Any], *args: Any,
+                         headers: dict[str, str], **kwargs: Any) -> None:
+        """Write a frame with a receipt and wait for it; ``SubscriptionFailed`` if refused or
+        unanswered, ``ConnectionLost`` if the connection is down."""
+        receipt = uuid.uuid4().hex
+        self._write(method, *args, headers=dict(headers, receipt=receipt), **kwargs)
+        try:
+            await self._wait_receipt(receipt)
+        except _Refused as refused:
+            raise SubscriptionFailed(f"{what}: the broker refused: {refused}") from None
+        except _NoReceipt:
+            raise SubscriptionFailed(
+                f"{what}: no receipt from {self._address} within "
+                f"{self._options.receipt_timeout}s; the outcome is unknown"
+            ) from None
+        except _Lost as lost:
+            raise ConnectionLost(f"{self._address}: {lost}") from None
+
     async def begin(self) -> StompTransaction:
         """BEGIN (no receipt: a refused BEGIN fails the COMMIT). ``ConnectionLost`` when down."""
         transaction = StompTransaction(self, uuid.uuid4().hex)

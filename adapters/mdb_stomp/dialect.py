@@ -85,6 +85,11 @@ class Dialect(abc.ABC):
         """The broker queue holding subscription ``name`` of ``topic`` (what an operator looks
         for); ``SubscriptionFailed`` for a name that cannot be one segment of it."""
 
+    @abc.abstractmethod
+    def delete_headers(self, spec: SubscribeSpec) -> dict[str, str]:
+        """Headers of the UNSUBSCRIBE that, following a SUBSCRIBE of ``spec``, deletes the
+        subscription's queue; ``SubscriptionFailed`` where no STOMP frame can."""
+
     def topic_queue(self, request: SubscriptionRequest) -> str:
         """The queue of a topic subscription request; ``SubscriptionFailed`` for one without a
         name or not durable, which no dialect supports yet."""
@@ -157,6 +162,16 @@ class ActiveMQDialect(Dialect):
 
     def subscription_queue(self, topic: Destination, name: str) -> str:
         return f"Consumer.{_segment(topic, name)}.{_VIRTUAL_TOPIC_PREFIX}{topic.name}"
+
+    def delete_headers(self, spec: SubscribeSpec) -> dict[str, str]:
+        # Measured on 5.17.2: no UNSUBSCRIBE header (persistent, durable,
+        # activemq.subscriptionName), advisory message or command agent deletes a queue over
+        # STOMP; only the broker's inactive-destination GC does (docs/activemq.md).
+        raise SubscriptionFailed(
+            f"ActiveMQ cannot delete queue {spec.requeue_destination.name} over STOMP: delete it "
+            "with an ActiveMQ admin tool (JMX, web console), or let the broker remove it once "
+            "it is empty and unused (gcInactiveDestinations, see docs/activemq.md)"
+        )
 
 
 def _segment(topic: Destination, name: str) -> str:
@@ -262,6 +277,12 @@ class RabbitMQDialect(Dialect):
 
     def subscription_queue(self, topic: Destination, name: str) -> str:
         return f"Consumer.{_segment(topic, name)}.{topic.name}"
+
+    def delete_headers(self, spec: SubscribeSpec) -> dict[str, str]:
+        # Measured on 3.10.8: durable:true with the x-queue-name deletes the queue and its
+        # messages, even under other subscribers; without the x-queue-name nothing is deleted.
+        # A plain UNSUBSCRIBE (StompSubscription.close) never carries these headers.
+        return {"durable": "true", "x-queue-name": spec.headers["x-queue-name"]}
 
 
 def _compiled(destination: Destination, selector: str | None) -> Matcher | None:

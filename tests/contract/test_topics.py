@@ -94,6 +94,32 @@ async def test_a_durable_subscription_keeps_messages_while_no_process_runs(
     assert calls.of("kept") == ["while away"]
 
 
+async def test_durable_subscription_deletion_deletes_the_servers_subscription_on_stop(
+    broker_url: str,
+) -> None:
+    topic = f"topic:{unique('quotes')}"
+    calls = Calls()
+
+    @listener(topic, distribution=Distribution.ONE_COPY_PER_SERVER,
+              durable_subscription_deletion=True)
+    async def quotes(body: str) -> None:
+        calls.add("seen", body)
+
+    settings = settings_for(broker_url)
+    async with running(settings, quotes):
+        pass  # creates the subscription, then stops and deletes it
+    await send_all(broker_url, topic, ["while away"])  # kept by no subscription
+    async with running(settings, quotes):
+        await send_all(broker_url, topic, ["fresh"])
+        await calls.wait(lambda c: "fresh" in c.of("seen"))
+    if broker_url.startswith("stomp+activemq:"):
+        # No STOMP frame deletes an ActiveMQ queue: the deletion fails (logged) and the
+        # subscription kept the message, as a durable one does.
+        assert calls.of("seen") == ["while away", "fresh"]
+    else:
+        assert calls.of("seen") == ["fresh"]
+
+
 async def test_a_selector_filters_a_topic_subscription(broker_url: str) -> None:
     # ActiveMQ and the memory broker evaluate it; RabbitMQ ignores selectors, so the adapter
     # evaluates it there and settles what does not match.

@@ -69,6 +69,23 @@ def test_an_unreachable_broker_exits_3(app: Path) -> None:
     assert "broker error" in result.stderr
 
 
+def test_mdb_subscriptions_delete_names_what_it_needs(app: Path) -> None:
+    nothing = mdb("subscriptions", cwd=app)
+    assert nothing.returncode == 2 and "--delete TOPIC NAME" in nothing.stderr
+    queue = mdb("subscriptions", "--delete", "queue:orders", "x", cwd=app)
+    assert queue.returncode == 2 and "only topics have named subscriptions" in queue.stderr
+
+
+def test_mdb_subscriptions_delete_explains_what_activemq_cannot_do(
+    activemq: object, tmp_path: Path,
+) -> None:
+    (tmp_path / "amq.toml").write_text(f"[brokers.main]\nurl = '{activemq.url}'\n")  # type: ignore[attr-defined]
+    result = mdb("subscriptions", "--delete", "topic:quotes", "old-name", "--config", "amq.toml",
+                 cwd=tmp_path)
+    assert result.returncode == 3
+    assert "cannot delete queue Consumer.old-name.VirtualTopic.quotes over STOMP" in result.stderr
+
+
 def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> None:
     import anyio
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mdb import reference
+from mdb.destinations import Destination
+from mdb.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,3 +19,12 @@ def test_the_configuration_reference_matches_the_settings_models() -> None:
         "docs/configuration.md is stale: regenerate its reference section with "
         "`python -m mdb.reference`"
     )
+
+
+def test_the_example_settings_in_the_docs_are_valid(tmp_path: Path) -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "mdb.toml").write_text(example)
+    settings = load_settings(tmp_path / "mdb.toml")
+    members = settings.topology().members(Destination.parse("topic:orders"))
+    assert [str(m) for m in members] == ["topic:orders@main", "topic:orders_b@backup"]

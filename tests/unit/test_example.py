@@ -50,4 +50,18 @@ def test_the_orders_example_runs_on_the_embedded_broker() -> None:
     assert "listener         destination" in out  # the plan table
     assert "orders: o-5 succeeded on delivery 2" in out  # a redelivery
     assert "gave up after 3 deliveries: ValueError: order o-3: cannot price sku POISON" in out
-    assert "mdb: stopped; processed 23" in out
+    assert "events: order o-5 accepted, 47.50" in out  # on the topic, after its redelivery
+    assert "mdb: stopped; processed 34" in out  # 11 orders, 11 invoices, 11 events, 1 error
+
+
+def test_the_partitioned_example_plans_a_subscription_on_every_member() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mdb.cli", "subscriptions", "examples.orders.listeners",
+         "--config", "examples/orders/partitioned.toml", "--server", "web_1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines()
+            if line.startswith("on_order_event")]
+    assert [(row[3], row[-4]) for row in rows] == [
+        ("orders_example-web_1-on_order_event", broker) for broker in "abc"]
+    assert result.stdout in (ROOT / "docs" / "distribution.md").read_text()  # docs are current

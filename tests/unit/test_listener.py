@@ -80,6 +80,15 @@ def test_one_copy_per_server_on_a_queue_is_refused() -> None:
         listener("queue:orders", distribution=Distribution.ONE_COPY_PER_SERVER)
 
 
+def test_deleting_subscriptions_on_stop_needs_a_subscription_of_this_server() -> None:
+    with pytest.raises(ListenerDefinitionError, match="under the app's other processes"):
+        listener("topic:quotes", durable_subscription_deletion=True)
+    with pytest.raises(ListenerDefinitionError, match="durable_subscription_deletion"):
+        listener("queue:quotes", durable_subscription_deletion=True)
+    listener("topic:quotes", distribution=Distribution.ONE_COPY_PER_SERVER,
+             durable_subscription_deletion=True)
+
+
 def test_batches_need_a_transaction_in_code_and_in_settings() -> None:
     with pytest.raises(ListenerDefinitionError, match="max_messages_per_transaction"):
         listener("queue:orders", transacted=False, max_messages_per_transaction=10)
