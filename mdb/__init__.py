@@ -19,14 +19,16 @@ from mdb.errors import (
     SubscriptionFailed,
     TransactionRolledBack,
 )
+from mdb.events import BrokerEvent, EventKind, on_event
 from mdb.listener import ListenerSpec, listener
 from mdb.options import Distribution, Redelivery
 from mdb.producer import Producer
 from mdb.settings import Settings, load_settings
 
 __all__ = [
-    "BrokerError", "ConfigurationError", "ConnectionFailed", "ConnectionLost", "Container",
-    "Context", "DecodeError", "Destination", "Distribution", "ListenerDefinitionError",
-    "ListenerSpec", "MdbError", "Producer", "Redelivery", "SendOutcomeUnknown", "Settings",
-    "SubscriptionFailed", "TransactionRolledBack", "listener", "load_settings",
+    "BrokerError", "BrokerEvent", "ConfigurationError", "ConnectionFailed", "ConnectionLost",
+    "Container", "Context", "DecodeError", "Destination", "Distribution", "EventKind",
+    "ListenerDefinitionError", "ListenerSpec", "MdbError", "Producer", "Redelivery",
+    "SendOutcomeUnknown", "Settings", "SubscriptionFailed", "TransactionRolledBack", "listener",
+    "load_settings", "on_event",
 ]

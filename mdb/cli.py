@@ -4,18 +4,24 @@
 runs the container process; ``mdb subscriptions MODULE... [--config FILE]`` prints the
 subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
 NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION BODY
-[--header k=v]... [--key K]`` sends a message by hand. Exit status: 0 after a clean stop, 2 for a
-configuration error, 3 when a broker could not be reached at startup, 128+N after a second
-signal N.
+[--header k=v]... [--key K]`` sends a message by hand; ``mdb status [--config FILE] [--url URL]``
+asks a running container's health endpoint (setting ``health_port``) how it is. Exit status: 0
+after a clean stop (``mdb status``: the container is ready), 1 when ``mdb status`` found the
+container not ready, 2 for a configuration error, 3 when a broker could not be reached at startup
+(``mdb status``: when the health endpoint could not be reached), 128+N after a second signal N.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
 import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,10 +30,18 @@ import anyio
 from mdb.container import Container
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError
-from mdb.links import BrokerLink
+from mdb.events import Events
+from mdb.health import Health, HealthServer
+from mdb.links import BrokerLink, BrokerStatus
 from mdb.producer import Producer
 from mdb.settings import Settings, load_settings
-from mdb.wiring import find_container, find_listeners, import_modules, wired
+from mdb.wiring import (
+    find_container,
+    find_event_callbacks,
+    find_listeners,
+    import_modules,
+    wired,
+)
 
 log = logging.getLogger("mdb")
 
@@ -41,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         settings = load_settings(args.config, app=args.app, server=args.server)
         try:
-            anyio.run(args.command, args, settings)
+            code = anyio.run(args.command, args, settings)
         except BaseExceptionGroup as group:
             raise _sole(group) from None
     except ConfigurationError as exc:
@@ -50,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except BrokerError as exc:
         print(f"mdb: broker error: {exc}", file=sys.stderr)
         sys.exit(3)
+    sys.exit(code)
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> None:
@@ -57,16 +72,66 @@ async def run(args: argparse.Namespace, settings: Settings) -> None:
     listeners = find_listeners(modules)
     di = find_container(args.container or settings.container, modules)
     async with wired(di, modules, listeners) as handlers:
-        container = Container(settings, handlers)
+        container = Container(settings, handlers, on_event=find_event_callbacks(modules))
         print(plan_table(container), flush=True)
-        async with anyio.create_task_group() as helpers:
-            helpers.start_soon(_stop_on_signals, container)
-            async with anyio.create_task_group() as running:
-                await running.start(container.run)
-                print(f"mdb: ready (app {settings.app}, server {settings.server})", flush=True)
-                helpers.start_soon(_print_status, container, settings.status_interval)
-            helpers.cancel_scope.cancel()
+        health = None
+        if settings.health_port is not None:
+            health = HealthServer(container.health, settings.health_host, settings.health_port)
+            health.start()
+            print(f"mdb: health on http://{settings.health_host}:{health.port}", flush=True)
+        try:
+            async with anyio.create_task_group() as helpers:
+                helpers.start_soon(_stop_on_signals, container)
+                async with anyio.create_task_group() as running:
+                    await running.start(container.run)
+                    print(f"mdb: ready (app {settings.app}, server {settings.server})",
+                          flush=True)
+                    helpers.start_soon(_print_status, container, settings.status_interval)
+                    if args.config is not None:
+                        helpers.start_soon(_reload_on_change, container, args)
+                helpers.cancel_scope.cancel()
+        finally:
+            if health is not None:
+                health.close()
     print(f"mdb: stopped; {status_line(container)}", flush=True)
+
+
+# How often ``mdb run`` looks at its --config file for a changed topology.
+CONFIG_POLL_INTERVAL = 2.0
+
+
+async def _reload_on_change(container: Container, args: argparse.Namespace) -> None:
+    """Apply the --config file's topology when it changes (polled) or on SIGHUP; a bad one is
+    rejected with a message and the running one stays."""
+    path: Path = args.config
+    seen = _mtime(path)
+
+    async def reload(why: str) -> None:
+        try:
+            settings = load_settings(path, app=args.app, server=args.server)
+            await container.apply(settings)
+        except ConfigurationError as exc:
+            log.error("%s: topology change rejected, the running one stays: %s", why, exc)
+
+    async def on_sighup() -> None:
+        with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+            async for _ in signals:
+                await reload("SIGHUP")
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(on_sighup)
+        while True:
+            await anyio.sleep(CONFIG_POLL_INTERVAL)
+            if (now := _mtime(path)) != seen:
+                seen = now
+                await reload(f"{path} changed")
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 async def send(args: argparse.Namespace, settings: Settings) -> None:
@@ -93,14 +158,117 @@ async def _delete_subscription(settings: Settings, topic_text: str, name: str) -
     if topic.kind is not Kind.TOPIC:
         raise ConfigurationError(f"--delete {topic}: only topics have named subscriptions")
     for member in settings.topology().members(topic):
-        link = BrokerLink(member.broker, settings.brokers[member.broker],
-                          f"{settings.app}.{settings.server}.admin")
+        status = BrokerStatus(member.broker, settings.brokers[member.broker], Events())
+        link = BrokerLink(status, f"{settings.app}.{settings.server}.admin")
         try:
             connection = await link.connect()
             await connection.delete_subscription(member.destination, name)
         finally:
             await link.close()
         print(f"deleted subscription {name} of {member}", flush=True)
+
+
+async def status(args: argparse.Namespace, settings: Settings) -> int:
+    """Print what the container's ``/status`` says; 0 when it is ready, 1 when not, 3 when the
+    endpoint cannot be reached (or is not an mdb health endpoint)."""
+    url = args.url or _health_url(settings)
+    if "://" not in url:
+        url = f"http://{url}"
+    try:
+        health = await anyio.to_thread.run_sync(fetch_status, url, args.timeout)
+    except _NotLive as exc:
+        print(f"mdb at {url}: not live: {exc}", flush=True)
+        return 1
+    except _Unreachable as exc:
+        print(f"mdb: {exc}", file=sys.stderr)
+        return 3
+    print(status_report(health, url), flush=True)
+    return 0 if health.ready else 1
+
+
+class _Unreachable(Exception):
+    """No answer from the health endpoint, or not one mdb would give."""
+
+
+class _NotLive(Exception):
+    """The health endpoint answered that the container's event loop is not running."""
+
+
+def _health_url(settings: Settings) -> str:
+    if settings.health_port is None:
+        raise ConfigurationError("mdb status: set `health_port` (the container's health "
+                                 "endpoint) in the settings, or give --url http://HOST:PORT")
+    if settings.health_port == 0:
+        raise ConfigurationError("mdb status: `health_port` is 0 (any free port), so the port "
+                                 "is not known here; give --url http://HOST:PORT")
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(
+        settings.health_host, settings.health_host)
+    return f"http://{f'[{host}]' if ':' in host else host}:{settings.health_port}"
+
+
+def fetch_status(url: str, timeout: float) -> Health:
+    """GET ``url``/status and rebuild the snapshot; blocking, so call it from a worker thread."""
+    target = f"{url.rstrip('/')}/status"
+    try:
+        with urllib.request.urlopen(target, timeout=timeout) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code != 503:
+            raise _Unreachable(f"{target}: HTTP {exc.code}; is this an mdb health "
+                               f"endpoint?") from None
+        try:
+            said = str(json.loads(exc.read())["error"])
+        except (ValueError, KeyError, TypeError):
+            said = "HTTP 503"
+        raise _NotLive(said) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if isinstance(why, TimeoutError):
+            why = f"no answer within {timeout:g} s (is its event loop blocked?)"
+        raise _Unreachable(f"cannot reach {target}: {why}") from None
+    try:
+        return Health.from_json(json.loads(body))
+    except (ValueError, AttributeError) as exc:
+        raise _Unreachable(f"{target}: not an mdb health snapshot ({exc})") from None
+
+
+def status_report(health: Health, url: str, now: float | None = None) -> str:
+    """What ``mdb status`` prints: a headline and why, then brokers, listeners, event counts."""
+    now = time.time() if now is None else now
+    lines = [f"mdb at {url}: {'live' if health.live else 'NOT LIVE'}, "
+             f"{'ready' if health.ready else 'NOT READY'}"]
+    reasons = [f"broker {b.name} is {b.state}" for b in health.brokers if b.state != "up"]
+    reasons += [f"listener {lh.name} has {lh.subscribed} of {lh.members} members subscribed"
+                for lh in health.listeners if lh.subscribed < lh.members]
+    if reasons and not health.ready:
+        lines.append(f"  because {'; '.join(reasons)}")
+    brokers = [("broker", "state", "since")] + [
+        (b.name, b.state, f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b.since))} "
+                          f"({_ago(now - b.since)} ago)")
+        for b in health.brokers]
+    listeners = [("listener", "subscribed", "in flight", "processed")] + [
+        (lh.name, f"{lh.subscribed}/{lh.members}", str(lh.in_flight), str(lh.processed))
+        for lh in health.listeners]
+    events = ", ".join(f"{kind} {count}" for kind, count in sorted(health.events.items()))
+    return "\n\n".join(["\n".join(lines), _table(brokers), _table(listeners),
+                        f"events: {events or 'none'}"])
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
 
 
 def plan_table(container: Container) -> str:
@@ -126,7 +294,8 @@ def status_line(container: Container) -> str:
             f"in flight {sum(s.in_flight for s in stats)}, "
             f"redelivered {sum(s.redelivered for s in stats)}, "
             f"to error destination {sum(s.to_error_destination for s in stats)}, "
-            f"rolled back {sum(s.rolled_back for s in stats)}")
+            f"rolled back {sum(s.rolled_back for s in stats)}, "
+            f"filtered {sum(s.filtered for s in stats)}")
 
 
 async def _print_status(container: Container, interval: float) -> None:
@@ -192,6 +361,15 @@ def _parser() -> argparse.ArgumentParser:
                                       "key (default: round robin)")
     common(p_send)
     p_send.set_defaults(command=send)
+
+    p_status = sub.add_parser("status", help="ask a running container how it is (exit 0: "
+                                             "ready, 1: not ready, 3: no answer)")
+    p_status.add_argument("--config", type=Path, help="TOML settings file")
+    p_status.add_argument("--url", help="its health endpoint, http://HOST:PORT (default: from "
+                                        "the settings health_host and health_port)")
+    p_status.add_argument("--timeout", type=float, default=5.0,
+                          help="seconds to wait for the answer (default: 5)")
+    p_status.set_defaults(command=status, app=None, server=None)
     return parser
 
 

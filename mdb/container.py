@@ -2,15 +2,19 @@
 
 Lifecycle (``run``):
 
-1. start: connect to every broker used, then create every subscription (one per pool slot
-   and member of the listener's destination, prefetch ``max_messages_per_transaction``, 1 by
+1. start: connect to every broker used and create every subscription (one per pool slot and
+   member of the listener's destination, prefetch ``max_messages_per_transaction``, 1 by
    default, so a process never holds more unsettled messages than it can work on), then report
-   ready. A failure here is fatal and raised.
+   ready. A broker that cannot be reached is left to its slots, which keep reconnecting in the
+   background; only when no broker at all can be reached is startup a failure
+   (``ConnectionFailed``). A subscription the broker refuses is a failure too.
 2. run: each slot waits for a delivery, adds the ones its subscription already holds (up to
    ``max_messages_per_transaction``; it never waits for a batch to fill) and hands them to its
-   ``Processor``. A slot whose connection was lost reconnects (one attempt per broker, with
-   backoff) and subscribes again under the same name; the broker redelivers what was in
-   flight, flagged.
+   ``Processor``. A slot whose connection was lost reconnects (with backoff and jitter; the
+   slots of one connection share the attempts) and subscribes again under the same name; the
+   broker redelivers what was in flight, flagged. Slots on other brokers go on meanwhile.
+   ``apply`` changes the topology live: slots of members that left (or whose broker moved)
+   drain and close, slots of new members start.
 3. stop (``request_stop``): stop receiving → let in-flight handlers finish within
    ``shutdown_grace_period`` → cancel what is still running, aborting its transaction so the
    broker redelivers it → close subscriptions → delete the subscriptions of listeners with
@@ -21,19 +25,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from mdb.broker import Subscription
 from mdb.delivery import Processor, Stats
-from mdb.errors import BrokerError, ConfigurationError, ConnectionLost
-from mdb.links import BrokerLink
+from mdb.errors import BrokerError, ConfigurationError, ConnectionFailed, ConnectionLost
+from mdb.events import BrokerEvent, Callback, EventKind, Events
+from mdb.health import BrokerHealth, Health, ListenerHealth
+from mdb.links import BrokerLink, BrokerStatus
 from mdb.listener import ListenerSpec
 from mdb.planning import PlannedSubscription, plan
 from mdb.producer import Producer
 from mdb.settings import Settings
+from mdb.topology import Member
 
 log = logging.getLogger("mdb.container")
 
@@ -54,23 +62,31 @@ class Deployed:
     stats: Stats = field(default_factory=Stats)
 
 
-@dataclass
+@dataclass(eq=False)
 class Slot:
     """One pool slot on one member: a subscription on one connection, one delivery (or batch)
-    at a time."""
+    at a time. ``retired`` once its member left the topology: it finishes what it holds and
+    ends."""
 
     deployed: Deployed
     planned: PlannedSubscription
     link: BrokerLink
     threads: anyio.CapacityLimiter
-    subscription: Subscription | None
+    subscription: Subscription | None = None
+    retired: bool = False
+    receiving: anyio.CancelScope | None = None
+    ended: anyio.Event = field(default_factory=anyio.Event)
 
 
 class Container:
     """Runs ``listeners`` with ``settings``. Construction applies the settings' overrides and
-    plans every subscription (raising ConfigurationError); ``run`` does the rest."""
+    plans every subscription (raising ConfigurationError); ``run`` does the rest.
 
-    def __init__(self, settings: Settings, listeners: Iterable[ListenerSpec]) -> None:
+    ``on_event`` callbacks receive every ``BrokerEvent`` (see ``mdb.events``).
+    """
+
+    def __init__(self, settings: Settings, listeners: Iterable[ListenerSpec],
+                 on_event: Iterable[Callback] = ()) -> None:
         self.settings = settings
         self.deployed: list[Deployed] = []
         seen: dict[str, ListenerSpec] = {}
@@ -92,22 +108,21 @@ class Container:
             configured = spec.with_settings(settings.defaults, settings.listeners.get(spec.name))
             planned = plan(configured, topology, app=settings.app, server=settings.server)
             self.deployed.append(Deployed(configured, planned))
-        client_id = f"{settings.app}.{settings.server}"
-        slots_on: dict[str, int] = {}
-        for d in self.deployed:
-            for p in d.planned:
-                slots_on[p.broker] = slots_on.get(p.broker, 0) + d.spec.options.pool
-        self.links: dict[str, list[BrokerLink]] = {
-            name: [BrokerLink(name, settings.brokers[name], client_id)
-                   for _ in range(min(-(-slots // SLOTS_PER_CONNECTION), MAX_CONNECTIONS))]
-            for name, slots in slots_on.items()
-        }
-        self.producer = Producer(settings, topology=topology, client_id=f"{client_id}.sends")
+        self.events = Events(list(on_event))
+        self.statuses: dict[str, BrokerStatus] = {}
+        self.links: dict[str, list[BrokerLink]] = self._links_for(
+            settings, self._slot_counts(self.deployed), set())
+        self.producer = Producer(settings, topology=topology, client_id=f"{self._client_id}.sends",
+                                 statuses=self.statuses)
         self.stopping = False
         self._stop_requested: anyio.Event | None = None
-        self._receiving: set[anyio.CancelScope] = set()
-        self._live_slots = 0
-        self._slots_done: anyio.Event | None = None
+        self._slots: set[Slot] = set()
+        self._work: TaskGroup | None = None
+        self._threads: dict[str, anyio.CapacityLimiter] = {}
+
+    @property
+    def _client_id(self) -> str:
+        return f"{self.settings.app}.{self.settings.server}"
 
     def request_stop(self) -> None:
         """Begin the orderly shutdown; ``run`` returns when it is complete. Call it from the
@@ -115,102 +130,231 @@ class Container:
         self.stopping = True
         if self._stop_requested is not None:
             self._stop_requested.set()
-        for scope in list(self._receiving):
-            scope.cancel()
+        for slot in list(self._slots):
+            if slot.receiving is not None:
+                slot.receiving.cancel()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start, report ready through ``task_status``, process until ``request_stop``, then
         shut down in the documented order. Startup errors (ConfigurationError, BrokerError)
         are raised."""
         self._stop_requested = anyio.Event()
-        self._slots_done = anyio.Event()
         try:
             slots = await self._start()
             log.info("container ready: %d listeners, %d subscriptions",
-                     len(self.deployed), len(slots))
+                     len(self.deployed), sum(s.subscription is not None for s in slots))
             task_status.started()
-            self._live_slots = len(slots)
             async with anyio.create_task_group() as work:
+                self._work = work
                 for slot in slots:
-                    work.start_soon(self._slot, slot)
+                    self._launch(slot)
                 if self.stopping:
                     self.request_stop()
                 await self._stop_requested.wait()
                 with anyio.move_on_after(self.settings.shutdown_grace_period):
-                    await self._slots_done.wait()
+                    for slot in list(self._slots):
+                        await slot.ended.wait()
                 work.cancel_scope.cancel()
             with anyio.CancelScope(shield=True):
                 await self._undeploy()
         finally:
+            self._work = None
             with anyio.CancelScope(shield=True):
                 for links in self.links.values():
                     for link in links:
                         await link.close()
                 await self.producer.close()
 
-    async def _undeploy(self) -> None:
-        """Delete the subscriptions of listeners with ``durable_subscription_deletion``; a
-        failure is logged: the subscription is then abandoned (``mdb subscriptions --delete``)."""
+    async def apply(self, settings: Settings) -> None:
+        """Change the topology (``brokers`` and ``destinations``) while running: slots of
+        members that left, or whose broker's settings changed (moved), drain — they finish
+        what they hold — and close; slots of new members start and subscribe. Other settings
+        need a restart and are ignored here (logged). A topology the listeners cannot be
+        planned on raises ConfigurationError and changes nothing."""
+        settings.check()
+        topology = settings.topology()
+        plans = {d.spec.name: plan(d.spec, topology, app=self.settings.app,
+                                   server=self.settings.server) for d in self.deployed}
+        ignored = [name for name in Settings.model_fields
+                   if name not in ("brokers", "destinations")
+                   and getattr(settings, name) != getattr(self.settings, name)]
+        if ignored:
+            log.warning("settings %s changed: they take effect at the next start",
+                        ", ".join(ignored))
+        moved = {name for name, broker in self.settings.brokers.items()
+                 if settings.brokers.get(name) != broker}
+        old = {(d.spec.name, p.member) for d in self.deployed for p in d.planned}
+        new = {(name, p.member) for name, planned in plans.items() for p in planned}
+        leaving = {key for key in old if key not in new or key[1].broker in moved}
+        joining = {key for key in new if key not in old or key[1].broker in moved}
+        joined = [d for d in self.deployed for p in plans[d.spec.name]
+                  if (d.spec.name, p.member) in joining]
+        counts = self._slot_counts(joined, plans)
+        links = self._links_for(settings, counts,
+                                {b for b in counts if b in self.links and b not in moved})
+        # Nothing above changed the running container; from here on nothing can fail.
+        self.settings = self.settings.model_copy(
+            update={"brokers": settings.brokers, "destinations": settings.destinations})
+        self.producer.update(self.settings, topology)
+        retired_links = [link for name in moved for link in self.links.pop(name, [])]
+        for name in set(self.statuses) - set(settings.brokers):
+            del self.statuses[name]
+        for name, extra in links.items():
+            self.links.setdefault(name, []).extend(extra)
+        for slot in [s for s in self._slots if (s.deployed.spec.name, s.planned.member)
+                     in leaving]:
+            slot.retired = True
+            if slot.receiving is not None:
+                slot.receiving.cancel()
         for deployed in self.deployed:
-            if not deployed.spec.options.durable_subscription_deletion:
+            deployed.planned = plans[deployed.spec.name]
+        for listener, member in sorted(leaving - joining, key=str):
+            self.events.emit(BrokerEvent(EventKind.MEMBER_UNAVAILABLE, member.broker, member,
+                                         f"left the topology (listener {listener})"))
+        for slot in self._new_slots([(d, p) for d in self.deployed for p in d.planned
+                                     if (d.spec.name, p.member) in joining]):
+            self._launch(slot)
+        for listener, member in sorted(joining - leaving, key=str):
+            self.events.emit(BrokerEvent(EventKind.MEMBER_AVAILABLE, member.broker, member,
+                                         f"joined the topology (listener {listener})"))
+        if retired_links and self._work is not None:
+            self._work.start_soon(self._close_when_drained, retired_links)
+        log.info("topology applied: %d subscriptions leave, %d join",
+                 len(leaving), len(joining))
+
+    def health(self) -> Health:
+        """A snapshot for the health endpoint; call it on the container's event loop. Ready
+        means running, not stopping, every broker up and every member subscribed."""
+        listeners = tuple(
+            ListenerHealth(
+                d.spec.name, len(d.planned),
+                len({s.planned.member for s in self._slots
+                     if s.deployed is d and s.subscription is not None}),
+                d.stats.in_flight, d.stats.processed)
+            for d in self.deployed)
+        brokers = tuple(BrokerHealth(name, status.state, status.since)
+                        for name, status in self.statuses.items())
+        running = self._work is not None and not self.stopping
+        events = {str(kind): count for kind, count in self.events.counts.items()}
+        snapshot = Health(live=self._work is not None, ready=running, brokers=brokers,
+                          listeners=listeners, events=events)
+        if running and any(snapshot.unready().values()):
+            snapshot = replace(snapshot, ready=False)
+        return snapshot
+
+    # -- starting ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _slot_counts(deployed: Iterable[Deployed],
+                     plans: dict[str, tuple[PlannedSubscription, ...]] | None = None,
+                     ) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for d in deployed:
+            for p in (plans or {}).get(d.spec.name, d.planned):
+                counts[p.broker] = counts.get(p.broker, 0) + d.spec.options.pool
+        return counts
+
+    def _links_for(self, settings: Settings, counts: dict[str, int],
+                   existing: set[str]) -> dict[str, list[BrokerLink]]:
+        """New links for the brokers in ``counts`` not in ``existing``: one per four slots,
+        at most eight, each broker with a fresh status. Raises ConfigurationError for a URL
+        no adapter serves, before anything changed."""
+        links: dict[str, list[BrokerLink]] = {}
+        statuses: dict[str, BrokerStatus] = {}
+        for name, slots in counts.items():
+            if name in existing:
                 continue
-            for planned in deployed.planned:
-                assert planned.request.name is not None  # a topic: checked by the listener
-                try:
-                    connection = await self.links[planned.broker][0].connect()
-                    await connection.delete_subscription(planned.request.destination,
-                                                         planned.request.name)
-                except BrokerError as exc:
-                    log.error("listener %s: subscription %s on broker %s not deleted: %s",
-                              deployed.spec.name, planned.name, planned.broker, exc)
-                else:
-                    log.info("listener %s: subscription %s on broker %s deleted",
-                             deployed.spec.name, planned.name, planned.broker)
+            statuses[name] = BrokerStatus(name, settings.brokers[name], self.events,
+                                          members=partial(self._members_on, name))
+            count = min(-(-slots // SLOTS_PER_CONNECTION), MAX_CONNECTIONS)
+            links[name] = [BrokerLink(statuses[name], self._client_id) for _ in range(count)]
+        self.statuses.update(statuses)
+        return links
+
+    def _members_on(self, broker: str) -> list[Member]:
+        return list(dict.fromkeys(p.member for d in self.deployed for p in d.planned
+                                  if p.broker == broker))
+
+    def _new_slots(self, where: list[tuple[Deployed, PlannedSubscription]]) -> list[Slot]:
+        assigned = {name: 0 for name in self.links}
+        slots = []
+        for deployed, planned in where:
+            threads = self._threads.setdefault(
+                deployed.spec.name,
+                anyio.CapacityLimiter(deployed.spec.options.pool * len(deployed.planned)))
+            links = self.links[planned.broker]
+            for _ in range(deployed.spec.options.pool):
+                link = links[assigned[planned.broker] % len(links)]
+                assigned[planned.broker] += 1
+                slots.append(Slot(deployed, planned, link, threads))
+        return slots
 
     async def _start(self) -> list[Slot]:
-        slots: list[Slot] = []
-        assigned = {name: 0 for name in self.links}
-        for deployed in self.deployed:
-            threads = anyio.CapacityLimiter(deployed.spec.options.pool * len(deployed.planned))
-            for planned in deployed.planned:
-                links = self.links[planned.broker]
-                for _ in range(deployed.spec.options.pool):
-                    link = links[assigned[planned.broker] % len(links)]
-                    assigned[planned.broker] += 1
-                    connection = await link.connect()
-                    subscription = await connection.subscribe(planned.request)
-                    slots.append(Slot(deployed, planned, link, threads, subscription))
+        """Subscribe every slot whose broker answers; raise the first failure when none
+        does."""
+        unreachable: dict[str, ConnectionFailed] = {}
+        for name, links in self.links.items():
+            try:
+                await links[0].connect()
+            except ConnectionFailed as exc:
+                unreachable[name] = exc
+                log.warning("broker %s unreachable at startup (%s); its listeners start "
+                            "when it answers", name, exc)
+        if self.links and len(unreachable) == len(self.links):
+            raise next(iter(unreachable.values()))
+        slots = self._new_slots([(d, p) for d in self.deployed for p in d.planned])
+        for slot in slots:
+            if slot.planned.broker in unreachable:
+                continue
+            try:
+                connection = await slot.link.connect()
+            except ConnectionFailed:
+                continue  # the slot's own loop retries
+            slot.subscription = await connection.subscribe(slot.planned.request)
         return slots
+
+    # -- running -------------------------------------------------------------------------------
+
+    def _launch(self, slot: Slot) -> None:
+        assert self._work is not None
+        self._slots.add(slot)
+        self._work.start_soon(self._slot, slot)
 
     async def _slot(self, slot: Slot) -> None:
         try:
             await self._consume(slot)
         finally:
-            self._live_slots -= 1
-            if self._live_slots == 0 and self._slots_done is not None:
-                self._slots_done.set()
+            self._slots.discard(slot)
+            slot.ended.set()
+
+    async def _close_when_drained(self, links: list[BrokerLink]) -> None:
+        for slot in [s for s in self._slots if s.link in links]:
+            await slot.ended.wait()
+        for link in links:
+            await link.close()
+
+    def _ends(self, slot: Slot) -> bool:
+        return self.stopping or slot.retired
 
     async def _consume(self, slot: Slot) -> None:
         deployed, planned, link = slot.deployed, slot.planned, slot.link
-        subscription = slot.subscription
         batch_size = deployed.spec.options.max_messages_per_transaction
-        while not self.stopping:
+        while not self._ends(slot):
             try:
                 connection = await link.connection()
-                if subscription is None:
-                    subscription = await connection.subscribe(planned.request)
-                processor = Processor(deployed.spec, planned.broker, connection, subscription,
+                if slot.subscription is None:
+                    slot.subscription = await connection.subscribe(planned.request)
+                subscription = slot.subscription
+                processor = Processor(deployed.spec, planned, connection, subscription,
                                       self.producer, deployed.stats, slot.threads,
-                                      stopping=lambda: self.stopping)
-                while not self.stopping:
+                                      stopping=lambda: self._ends(slot))
+                while not self._ends(slot):
                     with anyio.CancelScope() as receiving:
-                        self._receiving.add(receiving)
-                        if self.stopping:
-                            receiving.cancel()
+                        slot.receiving = receiving
                         try:
                             delivery = await subscription.receive()
                         finally:
-                            self._receiving.discard(receiving)
+                            slot.receiving = None
                     if receiving.cancelled_caught:
                         break
                     batch = [delivery]
@@ -231,13 +375,35 @@ class Container:
                           deployed.spec.name, link.name, exc)
                 await anyio.sleep(link.settings.reconnect_max_delay)
             finally:
-                if subscription is not None:
+                if slot.subscription is not None:
                     with anyio.CancelScope(shield=True):
-                        await subscription.close()
-                    subscription = None
-        if subscription is not None:  # stopped before the loop began
+                        await slot.subscription.close()
+                    slot.subscription = None
+        if slot.subscription is not None:  # ended before the loop began
             with anyio.CancelScope(shield=True):
-                await subscription.close()
+                await slot.subscription.close()
+            slot.subscription = None
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    async def _undeploy(self) -> None:
+        """Delete the subscriptions of listeners with ``durable_subscription_deletion``; a
+        failure is logged: the subscription is then abandoned (``mdb subscriptions --delete``)."""
+        for deployed in self.deployed:
+            if not deployed.spec.options.durable_subscription_deletion:
+                continue
+            for planned in deployed.planned:
+                assert planned.request.name is not None  # a topic: checked by the listener
+                try:
+                    connection = await self.links[planned.broker][0].connect()
+                    await connection.delete_subscription(planned.request.destination,
+                                                         planned.request.name)
+                except BrokerError as exc:
+                    log.error("listener %s: subscription %s on broker %s not deleted: %s",
+                              deployed.spec.name, planned.name, planned.broker, exc)
+                else:
+                    log.info("listener %s: subscription %s on broker %s deleted",
+                             deployed.spec.name, planned.name, planned.broker)
 
 
 def _where(spec: ListenerSpec) -> str:

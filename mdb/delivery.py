@@ -10,10 +10,11 @@ holding it): it counts as a failed delivery and is re-sent the same way before b
 so even a message that kills the process cannot loop forever.
 
 Batches (``max_messages_per_transaction`` > 1). A slot hands over what its subscription already
-holds, in dispatch order. Consecutive deliveries that can go to the handler (neither in doubt
-nor undecodable: those are settled on their own, in their turn) run in one transaction: the
-handler is invoked once per message, in order, its sends join the transaction, and only once
-every invocation succeeded are the deliveries acked in it, in order, and committed. So a
+holds, in dispatch order. Consecutive deliveries that can go to the handler (not in doubt, not
+undecodable, selected: the others are settled on their own, in their turn) run in one
+transaction: the handler is invoked once per message, in order, its sends join the
+transaction, and only once every invocation succeeded are the deliveries acked in it, in
+order, and committed. So a
 transaction that is aborted holds no ack, and after an abort every delivery of the batch is
 simply unsettled, which matters on ActiveMQ where client acks are cumulative and an aborted ack
 stays with the live subscription. After a handler raised, the batch is processed again one
@@ -43,6 +44,7 @@ from mdb.destinations import Destination
 from mdb.errors import BrokerError, ConnectionLost, DecodeError
 from mdb.listener import ListenerSpec
 from mdb.message import Message, OutgoingMessage, portable_headers
+from mdb.planning import PlannedSubscription
 from mdb.producer import Producer
 
 log = logging.getLogger("mdb.delivery")
@@ -57,6 +59,7 @@ class Stats:
     to_error_destination: int = 0
     rolled_back: int = 0
     in_flight: int = 0
+    filtered: int = 0  # not selected by a topic listener's selector, settled unseen
 
 
 def to_message(delivery: Delivery, destination: Destination) -> Message:
@@ -126,12 +129,13 @@ class Processor:
     """Runs one listener's handler on deliveries of one subscription, as DESIGN §4 says."""
 
     def __init__(
-        self, spec: ListenerSpec, broker: str, connection: Connection,
+        self, spec: ListenerSpec, planned: PlannedSubscription, connection: Connection,
         subscription: Subscription, producer: Producer, stats: Stats,
         threads: anyio.CapacityLimiter, stopping: Callable[[], bool],
     ) -> None:
         self._spec = spec
-        self._broker = broker
+        self._broker = planned.broker
+        self._selector = planned.selector
         self._producer = producer
         self._connection = connection
         self._subscription = subscription
@@ -183,6 +187,11 @@ class Processor:
     async def _process(self, delivery: Delivery, message: Message) -> bool:
         self._stats.in_flight += 1
         try:
+            if self._selector is not None and not self._selector(delivery.headers):
+                # Not this subscription's message: settled unseen (see mdb.planning).
+                await self._connection.ack(delivery)
+                self._stats.filtered += 1
+                return True
             if delivery.broker_redelivered:
                 await self._settle_failure(
                     delivery, message, "mdb.InDoubt",
@@ -213,11 +222,12 @@ class Processor:
         return False
 
     def _ready_run(self, deliveries: Sequence[Delivery]) -> list[_Ready]:
-        """The leading deliveries that can go to the handler, decoded; the first one in doubt
-        or undecodable ends the run (``process`` settles it on its own)."""
+        """The leading deliveries that can go to the handler, decoded; the first one in doubt,
+        undecodable or not selected ends the run (``process`` settles it on its own)."""
         run: list[_Ready] = []
         for delivery in deliveries:
-            if delivery.broker_redelivered:
+            if delivery.broker_redelivered or (
+                    self._selector is not None and not self._selector(delivery.headers)):
                 break
             message = to_message(delivery, self._spec.destination)
             try:

@@ -1,31 +1,87 @@
-"""A broker link: the container's one connection to a named broker, reconnected on demand."""
+"""Broker links: the container's connections to a named broker, reconnected on demand, and
+the broker's availability as the process sees it.
+
+A broker serves a container over several links (connections). Their ``BrokerStatus`` turns
+what the links see into one state per broker — up, down, or failed (down for longer than
+``reconnect_give_up_after``) — and emits an event on each change, not once per connection.
+"""
 
 from __future__ import annotations
 
 import logging
 import random
+import time
+from collections.abc import Callable
 
 import anyio
 
 from mdb.broker import Broker, Connection, ConnectionOptions, broker_for
 from mdb.errors import ConnectionFailed
+from mdb.events import BrokerEvent, EventKind, Events
 from mdb.settings import BrokerSettings
+from mdb.topology import Member
 
 log = logging.getLogger("mdb.links")
 
 
-class BrokerLink:
-    def __init__(self, name: str, settings: BrokerSettings, client_id: str) -> None:
+class BrokerStatus:
+    """One broker's availability. ``members`` names what goes with it (for member events)."""
+
+    def __init__(self, name: str, settings: BrokerSettings, events: Events,
+                 members: Callable[[], list[Member]] = list) -> None:
         self.name = name
         self.settings = settings
+        self.state = "unknown"  # then "up", "down", "failed"
+        self.since = time.time()
+        self._events = events
+        self._members = members
+
+    def up(self) -> None:
+        if self.state == "up":
+            return
+        was = self.state
+        self._set("up")
+        if was != "unknown":
+            self._emit(EventKind.CONNECTION_RESTORED)
+            for member in self._members():
+                self._emit(EventKind.MEMBER_AVAILABLE, member)
+
+    def down(self, reason: str) -> None:
+        if self.state in ("down", "failed"):
+            give_up = self.settings.reconnect_give_up_after
+            if (self.state == "down" and give_up is not None
+                    and time.time() - self.since >= give_up):
+                self.state = "failed"
+                self._emit(EventKind.BROKER_FAILED,
+                           detail=f"unreachable for {give_up:g}s: {reason}; still retrying")
+            return
+        self._set("down")
+        self._emit(EventKind.CONNECTION_LOST, detail=reason)
+        for member in self._members():
+            self._emit(EventKind.MEMBER_UNAVAILABLE, member)
+
+    def _set(self, state: str) -> None:
+        self.state = state
+        self.since = time.time()
+
+    def _emit(self, kind: EventKind, member: Member | None = None, detail: str = "") -> None:
+        self._events.emit(BrokerEvent(kind, self.name, member, detail))
+
+
+class BrokerLink:
+    def __init__(self, status: BrokerStatus, client_id: str) -> None:
+        self.status = status
+        self.name = status.name
+        self.settings = status.settings
         self._broker: Broker = broker_for(ConnectionOptions(
-            url=settings.url,
-            username=settings.username,
-            password=settings.password.get_secret_value() if settings.password else None,
+            url=self.settings.url,
+            username=self.settings.username,
+            password=(self.settings.password.get_secret_value()
+                      if self.settings.password else None),
             client_id=client_id,
-            heartbeat_ms=settings.heartbeat_ms,
-            connect_timeout=settings.connect_timeout,
-            receipt_timeout=settings.receipt_timeout,
+            heartbeat_ms=self.settings.heartbeat_ms,
+            connect_timeout=self.settings.connect_timeout,
+            receipt_timeout=self.settings.receipt_timeout,
         ))
         self._current: Connection | None = None
         self._lock = anyio.Lock()
@@ -35,10 +91,15 @@ class BrokerLink:
         return self._current is not None and self._current.is_open
 
     async def connect(self) -> Connection:
-        """Connect once; raises ConnectionFailed. Used at startup, where failing is fatal."""
+        """Connect once; raises ConnectionFailed."""
         async with self._lock:
             if not self.is_open:
-                self._current = await self._broker.connect()
+                try:
+                    self._current = await self._broker.connect()
+                except ConnectionFailed as exc:
+                    self.status.down(str(exc))
+                    raise
+                self.status.up()
             assert self._current is not None
             return self._current
 
@@ -47,15 +108,19 @@ class BrokerLink:
         caller is cancelled). Callers that lost the connection at once share one attempt."""
         async with self._lock:
             delay = self.settings.reconnect_delay
+            if not self.is_open and self._current is not None:
+                self.status.down("connection lost")
             while not self.is_open:
                 try:
                     self._current = await self._broker.connect()
-                    log.warning("broker %s: connection restored", self.name)
                 except ConnectionFailed as exc:
-                    log.warning("broker %s: reconnect failed (%s); next try in %.1fs",
-                                self.name, exc, delay)
+                    self.status.down(str(exc))
+                    log.info("broker %s: reconnect failed (%s); next try in %.1fs",
+                             self.name, exc, delay)
                     await anyio.sleep(delay * random.uniform(0.8, 1.2))
                     delay = min(delay * 2, self.settings.reconnect_max_delay)
+                else:
+                    self.status.up()
             assert self._current is not None
             return self._current
 
@@ -64,4 +129,3 @@ class BrokerLink:
             with anyio.CancelScope(shield=True):
                 await self._current.close()
             self._current = None
-

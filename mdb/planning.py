@@ -16,17 +16,26 @@ subscriptions, so they never change silently) are the same on every member:
 App, server and listener names contain only letters, digits and ``_``, so the dashes keep the
 parts apart and a per-app name can never equal a per-server one. Names contain no ``.``: brokers
 use it as a path separator. A queue needs no name: its consumers compete for its messages.
+
+Selectors: a queue listener's selector is the broker's to evaluate (its consumers compete, and
+a message one of them does not select stays for the others). A topic listener's selector is
+evaluated by the container (``PlannedSubscription.selector``), which settles a message that
+does not match without running the handler: the subscription is the listener's own, so that
+is the JMS outcome. Left to the broker, ActiveMQ would keep every message that does not match
+in the subscription's queue for ever (measured on 5.17: a virtual topic copies every message
+to every consumer queue), and RabbitMQ ignores selectors.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mdb.broker import SubscriptionRequest
 from mdb.destinations import Kind
 from mdb.errors import ConfigurationError
 from mdb.listener import ListenerSpec
 from mdb.options import Distribution
+from mdb.selector import Matcher, SelectorError, compile_selector
 from mdb.topology import Member, Topology
 
 
@@ -36,6 +45,8 @@ class PlannedSubscription:
     member: Member
     request: SubscriptionRequest
     shared: bool
+    selector: Matcher | None = field(default=None, compare=False)
+    """Evaluated by the container on each delivery (topic listeners only, see above)."""
 
     @property
     def broker(self) -> str:
@@ -69,6 +80,10 @@ def plan(spec: ListenerSpec, topology: Topology, *, app: str,
     """One subscription per member of ``spec``'s destination, with a prefetch of
     ``max_messages_per_transaction``: a slot holds at most one batch per member."""
     name = subscription_name(spec, app, server)
+    topic = spec.destination.kind is Kind.TOPIC
+    selector = spec.options.selector if spec.options.selector and spec.options.selector.strip() \
+        else None
+    matcher = _compiled(spec, selector) if topic and selector else None
     return tuple(
         PlannedSubscription(
             listener=spec.name,
@@ -77,11 +92,21 @@ def plan(spec: ListenerSpec, topology: Topology, *, app: str,
                 destination=member.destination,
                 name=name,
                 durable=spec.options.durable,
-                selector=spec.options.selector,
+                selector=None if topic else selector,
                 prefetch=spec.options.max_messages_per_transaction,
             ),
-            shared=spec.destination.kind is Kind.QUEUE
-            or spec.options.distribution is Distribution.ONE_COPY_PER_APP,
+            shared=not topic or spec.options.distribution is Distribution.ONE_COPY_PER_APP,
+            selector=matcher,
         )
         for member in topology.members(spec.destination)
     )
+
+
+def _compiled(spec: ListenerSpec, selector: str) -> Matcher:
+    try:
+        return compile_selector(selector)
+    except SelectorError as exc:
+        raise ConfigurationError(
+            f"listener {spec.name!r}: selector {selector!r} is not valid: {exc} (topic "
+            "listeners' selectors are evaluated by mdb; see mdb.selector for what it supports)"
+        ) from None

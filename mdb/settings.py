@@ -55,6 +55,12 @@ class BrokerSettings(BaseModel):
         0.5, description="first wait before reconnecting after the connection was lost")
     reconnect_max_delay: Annotated[float, Field(gt=0)] = Field(
         30.0, description="longest wait between reconnect attempts (the wait doubles)")
+    reconnect_give_up_after: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="after this many seconds down, report the broker failed (an event, "
+                          "the health endpoint); reconnecting goes on")
+    send_wait_for_reconnect: Annotated[float, Field(ge=0)] = Field(
+        10.0, description="seconds a send waits for this broker to come back when no other "
+                          "member can take the message, before raising")
 
     @field_validator("url")
     @classmethod
@@ -127,6 +133,12 @@ class Settings(BaseSettings):
         30.0, description="seconds in-flight handlers may take to finish on shutdown")
     status_interval: Annotated[float, Field(gt=0)] = Field(
         5.0, description="seconds between the status lines `mdb run` prints")
+    health_port: Annotated[int, Field(ge=0, le=65535)] | None = Field(
+        None, description="serve /health/live, /health/ready and /status over HTTP on this port "
+                          "(default: off; 0: any free port); `mdb status` reads it")
+    health_host: str = Field(
+        "127.0.0.1", description="the address the health endpoint listens on "
+                                 "(`0.0.0.0` for an orchestrator probing from outside)")
 
     @field_validator("app", "server")
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any
 from dependency_injector import containers
 
 from mdb.errors import ConfigurationError
+from mdb.events import ON_EVENT_ATTRIBUTE, Callback
 from mdb.listener import ListenerSpec, spec_of
 
 
@@ -47,6 +48,16 @@ def find_listeners(modules: Sequence[ModuleType]) -> list[ListenerSpec]:
         raise ConfigurationError(
             f"no @listener functions in {', '.join(m.__name__ for m in modules)}"
         )
+    return found
+
+
+def find_event_callbacks(modules: Sequence[ModuleType]) -> list[Callback]:
+    """Every ``@on_event`` function defined at the top level of ``modules``, in order."""
+    found: list[Callback] = []
+    for module in modules:
+        for value in vars(module).values():
+            if getattr(value, ON_EVENT_ATTRIBUTE, False) and value not in found:
+                found.append(value)
     return found
 
 

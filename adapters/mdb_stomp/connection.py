@@ -74,7 +74,6 @@ from mdb.errors import (
     TransactionRolledBack,
 )
 from mdb.message import OutgoingMessage
-from mdb.selector import Matcher
 from mdb_stomp.dialect import DIALECTS, Dialect
 
 log = logging.getLogger("mdb_stomp")
@@ -276,7 +275,7 @@ class StompConnection(Connection):
         sub_id = str(next(self._ids))
         subscription = StompSubscription(
             self, sub_id, request.destination, spec.requeue_destination,
-            cumulative=spec.ack_mode == "client", local_selector=spec.local_selector,
+            cumulative=spec.ack_mode == "client",
         )
         # Registered before the SUBSCRIBE: MESSAGE frames may overtake the receipt.
         self._subscriptions[sub_id] = subscription
@@ -586,10 +585,8 @@ class StompSubscription(Subscription):
         destination: Destination,
         requeue: Destination,
         cumulative: bool = True,
-        local_selector: Matcher | None = None,
     ) -> None:
         self._connection = connection
-        self._local_selector = local_selector
         # ``ack:client`` (cumulative) needs the guard of ``_check_ackable``; individual acks not.
         self._cumulative = cumulative
         self._id = sub_id
@@ -697,13 +694,6 @@ class StompSubscription(Subscription):
         ack_id = headers.get("ack")
         if ack_id is None:
             log.warning("MESSAGE without an ack header on subscription %s dropped", self._id)
-            return
-        if self._local_selector is not None and not self._local_selector(headers):
-            # Not this subscription's message: settle it unseen (individual acks only, so
-            # this settles nothing else). If the connection is gone, it comes back and is
-            # filtered again.
-            with contextlib.suppress(ConnectionLost):
-                self._connection._write(self._connection._stomp.ack, id=ack_id)
             return
         self._unsettled[ack_id] = None
         self._inbox.put(

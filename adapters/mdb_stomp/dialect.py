@@ -31,7 +31,6 @@ from mdb.broker import SubscriptionRequest
 from mdb.destinations import Destination, Kind
 from mdb.errors import SubscriptionFailed
 from mdb.message import OutgoingMessage
-from mdb.selector import Matcher, SelectorError, compile_selector
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +40,13 @@ class SubscribeSpec:
     ``ack_mode`` is the STOMP ``ack`` header; ``headers`` holds the other broker-specific ones
     (the connection adds ``id``, ``destination`` and ``receipt``). ``requeue_destination`` is
     the logical destination that reaches only this subscription (see
-    ``Subscription.requeue_destination``). ``local_selector`` is a selector the adapter
-    evaluates itself because the broker would not: a delivery that does not match it is
-    acknowledged at once and never handed over.
+    ``Subscription.requeue_destination``).
     """
 
     path: str
     ack_mode: str
     headers: dict[str, str]
     requeue_destination: Destination
-    local_selector: Matcher | None = None
 
 
 class Dialect(abc.ABC):
@@ -187,7 +183,7 @@ def _segment(topic: Destination, name: str) -> str:
 
 class RabbitMQDialect(Dialect):
     """RabbitMQ 3.x with the STOMP plugin: ``x-queue-name`` queues for named shared
-    subscriptions, individual acks, selectors evaluated here on topic subscriptions.
+    subscriptions, individual acks, no selectors.
 
     Mapping::
 
@@ -229,11 +225,9 @@ class RabbitMQDialect(Dialect):
       before it would be redispatched to the same consumer at once. Hence
       ``unsubscribe_releases_unacked = False``: closing a subscription that holds unsettled
       deliveries closes its connection, and the broker redelivers them, flagged.
-    * The ``selector`` header is ignored (a message not matching it was delivered). A topic
-      subscription's queue holds only that subscription's messages, so the adapter evaluates
-      the selector itself (``mdb.selector``) and acks what does not match: the JMS outcome.
-      On a queue that would take messages from consumers that might want them, so a queue
-      subscription with a selector is refused rather than silently given every message.
+    * The ``selector`` header is ignored (a message not matching it was delivered), so a
+      subscription with a selector is refused rather than silently given every message. (The
+      container evaluates topic listeners' selectors itself and never asks for one.)
     * A SEND with ``persistent:false`` to a ``/queue/X`` nobody declared yet makes X
       exclusive; every SEND here is ``persistent:true``.
     """
@@ -253,15 +247,15 @@ class RabbitMQDialect(Dialect):
 
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
         destination = request.destination
+        if request.selector:
+            raise SubscriptionFailed(
+                f"{destination}: RabbitMQ does not support selectors (its STOMP plugin ignores "
+                f"the selector {request.selector!r}; filtering a queue here would take messages "
+                "from other consumers): remove the selector for this listener, or listen to a "
+                "topic, where mdb evaluates selectors itself"
+            )
         headers = {"prefetch-count": str(request.prefetch)}
         if destination.kind is Kind.QUEUE:
-            if request.selector:
-                raise SubscriptionFailed(
-                    f"{destination}: RabbitMQ does not support selectors on queues (its STOMP "
-                    f"plugin ignores the selector {request.selector!r}, and filtering here "
-                    "would take messages from other consumers); remove the selector for this "
-                    "listener, or subscribe to a topic, where mdb evaluates selectors itself"
-                )
             return SubscribeSpec(
                 f"/queue/{destination.name}", "client-individual", headers, destination
             )
@@ -272,7 +266,6 @@ class RabbitMQDialect(Dialect):
             "client-individual",
             headers,
             Destination(Kind.QUEUE, queue),
-            local_selector=_compiled(destination, request.selector),
         )
 
     def subscription_queue(self, topic: Destination, name: str) -> str:
@@ -283,15 +276,6 @@ class RabbitMQDialect(Dialect):
         # messages, even under other subscribers; without the x-queue-name nothing is deleted.
         # A plain UNSUBSCRIBE (StompSubscription.close) never carries these headers.
         return {"durable": "true", "x-queue-name": spec.headers["x-queue-name"]}
-
-
-def _compiled(destination: Destination, selector: str | None) -> Matcher | None:
-    if not selector or not selector.strip():
-        return None
-    try:
-        return compile_selector(selector)
-    except SelectorError as exc:
-        raise SubscriptionFailed(f"{destination}: invalid selector {selector!r}: {exc}") from None
 
 
 DIALECTS: dict[str, type[Dialect]] = {

@@ -16,9 +16,14 @@ from mdb import Context, listener
 
 
 def record(event: str, ctx: Context, body: str) -> None:
-    print(json.dumps({"event": event, "id": ctx.id, "body": body, "pid": os.getpid(),
-                      "redelivered": ctx.redelivered, "count": ctx.delivery_count}),
-          flush=True)
+    write_line({"event": event, "id": ctx.id, "body": body, "pid": os.getpid(),
+                "redelivered": ctx.redelivered, "count": ctx.delivery_count})
+
+
+def write_line(entry: dict[str, object]) -> None:
+    """One write per line: with PYTHONUNBUFFERED, ``print`` writes the text and the newline
+    separately, and a log line of another thread could land between them."""
+    os.write(1, (json.dumps(entry) + "\n").encode())
 
 
 @listener(f"queue:{os.environ.get('LEDGER_QUEUE', 'ledger')}", pool=4)

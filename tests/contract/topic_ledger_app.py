@@ -7,15 +7,14 @@ to stdout (the ledger), naming the process and its server.
 
 from __future__ import annotations
 
-import json
 import os
 
 from mdb import Context, listener
+from tests.contract.ledger_app import write_line
 
 
 @listener(f"topic:{os.environ.get('LEDGER_TOPIC', 'ledger')}",
           distribution=os.environ.get("LEDGER_DISTRIBUTION", "one-copy-per-app"), pool=2)
 async def on_entry(body: str, ctx: Context) -> None:
-    print(json.dumps({"event": "done", "id": ctx.id, "body": body, "pid": os.getpid(),
-                      "server": os.environ.get("MDB_SERVER"), "redelivered": ctx.redelivered}),
-          flush=True)
+    write_line({"event": "done", "id": ctx.id, "body": body, "pid": os.getpid(),
+                "server": os.environ.get("MDB_SERVER"), "redelivered": ctx.redelivered})

@@ -1,0 +1,198 @@
+"""Health: liveness and readiness over HTTP, for an orchestrator's probes and ``mdb status``.
+
+Off by default; setting ``health_port`` turns it on. Three routes, all ``GET``, all JSON:
+
+``/health/live``
+    200 ``{"live": true}`` while the container's event loop answers; 503 when it reports itself
+    not live or its loop has stopped. A wedged loop does not answer at all, so the probe times
+    out: the snapshot is taken *on the event loop*, never in the server's thread.
+``/health/ready``
+    200 when every broker is up and every listener has a subscribed consumer on each member;
+    503 otherwise, with the reason (the brokers that are down, the listeners that are short).
+``/status``
+    200 with :meth:`Health.to_json`, which :meth:`Health.from_json` rebuilds.
+
+Any other path is 404. The server logs nothing per request.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, cast
+
+import anyio.from_thread
+import anyio.lowlevel
+
+Answer = tuple[HTTPStatus, dict[str, object]]
+
+
+@dataclass(frozen=True)
+class BrokerHealth:
+    """One broker as the container sees it."""
+
+    name: str
+    state: str
+    """``"up"``, ``"down"`` (reconnecting) or ``"failed"`` (down past its give-up time); any
+    other state (``"unknown"``: never connected yet) counts as not up."""
+    since: float
+    """``time.time()`` of the last change of ``state``."""
+
+
+@dataclass(frozen=True)
+class ListenerHealth:
+    """One listener: how many of its members have a subscribed consumer, and its work."""
+
+    name: str
+    members: int
+    subscribed: int
+    in_flight: int
+    processed: int
+
+
+@dataclass(frozen=True)
+class Health:
+    """A snapshot of the container, taken on its event loop."""
+
+    live: bool
+    ready: bool
+    brokers: tuple[BrokerHealth, ...] = ()
+    listeners: tuple[ListenerHealth, ...] = ()
+    events: dict[str, int] = field(default_factory=dict)
+    """How many availability events of each kind (``EventKind`` value) were emitted."""
+
+    def unready(self) -> dict[str, object]:
+        """Why the container is not ready: the brokers not up, the listeners short of members."""
+        return {
+            "brokers_down": [b.name for b in self.brokers if b.state != "up"],
+            "listeners_short": [
+                {"name": lh.name, "subscribed": lh.subscribed, "members": lh.members}
+                for lh in self.listeners if lh.subscribed < lh.members
+            ],
+        }
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "live": self.live,
+            "ready": self.ready,
+            "brokers": [
+                {"name": b.name, "state": b.state, "since": b.since} for b in self.brokers],
+            "listeners": [
+                {"name": lh.name, "members": lh.members, "subscribed": lh.subscribed,
+                 "in_flight": lh.in_flight, "processed": lh.processed}
+                for lh in self.listeners
+            ],
+            "events": dict(self.events),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Health:
+        """Rebuild what :meth:`to_json` wrote; ValueError when ``data`` is not that shape."""
+        try:
+            return cls(
+                live=_typed(data["live"], bool),
+                ready=_typed(data["ready"], bool),
+                brokers=tuple(
+                    BrokerHealth(_typed(b["name"], str), _typed(b["state"], str),
+                                 float(_typed(b["since"], int | float)))
+                    for b in data["brokers"]
+                ),
+                listeners=tuple(
+                    ListenerHealth(_typed(lh["name"], str), _typed(lh["members"], int),
+                                   _typed(lh["subscribed"], int), _typed(lh["in_flight"], int),
+                                   _typed(lh["processed"], int))
+                    for lh in data["listeners"]
+                ),
+                events={_typed(k, str): _typed(v, int) for k, v in data["events"].items()},
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not an mdb health snapshot: {exc!r}") from None
+
+
+def _typed(value: Any, kind: Any) -> Any:
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise TypeError(f"{value!r} is not {kind}")
+    return value
+
+
+class HealthServer:
+    """Serves the routes above on ``host``:``port`` from a daemon thread.
+
+    Construct it on the running event loop whose state ``snapshot`` reads: every request calls
+    ``snapshot`` on that loop (it must not block), and waits for it. ``port`` 0 picks a free port;
+    after :meth:`start`, ``port`` is the bound one. :meth:`close` is idempotent; it blocks its
+    caller (the loop) for at most the server's poll interval.
+    """
+
+    POLL_INTERVAL = 0.05
+
+    def __init__(self, snapshot: Callable[[], Health], host: str = "127.0.0.1",
+                 port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self._snapshot = snapshot
+        self._token = anyio.lowlevel.current_token()  # RuntimeError off the event loop
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Bind (OSError when the port is taken) and start serving."""
+        server = _Server((self.host, self.port), _Handler)
+        server.answer = self._answer
+        self._server = server
+        self.port = server.server_address[1]
+        self._thread = threading.Thread(
+            target=server.serve_forever, args=(self.POLL_INTERVAL,),
+            name=f"mdb-health-{self.port}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    def _answer(self, path: str) -> Answer:
+        """Runs in a request thread."""
+        if path not in ("/health/live", "/health/ready", "/status"):
+            return HTTPStatus.NOT_FOUND, {"error": f"no route {path}; try /health/live, "
+                                                   f"/health/ready or /status"}
+        try:
+            health = anyio.from_thread.run_sync(self._snapshot, token=self._token)
+        except RuntimeError:
+            return HTTPStatus.SERVICE_UNAVAILABLE, {
+                "live": False, "ready": False,
+                "error": "the container's event loop is not running"}
+        if path == "/health/live":
+            return _ok(health.live), {"live": health.live}
+        if path == "/health/ready":
+            return _ok(health.ready), {"ready": health.ready, **health.unready()}
+        return HTTPStatus.OK, health.to_json()
+
+
+def _ok(good: bool) -> HTTPStatus:
+    return HTTPStatus.OK if good else HTTPStatus.SERVICE_UNAVAILABLE
+
+
+class _Server(ThreadingHTTPServer):
+    answer: Callable[[str], Answer]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    timeout = 10.0  # seconds a client may take to send its request
+
+    def do_GET(self) -> None:
+        status, body = cast(_Server, self.server).answer(self.path.split("?", 1)[0])
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No per-request log lines."""

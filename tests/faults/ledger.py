@@ -1,0 +1,460 @@
+"""The ledger of the fault tests: who processed what, checked against what the producer was told.
+
+The contract after a fault (DESIGN.md §4, rules 4 and 5):
+
+* every message whose ``Producer.send`` returned (``told``) is processed — once per app in
+  ``one-copy-per-app``, by every server in ``one-copy-per-server``;
+* a message may be processed again by the same app (or server) only when it was in doubt, and
+  then the repeat is flagged: at most one of its deliveries there has ``redelivered`` False;
+* nothing told-sent is left behind on a broker once the processes stopped.
+
+A message whose send raised is not told-sent: it may or may not arrive (``SendOutcomeUnknown``),
+so it is neither required nor an error when it is processed (counted as ``unconfirmed``).
+
+``check`` is the pure checker. ``Fleet`` runs container processes of ``tests.faults.ledger_app``
+and gathers their ledgers; ``LoadProducer`` sends continuously from a thread and remembers what
+it was told; ``brokers_started`` starts private brokers in parallel; ``left_behind`` browses
+ActiveMQ queues for messages still stored.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import stomp
+
+from mdb import Producer, Settings, codec
+from mdb.destinations import Destination
+from mdb.errors import MdbError
+from mdb.message import ID
+from mdb.settings import BrokerSettings, DestinationSettings, MemberSettings
+from tests.contract.test_crash import ContainerProcess
+from tests.harness.process import BrokerProcess
+
+PER_APP, PER_SERVER = "one-copy-per-app", "one-copy-per-server"
+WAIT = 60.0  # seconds to wait for something that should happen after a fault
+LISTENER = "on_entry"  # the ledger app's listener
+
+Entry = Mapping[str, Any]
+
+
+# -- the checker ---------------------------------------------------------------------------------
+
+@dataclass
+class Verdict:
+    """One app's (``one-copy-per-app``) or one server's (``one-copy-per-server``) account."""
+
+    told: int  # messages the producer was told were sent
+    processed: int  # of those, how many were processed at least once
+    deliveries: int  # ``done`` entries, repeats included
+    lost: list[str] = field(default_factory=list)  # told-sent, never processed
+    flagged: int = 0  # repeats flagged redelivered
+    unflagged: list[str] = field(default_factory=list)  # ids processed twice unflagged
+    unconfirmed: int = 0  # processed ids the producer was not told were sent
+
+    @property
+    def repeats(self) -> int:
+        return self.deliveries - self.processed - self.unconfirmed
+
+    @property
+    def ok(self) -> bool:
+        return not self.lost and not self.unflagged
+
+    def __str__(self) -> str:
+        return (f"told {self.told}, processed {self.processed}, deliveries {self.deliveries}, "
+                f"repeats flagged {self.flagged} / unflagged {len(self.unflagged)}, "
+                f"lost {len(self.lost)}, unconfirmed processed {self.unconfirmed}"
+                + (f"; lost {sorted(self.lost)[:5]}" if self.lost else "")
+                + (f"; unflagged {sorted(self.unflagged)[:5]}" if self.unflagged else ""))
+
+
+def check(told: Collection[str], entries: Iterable[Entry]) -> Verdict:
+    """Check the ``done`` entries of one app or one server against the told-sent ids.
+
+    Ledger lines of several processes reach the test through separate pipes, so their order is
+    not trusted: a repeat counts as flagged unless the id was delivered unflagged more than
+    once (each unflagged delivery after the first is an unflagged repeat).
+    """
+    told_set = set(told)
+    by_id: dict[str, list[Entry]] = defaultdict(list)
+    for entry in entries:
+        if entry.get("event", "done") == "done":
+            by_id[entry["id"]].append(entry)
+    verdict = Verdict(told=len(told_set), processed=len(told_set & by_id.keys()),
+                      deliveries=sum(len(e) for e in by_id.values()))
+    verdict.lost = sorted(told_set - by_id.keys())
+    verdict.unconfirmed = len(by_id.keys() - told_set)
+    for message_id, deliveries in by_id.items():
+        unflagged = sum(1 for e in deliveries if not e["redelivered"])
+        if unflagged > 1:
+            verdict.unflagged.append(message_id)
+        verdict.flagged += len(deliveries) - 1 - max(0, unflagged - 1)
+    return verdict
+
+
+def views(entries: Iterable[Entry], distribution: str) -> dict[str, list[Entry]]:
+    """The entries per app (``one-copy-per-app``) or per app/server (``one-copy-per-server``)."""
+    grouped: dict[str, list[Entry]] = defaultdict(list)
+    for entry in entries:
+        key = entry["app"] if distribution == PER_APP else f"{entry['app']}/{entry['server']}"
+        grouped[key].append(entry)
+    return grouped
+
+
+# -- settings and brokers ------------------------------------------------------------------------
+
+BROKER_NAMES = ("a", "b", "c")
+
+
+def fault_settings(urls: Sequence[str], topic: str, **values: object) -> Settings:
+    """Settings for fault runs: brokers ``a``, ``b``, ``c``… at ``urls`` with short heartbeats
+    and reconnect delays; with several URLs ``topic:<topic>`` is partitioned, one member on each
+    broker."""
+    brokers = {name: BrokerSettings(url=url, heartbeat_ms=1000, reconnect_delay=0.2,
+                                    reconnect_max_delay=1.0, connect_timeout=3.0,
+                                    receipt_timeout=5.0)
+               for name, url in zip(BROKER_NAMES, urls, strict=False)}
+    destinations = ({} if len(urls) == 1 else {f"topic:{topic}": DestinationSettings(
+        members=[MemberSettings(broker=b) for b in brokers])})
+    values.setdefault("app", "faults")
+    values.setdefault("server", "producer")
+    return Settings(brokers=brokers, destinations=destinations, **values)  # type: ignore[arg-type]
+
+
+def start_all(brokers: Iterable[BrokerProcess]) -> None:
+    """Start (or restart, after ``kill``) brokers in parallel; return once all answer."""
+    stopped = [b for b in brokers if not b.running]
+    if stopped:
+        with ThreadPoolExecutor(len(stopped)) as starting:
+            list(starting.map(lambda b: b.start(), stopped))
+
+
+@contextmanager
+def brokers_started(make: Callable[[], BrokerProcess], count: int) -> Iterator[list[BrokerProcess]]:
+    """``count`` private brokers, started in parallel and closed at the end."""
+    brokers = [make() for _ in range(count)]
+    try:
+        start_all(brokers)
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.close()
+
+
+# -- container processes -------------------------------------------------------------------------
+
+_CONNECTION_LOST = re.compile(r"connection-lost: broker (\w+)")
+
+
+class LedgerProcess(ContainerProcess):
+    """A ``ContainerProcess`` whose reader tolerates log lines of other threads mixed into a
+    ledger line (stdout and stderr share one pipe), and that also reports the container's
+    ``connection-lost: broker X`` events, so a test can wait until a process noticed a fault."""
+
+    def __init__(self, settings: Settings, app: str, server: str, env: Mapping[str, str],
+                 lines: queue.Queue[dict[str, Any]]) -> None:
+        self.app = app
+        super().__init__(settings, "unused", app, server, hang=False,
+                         module="tests.faults.ledger_app", env=env, lines=lines)
+
+    def __enter__(self) -> LedgerProcess:
+        super().__enter__()
+        return self
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        decoder = json.JSONDecoder()
+        pid = self.process.pid
+        for line in self.process.stdout:
+            start = line.find('{"event"')
+            while start >= 0:
+                try:
+                    entry, end = decoder.raw_decode(line, start)
+                except json.JSONDecodeError:
+                    break
+                self.lines.put(entry)
+                start = line.find('{"event"', end)
+            if "mdb: ready" in line:
+                self.lines.put({"event": "ready", "server": self.server, "pid": pid})
+            if "mdb: stopped" in line:
+                self.lines.put({"event": "stopped", "server": self.server, "pid": pid,
+                                "line": line})
+            for broker in _CONNECTION_LOST.findall(line):
+                self.lines.put({"event": "connection-lost", "broker": broker, "pid": pid})
+
+
+class Fleet:
+    """Container processes of ``tests.faults.ledger_app`` on ``topic:<topic>``, one ledger.
+
+    Every line of every process lands in ``seen`` (in the order the test read them); ``wait``
+    reads lines until a condition holds.
+    """
+
+    def __init__(self, settings: Settings, topic: str, stack: ExitStack) -> None:
+        self.settings, self.topic, self.stack = settings, topic, stack
+        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        self.processes: list[LedgerProcess] = []
+        self.distribution: dict[str, str] = {}  # app → its distribution
+        self.servers: dict[str, set[str]] = defaultdict(set)  # app → every server it ran
+        self.app_of: dict[int, str] = {}  # pid → app
+        self._by_app: dict[str, set[str]] = defaultdict(set)  # app → ids processed
+        self._by_server: dict[tuple[str, str], set[str]] = defaultdict(set)
+
+    def start(self, app: str, servers: Sequence[str], distribution: str = PER_APP,
+              env: Mapping[str, str] | None = None) -> list[LedgerProcess]:
+        """Start one process per server and wait until each says ``mdb: ready``."""
+        self.distribution[app] = distribution
+        started = [self.stack.enter_context(LedgerProcess(
+            self.settings, app, server,
+            env={"LEDGER_TOPIC": self.topic, "LEDGER_DISTRIBUTION": distribution,
+                 "MDB_SHUTDOWN_GRACE_PERIOD": "5", **(env or {})},
+            lines=self.lines)) for server in servers]
+        self.processes += started
+        self.servers[app] |= set(servers)
+        self.app_of |= {p.process.pid: app for p in started}
+        pids = {p.process.pid for p in started}
+        self.wait(lambda f: pids <= {e["pid"] for e in f.events("ready")},
+                  f"{servers} ready")
+        return started
+
+    def wait(self, condition: Callable[[Fleet], bool], what: str, timeout: float = WAIT) -> None:
+        """Read ledger lines until ``condition(self)`` holds; fail after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not condition(self):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"waited {timeout} s for {what}; "
+                                     f"last lines {self.seen[-10:]}")
+            try:
+                self._add(self.lines.get(timeout=min(remaining, 0.5)))
+            except queue.Empty:
+                continue
+            while True:  # take everything already there before checking again
+                try:
+                    self._add(self.lines.get_nowait())
+                except queue.Empty:
+                    break
+
+    def _add(self, entry: dict[str, Any]) -> None:
+        self.seen.append(entry)
+        if entry.get("event") == "done":
+            self._by_app[entry["app"]].add(entry["id"])
+            self._by_server[entry["app"], entry["server"]].add(entry["id"])
+
+    def events(self, event: str, processes: Iterable[LedgerProcess] | None = None,
+               ) -> list[dict[str, Any]]:
+        pids = None if processes is None else {p.process.pid for p in processes}
+        return [e for e in self.seen
+                if e.get("event") == event and (pids is None or e.get("pid") in pids)]
+
+    def done(self, app: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in self.events("done") if app is None or e["app"] == app]
+
+    def processed(self, app: str, server: str | None = None) -> set[str]:
+        """The ids ``app`` (or its ``server``) processed so far (a live set: do not change)."""
+        return self._by_app[app] if server is None else self._by_server[app, server]
+
+    def kill(self, process: LedgerProcess) -> None:
+        """SIGKILL one process: a crash with work in flight."""
+        process.process.send_signal(signal.SIGKILL)
+        process.process.wait(timeout=WAIT)
+
+    def alive(self) -> list[LedgerProcess]:
+        return [p for p in self.processes if p.process.poll() is None]
+
+    def stop(self) -> None:
+        """SIGTERM every live process; each exits 0 after printing ``mdb: stopped``, so its
+        whole ledger is in ``seen``."""
+        alive = self.alive()
+        for process in alive:
+            process.process.send_signal(signal.SIGTERM)
+        codes = {p.server: p.process.wait(timeout=WAIT) for p in alive}
+        assert all(code == 0 for code in codes.values()), codes
+        pids = {p.process.pid for p in alive}
+        self.wait(lambda f: pids <= {e["pid"] for e in f.events("stopped")}, "stopped lines")
+
+    def verdicts(self, told: Collection[str]) -> dict[str, Verdict]:
+        """The contract per app (``one-copy-per-app``) or per server (``one-copy-per-server``):
+        every server a per-server app ever ran is expected to process everything."""
+        found: dict[str, Verdict] = {}
+        for app, distribution in self.distribution.items():
+            grouped = views(self.done(app), distribution)
+            if distribution == PER_SERVER:  # a server that processed nothing is still owed all
+                for server in self.servers[app]:
+                    grouped.setdefault(f"{app}/{server}", [])
+            for key, group in grouped.items():
+                found[key] = check(told, group)
+        return found
+
+    def drain(self, told: Collection[str], timeout: float = WAIT) -> bool:
+        """Wait until everything told-sent is processed (``drained``); False after ``timeout``
+        (then ``verdicts`` say what is missing)."""
+        try:
+            self.wait(lambda f: f.drained(told), "every told-sent message processed", timeout)
+        except AssertionError:
+            return False
+        return True
+
+    def drained(self, told: Collection[str]) -> bool:
+        """True when every app (every server of per-server apps) processed every told id."""
+        told_set = set(told)
+        for app, distribution in self.distribution.items():
+            if distribution == PER_APP and not told_set <= self.processed(app):
+                return False
+            if distribution == PER_SERVER and not all(
+                    told_set <= self.processed(app, server) for server in self.servers[app]):
+                return False
+        return True
+
+
+@contextmanager
+def fleet(settings: Settings, topic: str) -> Iterator[Fleet]:
+    with ExitStack() as stack:
+        yield Fleet(settings, topic, stack)
+
+
+# -- the producer --------------------------------------------------------------------------------
+
+class LoadProducer:
+    """``Producer(settings)`` sending to ``topic:<topic>`` in a loop, in its own thread, with
+    ``pace`` seconds between sends. ``told`` maps the id of every send that returned to the
+    broker that confirmed it; ``raised`` maps the id of every send that raised to the error."""
+
+    def __init__(self, settings: Settings, topic: str, pace: float = 0.01) -> None:
+        self.settings, self.destination = settings, Destination.parse(f"topic:{topic}")
+        self.pace = pace
+        self._lock = threading.Lock()
+        self._told: dict[str, str] = {}
+        self._raised: dict[str, str] = {}
+        self._stopping = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, daemon=True, name="load-producer")
+
+    def __enter__(self) -> LoadProducer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop sending; re-raise what broke the producer thread (anything not an MdbError)."""
+        self._stopping.set()
+        self._thread.join(timeout=WAIT)
+        assert not self._thread.is_alive(), "the producer did not stop"
+        if self._error is not None:
+            raise AssertionError(f"the producer failed: {self._error!r}") from self._error
+
+    @property
+    def told(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._told)
+
+    @property
+    def raised(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._raised)
+
+    def wait_told(self, count: int, timeout: float = WAIT) -> None:
+        """Wait until ``count`` more sends returned (the producer keeps going meanwhile)."""
+        target = len(self._told) + count
+        deadline = time.monotonic() + timeout
+        while len(self._told) < target:
+            if self._error is not None or not self._thread.is_alive():
+                self.stop()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{count} sends in {timeout} s: only "
+                                     f"{count - (target - len(self._told))}; raised "
+                                     f"{Counter(self.raised.values())}")
+            time.sleep(0.05)
+
+    def _main(self) -> None:
+        try:
+            anyio.run(self._run)
+        except BaseException as exc:
+            self._error = exc
+
+    async def _run(self) -> None:
+        async with Producer(self.settings) as producer:
+            number = 0
+            while not self._stopping.is_set():
+                message = codec.outgoing(f"m{number}", None)
+                number += 1
+                try:
+                    member = await producer.send_message(self.destination, message)
+                except MdbError as exc:
+                    with self._lock:
+                        self._raised[message.headers[ID]] = type(exc).__name__
+                else:
+                    with self._lock:
+                        self._told[message.headers[ID]] = member.broker
+                await anyio.sleep(self.pace)
+
+
+# -- what is left on the brokers -----------------------------------------------------------------
+
+class _Browser(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.ended = threading.Event()
+
+    def on_message(self, frame: Any) -> None:
+        if frame.headers.get("browser") == "end":
+            self.ended.set()
+        else:
+            self.ids.append(frame.headers.get(ID, ""))
+
+
+def browse(host: str, port: int, queue_name: str, timeout: float = WAIT) -> list[str]:
+    """The ``mdb_id`` of every message stored in ActiveMQ queue ``queue_name`` (a STOMP queue
+    browser: the broker sends what the queue holds, then a ``browser:end`` frame)."""
+    connection = stomp.Connection([(host, port)])
+    browser = _Browser()
+    connection.set_listener("browser", browser)
+    connection.connect(wait=True)
+    try:
+        connection.subscribe(f"/queue/{queue_name}", id="browse", ack="auto",
+                             headers={"browser": "true"})
+        assert browser.ended.wait(timeout), f"no browser:end from {queue_name}"
+        return browser.ids
+    finally:
+        connection.disconnect()
+
+
+def subscription_queues(fleet_: Fleet) -> list[str]:
+    """The ActiveMQ queue of every subscription the fleet's apps used (virtual topics; names
+    by the documented rule of docs/distribution.md)."""
+    names = set()
+    for app, distribution in fleet_.distribution.items():
+        if distribution == PER_APP:
+            names.add(f"{app}-{LISTENER}")
+        else:
+            names |= {f"{app}-{server}-{LISTENER}" for server in fleet_.servers[app]}
+    return sorted(f"Consumer.{n}.VirtualTopic.{fleet_.topic}" for n in names)
+
+
+def left_behind(brokers: Iterable[BrokerProcess], fleet_: Fleet, told: Collection[str],
+                ) -> dict[str, list[str]]:
+    """Told-sent messages still stored in a subscription queue (or ActiveMQ.DLQ) of an ActiveMQ
+    broker, after the fleet stopped: ``{"<port> <queue>": [ids]}`` for each non-empty one."""
+    told_set = set(told)
+    found: dict[str, list[str]] = {}
+    for broker in brokers:
+        for name in [*subscription_queues(fleet_), "ActiveMQ.DLQ"]:
+            stored = [i for i in browse(broker.host, broker.port, name) if i in told_set]
+            if stored:
+                found[f"{broker.port} {name}"] = stored
+    return found

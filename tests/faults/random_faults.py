@@ -1,0 +1,171 @@
+"""A randomized fault run (a soak, not a pytest test): ``python -m tests.faults.random_faults
+--minutes 10 --seed 7``.
+
+It starts three private ActiveMQ brokers holding a partitioned topic (one member on each), app
+``shop`` with two container processes on a shared subscription (``one-copy-per-app``) and app
+``audit`` with one server (``one-copy-per-server``), and a producer sending continuously. For
+``--minutes`` it applies a schedule of faults drawn from ``--seed``, one at a time with random
+gaps of load between them:
+
+* ``broker-kill``: SIGKILL one broker, keep it down a while, restart it (same port and data);
+* ``broker-pause``: SIGSTOP one broker for a while (longer than the heartbeat timeout or not),
+  then SIGCONT;
+* ``container-kill``: SIGKILL one container process and start it again under its server name.
+
+After each fault it waits until the affected broker's member is consumed again (or the process
+is ready again): the fault is then counted as survived. At the end it stops the producer, waits
+until everything told-sent is processed (or ``--drain`` seconds pass), stops the processes in
+order and prints a table. The exit status is 1 when a message is lost or a repeat was not
+flagged redelivered (or a fault was not survived), else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+from tests.contract.support import unique
+from tests.faults.ledger import (
+    PER_APP,
+    PER_SERVER,
+    WAIT,
+    Fleet,
+    LoadProducer,
+    Verdict,
+    brokers_started,
+    fault_settings,
+    fleet,
+    left_behind,
+)
+from tests.harness.activemq import ActiveMQ, activemq_available
+from tests.harness.process import BrokerProcess
+
+KINDS = ("broker-kill", "broker-pause", "container-kill")
+NAMES = ("a", "b", "c")
+
+
+def hold(processes: Fleet, seconds: float) -> None:
+    """Let ``seconds`` of load pass, reading the ledger meanwhile."""
+    until = time.monotonic() + seconds
+    processes.wait(lambda f: time.monotonic() >= until, "a gap", timeout=seconds + WAIT)
+
+
+def consumed_again(processes: Fleet, producer: LoadProducer, app: str, broker: str,
+                   count: int = 3) -> None:
+    """Wait until ``app`` processed ``count`` messages sent to ``broker`` from now on."""
+    before = set(producer.told)
+
+    def again(f: Fleet) -> bool:
+        new = {i for i, b in producer.told.items() if b == broker and i not in before}
+        return len(new & f.processed(app)) >= count
+
+    processes.wait(again, f"{app} consuming {broker}'s member again")
+
+
+def run(minutes: float, seed: int, drain: float) -> int:
+    rng = random.Random(seed)
+    topic, shop, audit = unique("soak"), unique("shop"), unique("audit")
+    survived: Counter[str] = Counter()
+    failures: list[str] = []
+    with brokers_started(ActiveMQ, 3) as brokers:
+        settings = fault_settings([str(b.url) for b in brokers], topic)
+        with fleet(settings, topic) as processes:
+            processes.start(shop, ["s1", "s2"], PER_APP)
+            processes.start(audit, ["s1"], PER_SERVER)
+            with LoadProducer(settings, topic, pace=0.01) as producer:
+                end = time.monotonic() + minutes * 60
+                while time.monotonic() < end:
+                    hold(processes, rng.uniform(1.0, 6.0))
+                    kind = rng.choice(KINDS)
+                    try:
+                        apply(kind, rng, brokers, processes, producer, shop)
+                    except AssertionError as exc:  # not survived: report, stop the schedule
+                        failures.append(f"{kind}: {exc}"[:500])
+                        for broker in brokers:
+                            broker.resume()
+                        break
+                    survived[kind] += 1
+                    print(f"[{time.strftime('%H:%M:%S')}] survived {kind} "
+                          f"(told {len(producer.told)}, raised {len(producer.raised)})",
+                          flush=True)
+            told = producer.told
+            if not processes.drain(told, timeout=drain):
+                failures.append(f"drain: not everything processed within {drain} s")
+            processes.stop()
+            verdicts = processes.verdicts(told)
+            stored = left_behind(brokers, processes, told)
+    print_table(survived, verdicts, len(told), producer.raised, stored, failures)
+    bad = any(v.lost or v.unflagged for v in verdicts.values()) or bool(stored or failures)
+    return 1 if bad else 0
+
+
+def apply(kind: str, rng: random.Random, brokers: Sequence[BrokerProcess], processes: Fleet,
+          producer: LoadProducer, shop: str) -> None:
+    if kind == "container-kill":
+        victim = rng.choice(processes.alive())
+        app = processes.app_of[victim.process.pid]
+        processes.kill(victim)
+        hold(processes, rng.uniform(0.0, 3.0))
+        processes.start(app, [victim.server], processes.distribution[app])
+        return
+    index = rng.randrange(len(brokers))
+    broker, outage = brokers[index], rng.uniform(0.5, 6.0)
+    if kind == "broker-kill":
+        broker.kill()
+        hold(processes, outage)
+        broker.restart()  # same port, same data directory
+    else:
+        broker.pause()
+        hold(processes, outage)
+        broker.resume()
+    consumed_again(processes, producer, shop, NAMES[index])
+
+
+def print_table(survived: Counter[str], verdicts: dict[str, Verdict], told: int,
+                raised: dict[str, str], stored: dict[str, list[str]], failures: list[str],
+                ) -> None:
+    print()
+    print("faults survived: " + ", ".join(f"{k} {survived[k]}" for k in KINDS)
+          + f" (total {sum(survived.values())})")
+    print(f"messages told-sent: {told}; sends that raised: {len(raised)} "
+          f"{dict(Counter(raised.values()))}")
+    header = ("view", "told", "processed", "deliveries", "dup flagged", "dup unflagged",
+              "lost", "unconfirmed")
+    rows = [header] + [
+        (key.split("_")[0] + key[key.index("/"):] if "/" in key else key.split("_")[0],
+         str(v.told), str(v.processed), str(v.deliveries), str(v.flagged),
+         str(len(v.unflagged)), str(len(v.lost)), str(v.unconfirmed))
+        for key, v in sorted(verdicts.items())]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for row in rows:
+        print("  ".join(c.rjust(w) if i else c.ljust(w)
+                        for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+    print(f"left behind on the brokers: {sum(len(v) for v in stored.values())} {stored or ''}")
+    for failure in failures:
+        print(f"NOT SURVIVED: {failure}")
+    lost = sum(len(v.lost) for v in verdicts.values())
+    unflagged = sum(len(v.unflagged) for v in verdicts.values())
+    print(f"result: lost {lost}, unflagged {unflagged} -> "
+          + ("FAIL" if lost or unflagged or stored or failures else "ok"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.faults.random_faults",
+                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long faults go on")
+    parser.add_argument("--seed", type=int, default=7, help="seed of the fault schedule")
+    parser.add_argument("--drain", type=float, default=120.0,
+                        help="seconds to wait at the end for everything to be processed")
+    args = parser.parse_args(argv)
+    if not activemq_available():
+        print("ActiveMQ Classic is not installed here", file=sys.stderr)
+        return 2
+    return run(args.minutes, args.seed, args.drain)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""The fault tests' checker, on hand-made ledgers (no broker)."""
+
+from __future__ import annotations
+
+from tests.faults.ledger import PER_APP, PER_SERVER, check, views
+
+
+def done(message_id: str, redelivered: bool, server: str = "s1") -> dict[str, object]:
+    return {"event": "done", "id": message_id, "redelivered": redelivered, "count": 1,
+            "pid": 1, "app": "shop", "server": server}
+
+
+def test_every_told_message_processed_once_is_ok() -> None:
+    verdict = check(["a", "b"], [done("a", False), done("b", False)])
+    assert verdict.ok and verdict.processed == 2 and verdict.repeats == 0
+
+
+def test_a_told_message_never_processed_is_lost() -> None:
+    verdict = check(["a", "b"], [done("a", False)])
+    assert verdict.lost == ["b"] and not verdict.ok
+
+
+def test_a_repeat_must_be_flagged() -> None:
+    flagged = check(["a"], [done("a", False), done("a", True), done("a", True)])
+    assert flagged.ok and flagged.flagged == 2 and not flagged.unflagged
+    unflagged = check(["a"], [done("a", False), done("a", True), done("a", False)])
+    assert unflagged.unflagged == ["a"] and unflagged.flagged == 1 and not unflagged.ok
+
+
+def test_a_message_whose_send_raised_may_be_processed() -> None:
+    verdict = check(["a"], [done("a", False), done("x", False),
+                            {"event": "start", "id": "y", "redelivered": False}])
+    assert verdict.ok and verdict.unconfirmed == 1 and verdict.deliveries == 2
+
+
+def test_views_are_per_app_or_per_server() -> None:
+    entries = [done("a", False, "s1"), done("a", False, "s2")]
+    assert set(views(entries, PER_APP)) == {"shop"}
+    assert set(views(entries, PER_SERVER)) == {"shop/s1", "shop/s2"}
+    assert not check(["a"], views(entries, PER_APP)["shop"]).ok  # two unflagged in one app

@@ -1,0 +1,171 @@
+"""The health endpoint: probes answered from the event loop, and ``mdb status`` reading it."""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from mdb.health import BrokerHealth, Health, HealthServer, ListenerHealth
+
+NOW = time.time()
+READY = Health(
+    live=True, ready=True,
+    brokers=(BrokerHealth("main", "up", NOW - 90),),
+    listeners=(ListenerHealth("on_order", members=3, subscribed=3, in_flight=1, processed=42),),
+    events={"connection-lost": 1, "connection-restored": 1},
+)
+NOT_READY = Health(
+    live=True, ready=False,
+    brokers=(BrokerHealth("main", "up", NOW - 90), BrokerHealth("backup", "failed", NOW - 30)),
+    listeners=(ListenerHealth("on_order", members=3, subscribed=2, in_flight=0, processed=7),),
+    events={"broker-failed": 1},
+)
+
+
+def get(url: str) -> tuple[int, dict[str, object]]:
+    """Blocking GET: (status, JSON body), whatever the status."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.mark.anyio
+async def test_probes_answer_from_the_event_loop() -> None:
+    current = [READY]
+    on_loop: list[bool] = []
+    loop_thread = threading.get_ident()
+
+    def snapshot() -> Health:
+        on_loop.append(threading.get_ident() == loop_thread)
+        return current[0]
+
+    server = HealthServer(snapshot, "127.0.0.1", 0)
+    server.start()
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        assert server.port != 0
+        assert await anyio.to_thread.run_sync(get, f"{base}/health/live") == (200, {"live": True})
+        assert await anyio.to_thread.run_sync(get, f"{base}/health/ready") == (
+            200, {"ready": True, "brokers_down": [], "listeners_short": []})
+        status, body = await anyio.to_thread.run_sync(get, f"{base}/status")
+        assert status == 200 and Health.from_json(body) == READY
+
+        current[0] = NOT_READY
+        assert await anyio.to_thread.run_sync(get, f"{base}/health/live") == (200, {"live": True})
+        assert await anyio.to_thread.run_sync(get, f"{base}/health/ready") == (503, {
+            "ready": False, "brokers_down": ["backup"],
+            "listeners_short": [{"name": "on_order", "subscribed": 2, "members": 3}]})
+        status, body = await anyio.to_thread.run_sync(get, f"{base}/status")
+        assert status == 200 and Health.from_json(body) == NOT_READY
+
+        current[0] = Health(live=False, ready=False)
+        assert await anyio.to_thread.run_sync(get, f"{base}/health/live") == (
+            503, {"live": False})
+
+        status, body = await anyio.to_thread.run_sync(get, f"{base}/metrics")
+        assert status == 404 and "/health/live" in str(body["error"])
+        assert on_loop and all(on_loop)
+    finally:
+        server.close()
+        server.close()  # idempotent
+
+
+def test_a_server_whose_loop_has_ended_answers_503() -> None:
+    async def start() -> HealthServer:
+        server = HealthServer(lambda: READY)
+        server.start()
+        return server
+
+    server = anyio.run(start)
+    try:
+        status, body = get(f"http://127.0.0.1:{server.port}/health/live")
+        assert status == 503 and body["live"] is False
+    finally:
+        server.close()
+
+
+def test_from_json_refuses_what_is_not_a_snapshot() -> None:
+    with pytest.raises(ValueError, match="not an mdb health snapshot"):
+        Health.from_json({"live": True})
+    with pytest.raises(ValueError, match="not an mdb health snapshot"):
+        Health.from_json({**READY.to_json(), "ready": "yes"})
+
+
+@contextmanager
+def serving(health: Health) -> Iterator[str]:
+    """A HealthServer answering ``health``, on its own event loop in a thread; yields its URL."""
+    urls: queue.Queue[str] = queue.Queue()
+    stop = threading.Event()
+
+    async def serve() -> None:
+        server = HealthServer(lambda: health)
+        server.start()
+        try:
+            urls.put(f"http://127.0.0.1:{server.port}")
+            await anyio.to_thread.run_sync(stop.wait)
+        finally:
+            server.close()
+
+    thread = threading.Thread(target=anyio.run, args=(serve,), daemon=True)
+    thread.start()
+    try:
+        yield urls.get(timeout=30)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+def mdb_status(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mdb.cli", "status", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_mdb_status_exits_0_when_ready(tmp_path: Path) -> None:
+    with serving(READY) as url:
+        result = mdb_status("--url", url, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"mdb at {url}: live, ready" in result.stdout
+    assert "main" in result.stdout and "3/3" in result.stdout and "42" in result.stdout
+    assert "connection-lost 1" in result.stdout
+
+
+def test_mdb_status_exits_1_when_not_ready_and_says_why(tmp_path: Path) -> None:
+    with serving(NOT_READY) as url:
+        port = url.rsplit(":", 1)[1]
+        (tmp_path / "mdb.toml").write_text(f"health_port = {port}\n")
+        result = mdb_status("--config", "mdb.toml", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "live, NOT READY" in result.stdout
+    assert "broker backup is failed" in result.stdout
+    assert "listener on_order has 2 of 3 members subscribed" in result.stdout
+
+
+def test_mdb_status_exits_3_when_nothing_answers(tmp_path: Path) -> None:
+    with socket.socket() as bound:  # bound, not listening: connections are refused
+        bound.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{bound.getsockname()[1]}"
+        result = mdb_status("--url", url, cwd=tmp_path)
+    assert result.returncode == 3
+    assert f"cannot reach {url}/status" in result.stderr
+
+
+def test_mdb_status_without_a_port_is_a_configuration_error(tmp_path: Path) -> None:
+    result = mdb_status(cwd=tmp_path)
+    assert result.returncode == 2
+    assert "set `health_port`" in result.stderr
