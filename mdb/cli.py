@@ -5,10 +5,13 @@ runs the container process; ``mdb subscriptions MODULE... [--config FILE]`` prin
 subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
 NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION BODY
 [--header k=v]... [--key K]`` sends a message by hand; ``mdb status [--config FILE] [--url URL]``
-asks a running container's health endpoint (setting ``health_port``) how it is. Exit status: 0
-after a clean stop (``mdb status``: the container is ready), 1 when ``mdb status`` found the
-container not ready, 2 for a configuration error, 3 when a broker could not be reached at startup
-(``mdb status``: when the health endpoint could not be reached), 128+N after a second signal N.
+asks a running container's health endpoint (setting ``health_port``) how it is. ``mdb run``
+re-applies the topology of its ``--config`` file when the file changes or on SIGHUP.
+
+Exit status: 0 after a clean stop (``mdb status``: the container is ready), 1 when ``mdb
+status`` found the container not ready, 2 for a configuration error, 3 when no broker could be
+reached at startup (``mdb status``: when the health endpoint could not be reached), 128+N after
+a second signal N.
 """
 
 from __future__ import annotations
@@ -24,15 +27,19 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 import anyio
+from dependency_injector import containers
 
+from mdb import tracing
 from mdb.container import Container
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError
 from mdb.events import Events
 from mdb.health import Health, HealthServer
 from mdb.links import BrokerLink, BrokerStatus
+from mdb.listener import ListenerSpec
 from mdb.producer import Producer
 from mdb.settings import Settings, load_settings
 from mdb.wiring import (
@@ -50,8 +57,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=os.environ.get("MDB_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s%(trace)s",
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(tracing.TraceIds())
     try:
         settings = load_settings(args.config, app=args.app, server=args.server)
         try:
@@ -71,6 +80,15 @@ async def run(args: argparse.Namespace, settings: Settings) -> None:
     modules = import_modules(args.modules)
     listeners = find_listeners(modules)
     di = find_container(args.container or settings.container, modules)
+    flush_telemetry = tracing.configure(settings.app)
+    try:
+        await _run(settings, args, modules, listeners, di)
+    finally:
+        flush_telemetry()
+
+
+async def _run(settings: Settings, args: argparse.Namespace, modules: list[ModuleType],
+               listeners: list[ListenerSpec], di: containers.Container | None) -> None:
     async with wired(di, modules, listeners) as handlers:
         container = Container(settings, handlers, on_event=find_event_callbacks(modules))
         print(plan_table(container), flush=True)
@@ -283,9 +301,7 @@ def plan_table(container: Container) -> str:
             rows.append((d.spec.name, str(d.spec.destination), str(p.request.destination),
                          p.name, kind, str(d.spec.options.pool),
                          f"{p.broker} ({links[0].settings.url}, {len(links)} connections)"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
-    return "\n".join(line.rstrip() for line in lines)
+    return _table(rows)
 
 
 def status_line(container: Container) -> str:

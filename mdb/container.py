@@ -31,6 +31,7 @@ from functools import partial
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from mdb import tracing
 from mdb.broker import Subscription
 from mdb.delivery import Processor, Stats
 from mdb.errors import BrokerError, ConfigurationError, ConnectionFailed, ConnectionLost
@@ -119,6 +120,7 @@ class Container:
         self._slots: set[Slot] = set()
         self._work: TaskGroup | None = None
         self._threads: dict[str, anyio.CapacityLimiter] = {}
+        tracing.watch_brokers(self)
 
     @property
     def _client_id(self) -> str:
@@ -221,6 +223,11 @@ class Container:
             self._work.start_soon(self._close_when_drained, retired_links)
         log.info("topology applied: %d subscriptions leave, %d join",
                  len(leaving), len(joining))
+
+    def broker_states(self) -> list[tuple[str, str, bool]]:
+        """Each broker in use: its name, ``messaging.system`` and whether it is up."""
+        return [(name, tracing.system_of(status.settings.url), status.state == "up")
+                for name, status in self.statuses.items()]
 
     def health(self) -> Health:
         """A snapshot for the health endpoint; call it on the container's event loop. Ready
@@ -345,7 +352,8 @@ class Container:
                 if slot.subscription is None:
                     slot.subscription = await connection.subscribe(planned.request)
                 subscription = slot.subscription
-                processor = Processor(deployed.spec, planned, connection, subscription,
+                system = tracing.system_of(link.settings.url)
+                processor = Processor(deployed.spec, planned, system, connection, subscription,
                                       self.producer, deployed.stats, slot.threads,
                                       stopping=lambda: self._ends(slot))
                 while not self._ends(slot):

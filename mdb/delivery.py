@@ -28,7 +28,8 @@ oldest unsettled delivery of the subscription and nothing else.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -36,7 +37,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from mdb import codec
+from mdb import codec, tracing
 from mdb import message as headers_
 from mdb.broker import Connection, Delivery, Subscription, Transaction
 from mdb.context import Context
@@ -95,9 +96,11 @@ class _Sends:
     a failed handler sends nothing and a committed ack always follows its sends (a commit that
     then fails means a redelivery, and those sends may be made twice)."""
 
-    def __init__(self, connection: Connection, broker: str, producer: Producer) -> None:
+    def __init__(self, connection: Connection, broker: str, system: str,
+                 producer: Producer) -> None:
         self._connection = connection
         self._broker = broker
+        self._system = system
         self._producer = producer
         self.begun: Transaction | None = None
         self._held: list[tuple[Destination, OutgoingMessage, str | None]] = []
@@ -111,7 +114,8 @@ class _Sends:
             return
         if self.begun is None:
             self.begun = await self._connection.begin()
-        await self.begun.send(member.destination, message)
+        with tracing.sending(self._system, destination, message) as traced:
+            await self.begun.send(member.destination, traced)
 
     async def flush(self) -> None:
         """Make the held sends; raises BrokerError when one was surely or maybe not sent."""
@@ -129,14 +133,17 @@ class Processor:
     """Runs one listener's handler on deliveries of one subscription, as DESIGN §4 says."""
 
     def __init__(
-        self, spec: ListenerSpec, planned: PlannedSubscription, connection: Connection,
-        subscription: Subscription, producer: Producer, stats: Stats,
+        self, spec: ListenerSpec, planned: PlannedSubscription, system: str,
+        connection: Connection, subscription: Subscription, producer: Producer, stats: Stats,
         threads: anyio.CapacityLimiter, stopping: Callable[[], bool],
     ) -> None:
         self._spec = spec
+        self._planned = planned
         self._broker = planned.broker
+        self._system = system
         self._selector = planned.selector
         self._producer = producer
+        self._span: tracing.Processing | None = None
         self._connection = connection
         self._subscription = subscription
         self._stats = stats
@@ -185,35 +192,59 @@ class Processor:
         return True
 
     async def _process(self, delivery: Delivery, message: Message) -> bool:
-        self._stats.in_flight += 1
-        try:
-            if self._selector is not None and not self._selector(delivery.headers):
-                # Not this subscription's message: settled unseen (see mdb.planning).
-                await self._connection.ack(delivery)
-                self._stats.filtered += 1
-                return True
-            if delivery.broker_redelivered:
-                await self._settle_failure(
-                    delivery, message, "mdb.InDoubt",
-                    "an earlier delivery's outcome is unknown (process or connection lost)",
-                    retry=True, wait=False,
-                )
-                return True
+        if self._selector is not None and not self._selector(delivery.headers):
+            # Not this subscription's message: settled unseen (see mdb.planning).
             try:
-                body = self._decode(message.body)
-            except DecodeError as exc:
-                await self._settle_failure(delivery, message, "mdb.DecodeError", str(exc),
-                                           retry=False, wait=False)
-                return True
-            if self._spec.options.transacted:
-                await self._transacted(delivery, message, body)
-            else:
-                await self._acked_after(delivery, message, body)
+                await self._connection.ack(delivery)
+            except BrokerError as exc:
+                return self._not_settled(f"message {message.id}", exc)
+            self._stats.filtered += 1
             return True
+        try:
+            with self._handling(delivery, message):
+                await self._handle(delivery, message)
         except BrokerError as exc:
             return self._not_settled(f"message {message.id}", exc)
+        return True
+
+    async def _handle(self, delivery: Delivery, message: Message) -> None:
+        """Settle a selected delivery: in doubt or undecodable on the failure path, else run
+        the handler as the listener's options say."""
+        if delivery.broker_redelivered:
+            await self._settle_failure(
+                delivery, message, "mdb.InDoubt",
+                "an earlier delivery's outcome is unknown (process or connection lost)",
+                retry=True, wait=False,
+            )
+            return
+        try:
+            body = self._decode(message.body)
+        except DecodeError as exc:
+            await self._settle_failure(delivery, message, "mdb.DecodeError", str(exc),
+                                       retry=False, wait=False)
+            return
+        if self._spec.options.transacted:
+            await self._transacted(delivery, message, body)
+        else:
+            await self._acked_after(delivery, message, body)
+
+    @contextmanager
+    def _handling(self, delivery: Delivery, message: Message) -> Iterator[None]:
+        """While a message is being handled: counted in flight and in the pool usage metric,
+        inside its ``process`` span (``mdb.tracing``)."""
+        self._stats.in_flight += 1
+        usage = {"mdb.listener": self._spec.name}
+        tracing.pool_usage.add(1, usage)
+        try:
+            with tracing.processing(
+                    self._system, self._spec.destination, self._planned.request.name,
+                    self._planned.shared, delivery.headers, message.id, message.body,
+                    message.delivery_count, message.redelivered) as self._span:
+                yield
         finally:
+            self._span = None
             self._stats.in_flight -= 1
+            tracing.pool_usage.add(-1, usage)
 
     def _not_settled(self, what: str, exc: BrokerError) -> bool:
         self._stats.rolled_back += 1
@@ -243,16 +274,19 @@ class Processor:
         sends = self._sends()
         done = 0
         failure: Exception | None = None
-        self._stats.in_flight += len(run)
         try:
             try:
                 for item in run:
                     if done and self._stopping():
                         break
-                    try:
-                        await self._invoke(item.message, item.body, sends.send)
-                    except Exception as exc:  # user code: the batch failed
-                        failure = exc
+                    with self._handling(item.delivery, item.message):
+                        try:
+                            await self._invoke(item.message, item.body, sends.send)
+                        except Exception as exc:  # user code: the batch failed
+                            failure = exc
+                            assert self._span is not None
+                            self._span.failed(_type_name(exc), str(exc))
+                    if failure is not None:
                         break
                     done += 1
                 if failure is None:
@@ -271,8 +305,6 @@ class Processor:
         except BrokerError as exc:
             return self._not_settled(f"a batch of {len(run)} from message {run[0].message.id}",
                                      exc)
-        finally:
-            self._stats.in_flight -= len(run)
         log.info("listener %s: the batch of %d from message %s failed at message %d (%s: %s); "
                  "processing it one message at a time", self._spec.name, len(run),
                  run[0].message.id, done + 1, _type_name(failure), failure)
@@ -307,15 +339,13 @@ class Processor:
 
     async def _failed(self, delivery: Delivery, message: Message, failure: Exception) -> bool:
         """The failure path for a message whose handler already raised ``failure``."""
-        self._stats.in_flight += 1
         try:
-            await self._settle_failure(delivery, message, _type_name(failure), str(failure),
-                                       retry=True, wait=True)
-            return True
+            with self._handling(delivery, message):
+                await self._settle_failure(delivery, message, _type_name(failure), str(failure),
+                                           retry=True, wait=True)
         except BrokerError as exc:
             return self._not_settled(f"message {message.id}", exc)
-        finally:
-            self._stats.in_flight -= 1
+        return True
 
     async def _transacted(self, delivery: Delivery, message: Message, body: Any) -> None:
         sends = self._sends()
@@ -336,7 +366,7 @@ class Processor:
         await self._settle(sends.begun, [delivery])
 
     def _sends(self) -> _Sends:
-        return _Sends(self._connection, self._broker, self._producer)
+        return _Sends(self._connection, self._broker, self._system, self._producer)
 
     async def _acked_after(self, delivery: Delivery, message: Message, body: Any) -> None:
         try:
@@ -395,8 +425,16 @@ class Processor:
                 headers_.ORIGINAL_DESTINATION: str(message.destination),
             })
             outcome = "to_error_destination"
+        if self._span is not None:
+            self._span.failed(error_type, error_text)
         tx = await self._connection.begin()
-        await _commit(tx, [delivery], sends=[(target, OutgoingMessage(message.body, keep))])
+        with tracing.sending(self._system, target, OutgoingMessage(message.body, keep)) as traced:
+            await _commit(tx, [delivery], sends=[(target, traced)])
+        if self._span is not None:
+            if outcome == "redelivered":
+                self._span.redelivery(count + 1)
+            else:
+                self._span.moved(target)
         if outcome == "redelivered":
             self._stats.redelivered += 1
             log.info("listener %s: message %s failed (%s: %s), delivery %d of at most %d",

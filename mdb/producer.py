@@ -12,7 +12,7 @@ from types import TracebackType
 
 import anyio
 
-from mdb import codec
+from mdb import codec, tracing
 from mdb.destinations import Destination
 from mdb.errors import ConnectionFailed, ConnectionLost
 from mdb.events import Events
@@ -80,9 +80,11 @@ class Producer:
             failure: ConnectionFailed | ConnectionLost | None = None
             for member in self.topology.candidates(destination, key=key, prefer=prefer,
                                                    down=down):
+                system = tracing.system_of(self._settings.brokers[member.broker].url)
                 try:
-                    connection = await self._link(member.broker).connect()
-                    await connection.send(member.destination, message)
+                    with tracing.sending(system, destination, message) as traced:
+                        connection = await self._link(member.broker).connect()
+                        await connection.send(member.destination, traced)
                 except (ConnectionFailed, ConnectionLost) as exc:
                     failure = exc
                     self._mark_down(member.broker)

@@ -11,12 +11,16 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
+
+from examples.orders.trace_tree import spans_and_lines, tree
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_orders_example_runs_on_the_embedded_broker() -> None:
-    env = {**os.environ, "DEMO_ORDERS": "12", "MDB_LOG_LEVEL": "WARNING"}
+    env = {**os.environ, "DEMO_ORDERS": "12", "MDB_LOG_LEVEL": "WARNING",
+           "OTEL_TRACES_EXPORTER": "console"}
     process = subprocess.Popen(
         [sys.executable, "-m", "mdb.cli", "run", "examples.orders.listeners",
          "--config", "examples/orders/mdb.toml"],
@@ -52,6 +56,17 @@ def test_the_orders_example_runs_on_the_embedded_broker() -> None:
     assert "gave up after 3 deliveries: ValueError: order o-3: cannot price sku POISON" in out
     assert "events: order o-5 accepted, 47.50" in out  # on the topic, after its redelivery
     assert "mdb: stopped; processed 34" in out  # 11 orders, 11 invoices, 11 events, 1 error
+    # Tracing on: o-5's trace runs from the demo's send through both deliveries to its invoice.
+    traces: dict[str, list[dict[str, Any]]] = {}
+    for item in spans_and_lines(seen):
+        if isinstance(item, dict):
+            traces.setdefault(item["context"]["trace_id"], []).append(item)
+    trees = ["\n".join(tree(spans)) for spans in traces.values()]
+    [o5] = [t for t in trees if "error=TimeoutError" in t]
+    assert [line.split("  [")[0] for line in o5.splitlines()][:5] == [
+        "send queue:orders", "  process queue:orders", "    send queue:orders",
+        "      process queue:orders", "        send queue:invoices"]
+    assert "delivery=2, redelivered=True" in o5.splitlines()[3]
 
 
 def test_the_partitioned_example_plans_a_subscription_on_every_member() -> None:

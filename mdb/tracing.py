@@ -1,0 +1,292 @@
+"""Telemetry: spans, trace context in message headers, and metrics, after the OpenTelemetry
+messaging semantic conventions. The only module of the core that imports OpenTelemetry.
+
+* Every message mdb sends carries the W3C trace context (``traceparent``, ``tracestate``,
+  ``baggage``) of its ``send <destination>`` PRODUCER span.
+* Each delivery is handled in a ``process <destination>`` CONSUMER span whose **parent** is the
+  context the message carries, so producer → consumer → the consumer's own sends form one
+  trace across processes. A failed message re-sent for redelivery carries the context of the
+  failed attempt: the next attempt's span is its child.
+* Metrics: ``messaging.process.duration``, ``messaging.client.consumed.messages``,
+  ``messaging.client.sent.messages``, ``mdb.redeliveries``, ``mdb.error_destination.moves``,
+  ``mdb.pool.usage`` and ``mdb.broker.connected``.
+
+Instruments come from the global providers, so an application (or a test) that set up
+OpenTelemetry itself keeps its own; ``configure`` sets them up from the ``OTEL_*``
+environment variables only when nobody did. Message bodies are never recorded, unless
+``MDB_TRACE_BODIES`` is set (``record_bodies``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Protocol
+from urllib.parse import urlsplit
+
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from mdb.destinations import Destination
+from mdb.errors import ConfigurationError
+from mdb.message import OutgoingMessage
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricExporter
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+_tracer = trace.get_tracer("mdb")
+_meter = metrics.get_meter("mdb")
+
+_process_duration = _meter.create_histogram(
+    "messaging.process.duration", unit="s", description="Duration of processing operation.")
+_consumed = _meter.create_counter(
+    "messaging.client.consumed.messages", unit="{message}",
+    description="Number of messages that were delivered to the application.")
+_sent = _meter.create_counter(
+    "messaging.client.sent.messages", unit="{message}",
+    description="Number of messages producer attempted to send to the broker.")
+_redeliveries = _meter.create_counter(
+    "mdb.redeliveries", unit="{message}",
+    description="Failed deliveries re-sent for another attempt.")
+_error_moves = _meter.create_counter(
+    "mdb.error_destination.moves", unit="{message}",
+    description="Messages moved to their listener's error destination.")
+pool_usage = _meter.create_up_down_counter(
+    "mdb.pool.usage", unit="{delivery}",
+    description="Deliveries being handled now, per listener (the pool slots in use).")
+
+
+def record_bodies() -> bool:
+    """Whether spans record message bodies (``MDB_TRACE_BODIES=true``); off by default."""
+    return os.environ.get("MDB_TRACE_BODIES", "").lower() in {"1", "true", "yes"}
+
+
+def system_of(url: str) -> str:
+    """``messaging.system`` for a broker URL: ``activemq``, ``rabbitmq``, or the scheme."""
+    return urlsplit(url).scheme.rpartition("+")[2]
+
+
+def _attributes(system: str, destination: Destination, operation: str,
+                ) -> dict[str, str | int | bool]:
+    return {"messaging.system": system, "messaging.destination.name": str(destination),
+            "messaging.operation.name": operation, "messaging.operation.type": operation}
+
+
+@contextmanager
+def sending(system: str, destination: Destination, message: OutgoingMessage,
+            ) -> Iterator[OutgoingMessage]:
+    """A ``send <destination>`` PRODUCER span around a send; yields ``message`` with the
+    span's trace context in its headers, which is what must be sent."""
+    attributes = _attributes(system, destination, "send")
+    attributes["messaging.message.id"] = message.headers.get("mdb_id", "")
+    attributes["messaging.message.body.size"] = len(message.body)
+    with _tracer.start_as_current_span(f"send {destination}", kind=SpanKind.PRODUCER,
+                                       attributes=attributes) as span:
+        if record_bodies():
+            span.set_attribute("mdb.message.body", message.body.decode(errors="replace"))
+        headers = dict(message.headers)
+        propagate.inject(headers)
+        try:
+            yield OutgoingMessage(message.body, headers)
+        except Exception as exc:
+            span.set_attribute("error.type", _type_name(exc))
+            raise
+        _sent.add(1, _metric_attributes(attributes))
+
+
+def with_context(message: OutgoingMessage) -> OutgoingMessage:
+    """``message`` carrying the current trace context (for a re-send inside a process span)."""
+    headers = dict(message.headers)
+    propagate.inject(headers)
+    return OutgoingMessage(message.body, headers)
+
+
+class Processing:
+    """What the delivery code tells the ``process`` span about its outcome."""
+
+    def __init__(self, span: Span, attributes: dict[str, str | int | bool]) -> None:
+        self.span = span
+        self._attributes = attributes
+        self.error_type: str | None = None
+
+    def failed(self, error_type: str, text: str) -> None:
+        """The handler (or decoding) failed: the span gets ``error.type`` and an error status."""
+        self.error_type = error_type
+        self.span.set_attribute("error.type", error_type)
+        self.span.set_status(Status(StatusCode.ERROR, text[:300]))
+
+    def redelivery(self, count: int) -> None:
+        _redeliveries.add(1, _metric_attributes(self._attributes))
+        self.span.add_event("mdb.redelivery", {"mdb.delivery_count": count})
+
+    def moved(self, target: Destination) -> None:
+        _error_moves.add(1, _metric_attributes(self._attributes))
+        self.span.add_event("mdb.error_destination", {"messaging.destination.name": str(target)})
+
+
+@contextmanager
+def processing(system: str, destination: Destination, subscription: str | None, shared: bool,
+               headers: Mapping[str, str], message_id: str, body: bytes, delivery_count: int,
+               redelivered: bool) -> Iterator[Processing]:
+    """A ``process <destination>`` CONSUMER span, child of the context in ``headers``."""
+    attributes = _attributes(system, destination, "process")
+    if subscription:
+        attributes["messaging.destination.subscription.name"] = subscription
+        if shared:
+            attributes["messaging.consumer.group.name"] = subscription
+    start = time.perf_counter()
+    span_attributes = dict(attributes)
+    span_attributes.update({
+        "messaging.message.id": message_id, "messaging.message.body.size": len(body),
+        "mdb.delivery_count": delivery_count, "mdb.redelivered": redelivered})
+    with _tracer.start_as_current_span(
+            f"process {destination}", context=propagate.extract(dict(headers)),
+            kind=SpanKind.CONSUMER, attributes=span_attributes) as span:
+        if record_bodies():
+            span.set_attribute("mdb.message.body", body.decode(errors="replace"))
+        outcome = Processing(span, attributes)
+        try:
+            yield outcome
+        except BaseException as exc:
+            outcome.error_type = outcome.error_type or _type_name(exc)
+            span.set_attribute("error.type", outcome.error_type)
+            raise
+        finally:
+            metric = _metric_attributes(attributes)
+            if outcome.error_type:
+                metric["error.type"] = outcome.error_type
+            _process_duration.record(time.perf_counter() - start, metric)
+            _consumed.add(1, metric)
+
+
+class BrokerStates(Protocol):
+    def broker_states(self) -> Iterable[tuple[str, str, bool]]:
+        """``(broker, messaging.system, up)`` for each broker in use."""
+        ...
+
+
+_watched: weakref.WeakSet[BrokerStates] = weakref.WeakSet()
+
+
+def watch_brokers(source: BrokerStates) -> None:
+    """Report ``source``'s brokers in ``mdb.broker.connected`` (1 up, 0 down) while it lives."""
+    _watched.add(source)
+
+
+def _observe_brokers(options: CallbackOptions) -> Iterable[Observation]:
+    return [Observation(int(up), {"mdb.broker": name, "messaging.system": system})
+            for source in list(_watched) for name, system, up in source.broker_states()]
+
+
+_meter.create_observable_gauge("mdb.broker.connected", [_observe_brokers], unit="1",
+                               description="1 while the broker is up, else 0.")
+
+
+def _metric_attributes(attributes: Mapping[str, str | int | bool]) -> dict[str, str | int | bool]:
+    return {k: v for k, v in attributes.items() if k != "messaging.operation.type"}
+
+
+def _type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else \
+        f"{cls.__module__}.{cls.__qualname__}"
+
+
+# -- setting up the SDK ------------------------------------------------------------------------
+
+def configure(service_name: str) -> Callable[[], None]:
+    """Set up tracer and meter providers from the standard ``OTEL_*`` variables, unless the
+    application already did; return what flushes and shuts them down at exit.
+
+    ``OTEL_TRACES_EXPORTER`` and ``OTEL_METRICS_EXPORTER``: ``console``, ``otlp`` (needs the
+    ``otlp`` extra) or ``none`` (the default here: nothing is exported unless asked).
+    ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` name the resource; without a
+    service name it is the app's name.
+    """
+    from opentelemetry.sdk.resources import Resource
+
+    resource = Resource.create({} if os.environ.get("OTEL_SERVICE_NAME")
+                               else {"service.name": service_name})
+    done: list[Callable[[], None]] = []
+    traces = _exporter_name("OTEL_TRACES_EXPORTER")
+    if traces != "none" and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        tracer_provider = TracerProvider(resource=resource)
+        tracer_provider.add_span_processor(BatchSpanProcessor(_span_exporter(traces)))
+        trace.set_tracer_provider(tracer_provider)
+        done.append(tracer_provider.shutdown)
+    meters = _exporter_name("OTEL_METRICS_EXPORTER")
+    if meters != "none" and _meter_provider_unset():
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        meter_provider = MeterProvider(
+            resource=resource, metric_readers=[PeriodicExportingMetricReader(
+                _metric_exporter(meters))])
+        metrics.set_meter_provider(meter_provider)
+        done.append(meter_provider.shutdown)
+
+    def shutdown() -> None:
+        for step in done:
+            step()
+
+    return shutdown
+
+
+def _exporter_name(variable: str) -> str:
+    value = os.environ.get(variable, "none").strip().lower() or "none"
+    if value not in {"none", "console", "otlp"}:
+        raise ConfigurationError(f"{variable}={value!r}: mdb knows 'console', 'otlp' and 'none'")
+    return value
+
+
+def _meter_provider_unset() -> bool:
+    # The API's default provider is a proxy until one is set; its class is not public.
+    return type(metrics.get_meter_provider()).__name__.startswith("_Proxy")
+
+
+def _span_exporter(name: str) -> SpanExporter:
+    if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        raise ConfigurationError(_NO_OTLP) from None
+    return OTLPSpanExporter()  # type: ignore[no-any-return]
+
+
+def _metric_exporter(name: str) -> MetricExporter:
+    if name == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+        return ConsoleMetricExporter()
+    try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    except ImportError:
+        raise ConfigurationError(_NO_OTLP) from None
+    return OTLPMetricExporter()  # type: ignore[no-any-return]
+
+
+_NO_OTLP = ("OTEL_*_EXPORTER=otlp needs the OTLP exporter: pip install 'mdb[otlp]' "
+            "(opentelemetry-exporter-otlp-proto-http)")
+
+
+class TraceIds(logging.Filter):
+    """Adds ``trace`` to every log record: `` trace=<id> span=<id>`` while a span is
+    current (the message being handled), else empty. ``mdb run``'s log format ends with it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        context = trace.get_current_span().get_span_context()
+        record.trace = (f" trace={context.trace_id:032x} span={context.span_id:016x}"
+                        if context.is_valid else "")
+        return True
