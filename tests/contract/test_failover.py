@@ -212,3 +212,27 @@ def _kinds(calls: Calls) -> set[EventKind]:
 
 def _pairs(calls: Calls) -> list[tuple[str, bool]]:
     return [e for e in calls.of("seen") if isinstance(e, tuple)]
+
+
+async def test_a_broker_down_past_its_give_up_time_is_reported_failed(urls: list[str]) -> None:
+    topic = f"topic:{unique('orders')}"
+    settings = _fast(partitioned_settings(urls, [topic]))
+    settings.brokers["c"] = settings.brokers["c"].model_copy(
+        update={"reconnect_give_up_after": 0.1})
+    broker_state(_name(urls[2])).refuse_connections()
+    seen = Calls()
+
+    @listener(topic)
+    async def on_order(body: str) -> None:
+        pass
+
+    container = Container(settings, specs(on_order), on_event=[lambda e: seen.add("event", e)])
+    async with anyio.create_task_group() as tg:
+        await tg.start(container.run)
+        await seen.wait(lambda c: EventKind.BROKER_FAILED in _kinds(c))  # and it goes on
+        assert [b.state for b in container.health().brokers] == ["up", "up", "failed"]
+        broker_state(_name(urls[2])).refuse_connections(False)
+        await seen.wait(lambda c: EventKind.CONNECTION_RESTORED in _kinds(c))
+        container.request_stop()
+    failed = [e for e in _events(seen) if e.kind is EventKind.BROKER_FAILED]
+    assert [e.broker for e in failed] == ["c"]

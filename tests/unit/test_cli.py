@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -93,7 +95,7 @@ def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> Non
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue = f"queue:{unique('sent')}"
-    env = {**__import__("os").environ, "MDB_BROKERS__DEFAULT__URL": url}
+    env = {**os.environ, "MDB_BROKERS__DEFAULT__URL": url}
     result = mdb("send", queue, "hello", "--header", "region=eu", cwd=ROOT, env=env)
     assert result.returncode == 0, result.stderr
     [delivery] = anyio.run(read, url, queue, 1)
@@ -122,3 +124,23 @@ def test_mdb_subscriptions_prints_the_plan_without_connecting(tmp_path: Path) ->
                                     "shared,", "durable"]
     assert lines[2].split()[:6] == ["per_server", "topic:prices", "topic:prices",
                                     "shop-web_1-per_server", "own,", "durable"]
+
+
+def test_mdb_run_serves_its_health_to_mdb_status(app: Path) -> None:
+    from tests.harness.process import free_port
+
+    port = free_port()
+    env = {**os.environ, "MDB_HEALTH_PORT": str(port), "MDB_LOG_LEVEL": "WARNING"}
+    process = subprocess.Popen([sys.executable, "-m", "mdb.cli", "run", "app_listeners"],
+                               cwd=app, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # the plan, the health URL, then ready
+            if line.startswith("mdb: ready"):
+                break
+        status = mdb("status", "--url", f"http://127.0.0.1:{port}", cwd=app, env=env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "live, ready" in status.stdout and "on_order" in status.stdout
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
