@@ -112,7 +112,7 @@ class Container:
         self.events = Events(list(on_event))
         self.statuses: dict[str, BrokerStatus] = {}
         self.links: dict[str, list[BrokerLink]] = self._links_for(
-            settings, self._slot_counts(self.deployed), set())
+            settings, _slot_counts((d, p) for d in self.deployed for p in d.planned), set())
         self.producer = Producer(settings, topology=topology, client_id=f"{self._client_id}.sends",
                                  statuses=self.statuses)
         self.stopping = False
@@ -189,9 +189,9 @@ class Container:
         new = {(name, p.member) for name, planned in plans.items() for p in planned}
         leaving = {key for key in old if key not in new or key[1].broker in moved}
         joining = {key for key in new if key not in old or key[1].broker in moved}
-        joined = [d for d in self.deployed for p in plans[d.spec.name]
+        joined = [(d, p) for d in self.deployed for p in plans[d.spec.name]
                   if (d.spec.name, p.member) in joining]
-        counts = self._slot_counts(joined, plans)
+        counts = _slot_counts(joined)
         links = self._links_for(settings, counts,
                                 {b for b in counts if b in self.links and b not in moved})
         # Nothing above changed the running container; from here on nothing can fail.
@@ -213,8 +213,7 @@ class Container:
         for listener, member in sorted(leaving - joining, key=str):
             self.events.emit(BrokerEvent(EventKind.MEMBER_UNAVAILABLE, member.broker, member,
                                          f"left the topology (listener {listener})"))
-        for slot in self._new_slots([(d, p) for d in self.deployed for p in d.planned
-                                     if (d.spec.name, p.member) in joining]):
+        for slot in self._new_slots(joined):
             self._launch(slot)
         for listener, member in sorted(joining - leaving, key=str):
             self.events.emit(BrokerEvent(EventKind.MEMBER_AVAILABLE, member.broker, member,
@@ -250,16 +249,6 @@ class Container:
         return snapshot
 
     # -- starting ------------------------------------------------------------------------------
-
-    @staticmethod
-    def _slot_counts(deployed: Iterable[Deployed],
-                     plans: dict[str, tuple[PlannedSubscription, ...]] | None = None,
-                     ) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for d in deployed:
-            for p in (plans or {}).get(d.spec.name, d.planned):
-                counts[p.broker] = counts.get(p.broker, 0) + d.spec.options.pool
-        return counts
 
     def _links_for(self, settings: Settings, counts: dict[str, int],
                    existing: set[str]) -> dict[str, list[BrokerLink]]:
@@ -412,6 +401,14 @@ class Container:
                 else:
                     log.info("listener %s: subscription %s on broker %s deleted",
                              deployed.spec.name, planned.name, planned.broker)
+
+
+def _slot_counts(where: Iterable[tuple[Deployed, PlannedSubscription]]) -> dict[str, int]:
+    """Pool slots per broker."""
+    counts: dict[str, int] = {}
+    for deployed, planned in where:
+        counts[planned.broker] = counts.get(planned.broker, 0) + deployed.spec.options.pool
+    return counts
 
 
 def _where(spec: ListenerSpec) -> str:
