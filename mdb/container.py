@@ -170,7 +170,8 @@ class Container:
     async def apply(self, settings: Settings) -> None:
         """Change the topology (``brokers`` and ``destinations``) while running: slots of
         members that left, or whose broker's settings changed (moved), drain — they finish
-        what they hold — and close; slots of new members start and subscribe. Other settings
+        what they hold — and close; slots of new members subscribe before ``apply`` returns
+        (and before their ``member-available`` event), where their broker answers. Other settings
         need a restart and are ignored here (logged). A topology the listeners cannot be
         planned on raises ConfigurationError and changes nothing."""
         settings.check()
@@ -213,11 +214,24 @@ class Container:
         for listener, member in sorted(leaving - joining, key=str):
             self.events.emit(BrokerEvent(EventKind.MEMBER_UNAVAILABLE, member.broker, member,
                                          f"left the topology (listener {listener})"))
-        for slot in self._new_slots(joined):
+        slots = self._new_slots(joined)
+        # As at startup, a new member is subscribed before it is announced, so that nothing a
+        # producer sends to it after the event is missed.
+        try:
+            await _subscribe(slots)
+        except BrokerError as exc:
+            log.error("a new member's subscription failed (%s); its slots keep trying", exc)
+        for slot in slots:
             self._launch(slot)
+        subscribed = {(s.deployed.spec.name, s.planned.member) for s in slots
+                      if s.subscription is not None}
         for listener, member in sorted(joining - leaving, key=str):
-            self.events.emit(BrokerEvent(EventKind.MEMBER_AVAILABLE, member.broker, member,
-                                         f"joined the topology (listener {listener})"))
+            if (listener, member) in subscribed:
+                self.events.emit(BrokerEvent(EventKind.MEMBER_AVAILABLE, member.broker, member,
+                                             f"joined the topology (listener {listener})"))
+            else:
+                log.warning("member %s (listener %s) joined the topology; it is consumed once "
+                            "broker %s answers", member, listener, member.broker)
         if retired_links and self._work is not None:
             self._work.start_soon(self._close_when_drained, retired_links)
         log.info("topology applied: %d subscriptions leave, %d join",
@@ -299,14 +313,7 @@ class Container:
         if self.links and len(unreachable) == len(self.links):
             raise next(iter(unreachable.values()))
         slots = self._new_slots([(d, p) for d in self.deployed for p in d.planned])
-        for slot in slots:
-            if slot.planned.broker in unreachable:
-                continue
-            try:
-                connection = await slot.link.connect()
-            except ConnectionFailed:
-                continue  # the slot's own loop retries
-            slot.subscription = await connection.subscribe(slot.planned.request)
+        await _subscribe([s for s in slots if s.planned.broker not in unreachable])
         return slots
 
     # -- running -------------------------------------------------------------------------------
@@ -401,6 +408,17 @@ class Container:
                 else:
                     log.info("listener %s: subscription %s on broker %s deleted",
                              deployed.spec.name, planned.name, planned.broker)
+
+
+async def _subscribe(slots: Iterable[Slot]) -> None:
+    """Subscribe each slot whose link connects; the others are left to their own loops.
+    A subscription the broker refuses raises (``SubscriptionFailed``)."""
+    for slot in slots:
+        try:
+            connection = await slot.link.connect()
+        except ConnectionFailed:
+            continue
+        slot.subscription = await connection.subscribe(slot.planned.request)
 
 
 def _slot_counts(where: Iterable[tuple[Deployed, PlannedSubscription]]) -> dict[str, int]:

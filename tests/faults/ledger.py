@@ -20,9 +20,12 @@ ActiveMQ queues for messages still stored.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -30,6 +33,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -40,7 +44,7 @@ from mdb.destinations import Destination
 from mdb.errors import MdbError
 from mdb.message import ID
 from mdb.settings import BrokerSettings, DestinationSettings, MemberSettings
-from tests.contract.test_crash import ContainerProcess
+from tests.contract.test_crash import ROOT, ContainerProcess
 from tests.harness.process import BrokerProcess
 
 PER_APP, PER_SERVER = "one-copy-per-app", "one-copy-per-server"
@@ -156,18 +160,39 @@ def brokers_started(make: Callable[[], BrokerProcess], count: int) -> Iterator[l
 # -- container processes -------------------------------------------------------------------------
 
 _CONNECTION_LOST = re.compile(r"connection-lost: broker (\w+)")
+_MEMBER_EVENT = re.compile(r"(member-available|member-unavailable): member (\S+)@(\w+)")
+_HEALTH = re.compile(r"mdb: health on (http://\S+)")
+LEDGER_APP = "tests.faults.ledger_app"
 
 
 class LedgerProcess(ContainerProcess):
     """A ``ContainerProcess`` whose reader tolerates log lines of other threads mixed into a
     ledger line (stdout and stderr share one pipe), and that also reports the container's
-    ``connection-lost: broker X`` events, so a test can wait until a process noticed a fault."""
+    ``connection-lost: broker X`` and ``member-(un)available: member D@X`` events (as
+    ``{"event": kind, "broker": X, "member": D}``) and its rejected topology changes (as
+    ``rejected``), so a test can wait until a process noticed a fault or a topology change.
+
+    With ``config``, the process runs ``mdb run … --config config`` and gets its topology from
+    that file only (none in the environment, which would override the file); ``health`` is then
+    its health endpoint's URL if the file sets ``health_port``.
+    """
 
     def __init__(self, settings: Settings, app: str, server: str, env: Mapping[str, str],
-                 lines: queue.Queue[dict[str, Any]]) -> None:
+                 lines: queue.Queue[dict[str, Any]], config: Path | None = None) -> None:
         self.app = app
-        super().__init__(settings, "unused", app, server, hang=False,
-                         module="tests.faults.ledger_app", env=env, lines=lines)
+        self.health: str | None = None
+        if config is None:
+            super().__init__(settings, "unused", app, server, hang=False, module=LEDGER_APP,
+                             env=env, lines=lines)
+            return
+        environment = {**{k: v for k, v in os.environ.items() if not k.startswith("MDB_")},
+                       "MDB_APP": app, "MDB_SERVER": server, "MDB_LOG_LEVEL": "WARNING", **env}
+        self.server, self.lines = server, lines
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mdb.cli", "run", LEDGER_APP, "--config", str(config)],
+            cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        threading.Thread(target=self._read, daemon=True).start()
 
     def __enter__(self) -> LedgerProcess:
         super().__enter__()
@@ -193,6 +218,12 @@ class LedgerProcess(ContainerProcess):
                                 "line": line})
             for broker in _CONNECTION_LOST.findall(line):
                 self.lines.put({"event": "connection-lost", "broker": broker, "pid": pid})
+            for kind, member, broker in _MEMBER_EVENT.findall(line):
+                self.lines.put({"event": kind, "member": member, "broker": broker, "pid": pid})
+            if "topology change rejected" in line:
+                self.lines.put({"event": "rejected", "pid": pid, "line": line})
+            if health := _HEALTH.search(line):
+                self.health = health[1]
 
 
 class Fleet:
@@ -214,14 +245,16 @@ class Fleet:
         self._by_server: dict[tuple[str, str], set[str]] = defaultdict(set)
 
     def start(self, app: str, servers: Sequence[str], distribution: str = PER_APP,
-              env: Mapping[str, str] | None = None) -> list[LedgerProcess]:
-        """Start one process per server and wait until each says ``mdb: ready``."""
+              env: Mapping[str, str] | None = None, config: Path | None = None,
+              ) -> list[LedgerProcess]:
+        """Start one process per server and wait until each says ``mdb: ready``; with
+        ``config``, the processes read their settings from that TOML file (``--config``)."""
         self.distribution[app] = distribution
         started = [self.stack.enter_context(LedgerProcess(
             self.settings, app, server,
             env={"LEDGER_TOPIC": self.topic, "LEDGER_DISTRIBUTION": distribution,
                  "MDB_SHUTDOWN_GRACE_PERIOD": "5", **(env or {})},
-            lines=self.lines)) for server in servers]
+            lines=self.lines, config=config)) for server in servers]
         self.processes += started
         self.servers[app] |= set(servers)
         self.app_of |= {p.process.pid: app for p in started}
@@ -331,7 +364,8 @@ def fleet(settings: Settings, topic: str) -> Iterator[Fleet]:
 class LoadProducer:
     """``Producer(settings)`` sending to ``topic:<topic>`` in a loop, in its own thread, with
     ``pace`` seconds between sends. ``told`` maps the id of every send that returned to the
-    broker that confirmed it; ``raised`` maps the id of every send that raised to the error."""
+    broker that confirmed it; ``raised`` maps the id of every send that raised to the error.
+    ``switch`` makes it send with another topology."""
 
     def __init__(self, settings: Settings, topic: str, pace: float = 0.01) -> None:
         self.settings, self.destination = settings, Destination.parse(f"topic:{topic}")
@@ -340,6 +374,7 @@ class LoadProducer:
         self._told: dict[str, str] = {}
         self._raised: dict[str, str] = {}
         self._stopping = threading.Event()
+        self._switch: tuple[Settings, threading.Event] | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, daemon=True, name="load-producer")
 
@@ -368,6 +403,16 @@ class LoadProducer:
         with self._lock:
             return dict(self._raised)
 
+    def switch(self, settings: Settings, timeout: float = WAIT) -> None:
+        """Send with ``settings``' topology (``Producer.update``) from now on: when this
+        returns, no send with the old topology is under way or will be made."""
+        switched = threading.Event()
+        with self._lock:
+            self._switch = settings, switched
+        if not switched.wait(timeout):
+            self.stop()  # re-raises what broke the producer thread, if anything did
+            raise AssertionError(f"the producer did not switch topology in {timeout} s")
+
     def wait_told(self, count: int, timeout: float = WAIT) -> None:
         """Wait until ``count`` more sends returned (the producer keeps going meanwhile)."""
         target = len(self._told) + count
@@ -391,6 +436,11 @@ class LoadProducer:
         async with Producer(self.settings) as producer:
             number = 0
             while not self._stopping.is_set():
+                with self._lock:
+                    switch, self._switch = self._switch, None
+                if switch is not None:
+                    producer.update(switch[0], switch[0].topology())
+                    switch[1].set()
                 message = codec.outgoing(f"m{number}", None)
                 number += 1
                 try:
