@@ -233,8 +233,7 @@ class Processor:
         """While a message is being handled: counted in flight and in the pool usage metric,
         inside its ``process`` span (``mdb.tracing``)."""
         self._stats.in_flight += 1
-        usage = {"mdb.listener": self._spec.name}
-        tracing.pool_usage.add(1, usage)
+        tracing.pool_usage(self._spec.name, 1)
         try:
             with tracing.processing(
                     self._system, self._spec.destination, self._planned.request.name,
@@ -244,7 +243,7 @@ class Processor:
         finally:
             self._span = None
             self._stats.in_flight -= 1
-            tracing.pool_usage.add(-1, usage)
+            tracing.pool_usage(self._spec.name, -1)
 
     def _not_settled(self, what: str, exc: BrokerError) -> bool:
         self._stats.rolled_back += 1

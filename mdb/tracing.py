@@ -30,7 +30,8 @@ from urllib.parse import urlsplit
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.metrics import _internal as metrics_internal
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
 
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
@@ -57,9 +58,36 @@ _redeliveries = _meter.create_counter(
 _error_moves = _meter.create_counter(
     "mdb.error_destination.moves", unit="{message}",
     description="Messages moved to their listener's error destination.")
-pool_usage = _meter.create_up_down_counter(
+_pool_usage = _meter.create_up_down_counter(
     "mdb.pool.usage", unit="{delivery}",
     description="Deliveries being handled now, per listener (the pool slots in use).")
+
+
+def pool_usage(listener: str, change: int) -> None:
+    """``change`` (+1, -1) the deliveries ``listener`` is handling now."""
+    if _metrics_on():
+        _pool_usage.add(change, {"mdb.listener": listener})
+
+
+# Whether a provider is set is asked for every message. The API's getters read an environment
+# variable on every call while none is set, which would cost more than all the rest of a
+# message's telemetry, so the API's own module globals are read instead, with the getters as
+# the fallback should a release rename them.
+_UNKNOWN = object()
+
+
+def _tracing_on() -> bool:
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is _UNKNOWN:
+        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return provider is not None
+
+
+def _metrics_on() -> bool:
+    provider = getattr(metrics_internal, "_METER_PROVIDER", _UNKNOWN)
+    if provider is _UNKNOWN:
+        return not type(metrics.get_meter_provider()).__name__.startswith("_Proxy")
+    return provider is not None
 
 
 def record_bodies() -> bool:
@@ -83,6 +111,11 @@ def sending(system: str, destination: Destination, message: OutgoingMessage,
             ) -> Iterator[OutgoingMessage]:
     """A ``send <destination>`` PRODUCER span around a send; yields ``message`` with the
     span's trace context in its headers, which is what must be sent."""
+    if not _tracing_on():  # the fast path: nothing would record the span
+        yield message
+        if _metrics_on():
+            _sent.add(1, _metric_attributes(_attributes(system, destination, "send")))
+        return
     attributes = _attributes(system, destination, "send")
     attributes["messaging.message.id"] = message.headers.get("mdb_id", "")
     attributes["messaging.message.body.size"] = len(message.body)
@@ -98,13 +131,6 @@ def sending(system: str, destination: Destination, message: OutgoingMessage,
             span.set_attribute("error.type", _type_name(exc))
             raise
         _sent.add(1, _metric_attributes(attributes))
-
-
-def with_context(message: OutgoingMessage) -> OutgoingMessage:
-    """``message`` carrying the current trace context (for a re-send inside a process span)."""
-    headers = dict(message.headers)
-    propagate.inject(headers)
-    return OutgoingMessage(message.body, headers)
 
 
 class Processing:
@@ -135,6 +161,10 @@ def processing(system: str, destination: Destination, subscription: str | None, 
                headers: Mapping[str, str], message_id: str, body: bytes, delivery_count: int,
                redelivered: bool) -> Iterator[Processing]:
     """A ``process <destination>`` CONSUMER span, child of the context in ``headers``."""
+    tracing_on = _tracing_on()
+    if not tracing_on and not _metrics_on():  # the fast path: nobody is listening
+        yield Processing(INVALID_SPAN, {})
+        return
     attributes = _attributes(system, destination, "process")
     if subscription:
         attributes["messaging.destination.subscription.name"] = subscription
@@ -146,9 +176,10 @@ def processing(system: str, destination: Destination, subscription: str | None, 
         "messaging.message.id": message_id, "messaging.message.body.size": len(body),
         "mdb.delivery_count": delivery_count, "mdb.redelivered": redelivered})
     with _tracer.start_as_current_span(
-            f"process {destination}", context=propagate.extract(dict(headers)),
+            f"process {destination}",
+            context=propagate.extract(dict(headers)) if tracing_on else None,
             kind=SpanKind.CONSUMER, attributes=span_attributes) as span:
-        if record_bodies():
+        if tracing_on and record_bodies():
             span.set_attribute("mdb.message.body", body.decode(errors="replace"))
         outcome = Processing(span, attributes)
         try:
@@ -224,7 +255,7 @@ def configure(service_name: str) -> Callable[[], None]:
         trace.set_tracer_provider(tracer_provider)
         done.append(tracer_provider.shutdown)
     meters = _exporter_name("OTEL_METRICS_EXPORTER")
-    if meters != "none" and _meter_provider_unset():
+    if meters != "none" and not _metrics_on():
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
@@ -246,11 +277,6 @@ def _exporter_name(variable: str) -> str:
     if value not in {"none", "console", "otlp"}:
         raise ConfigurationError(f"{variable}={value!r}: mdb knows 'console', 'otlp' and 'none'")
     return value
-
-
-def _meter_provider_unset() -> bool:
-    # The API's default provider is a proxy until one is set; its class is not public.
-    return type(metrics.get_meter_provider()).__name__.startswith("_Proxy")
 
 
 def _span_exporter(name: str) -> SpanExporter:
