@@ -243,8 +243,9 @@ class Container:
                 for name, status in self.statuses.items()]
 
     def health(self) -> Health:
-        """A snapshot for the health endpoint; call it on the container's event loop. Ready
-        means running, not stopping, every broker up and every member subscribed."""
+        """A snapshot for the health endpoint; call it on the container's event loop. Live
+        whenever it is called (the loop answered: a slow start is not a dead process); ready
+        when running, not stopping, every broker up and every member subscribed."""
         listeners = tuple(
             ListenerHealth(
                 d.spec.name, len(d.planned),
@@ -256,8 +257,8 @@ class Container:
                         for name, status in self.statuses.items())
         running = self._work is not None and not self.stopping
         events = {str(kind): count for kind, count in self.events.counts.items()}
-        snapshot = Health(live=self._work is not None, ready=running, brokers=brokers,
-                          listeners=listeners, events=events)
+        snapshot = Health(live=True, ready=running, brokers=brokers, listeners=listeners,
+                          events=events)
         if running and any(snapshot.unready().values()):
             snapshot = replace(snapshot, ready=False)
         return snapshot
