@@ -1,0 +1,197 @@
+"""The driver-side receiver: moves messages from every member into its journal.
+
+It runs in Spark's long-lived driver-side Python process (where ``latestOffset``, ``partitions``
+and ``commit`` run), on a private event loop thread, one task per member:
+
+    receive (up to ``prefetch`` already pushed) → drop ids already journaled → append the rest
+    to the member's journal (fsync) → ack them all in one broker transaction → publish the
+    journal's new end for ``latestOffset``.
+
+Acking right after the journal write, not in Spark's ``commit`` (which lags a batch), keeps the
+broker's prefetch window moving. A message whose ack was lost (crash, dropped connection,
+rolled-back commit) comes back from the broker and is recognised by its id. A member whose
+broker is down is retried with backoff (the broker's ``reconnect_delay`` doubling up to
+``reconnect_max_delay``) while the other members go on. Every message is taken from the
+member's shared subscription, so several Spark queries (or mdb listeners) of one app split the
+messages between them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from contextlib import AbstractContextManager
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest, broker_for
+from mdb.errors import MdbError
+from mdb.message import ID
+from mdb.settings import Settings
+from mdb.topology import Member
+from mdb_spark.journal import Journal, Record
+
+log = logging.getLogger("mdb_spark")
+
+_BACKPRESSURE_POLL = 0.05
+
+
+def message_id(delivery: Delivery) -> str:
+    """The framework's id, or the broker's for messages from other producers."""
+    return delivery.headers.get(ID) or delivery.broker_message_id
+
+
+def record_of(delivery: Delivery) -> Record:
+    stamp = delivery.headers.get("timestamp", "")
+    timestamp_ms = int(stamp) if stamp.isdigit() else int(time.time() * 1000)
+    return Record(message_id(delivery), delivery.body, dict(delivery.headers),
+                  delivery.broker_redelivered, timestamp_ms)
+
+
+class Receiver:
+    """Receives every member of one destination into its journal until ``stop``."""
+
+    def __init__(self, settings: Settings, members: dict[str, Member],
+                 journals: dict[str, Journal], *, subscription: str | None, prefetch: int,
+                 max_journal_messages: int) -> None:
+        self._settings = settings
+        self._members = members
+        self._journals = journals
+        self._subscription = subscription
+        self._prefetch = prefetch
+        self._max_journal = max_journal_messages
+        self._lock = threading.Lock()
+        self._ends = {key: journal.end for key, journal in journals.items()}
+        self.status: dict[str, str] = dict.fromkeys(members, "connecting")
+        self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
+        self._future: Future[Any] | None = None
+
+    def start(self) -> None:
+        self._portal_cm = start_blocking_portal()
+        portal = self._portal_cm.__enter__()
+        self._future = portal.start_task_soon(self._run)
+
+    def ends(self) -> dict[str, int]:
+        """Each member's journal end: everything before it is durable."""
+        with self._lock:
+            return dict(self._ends)
+
+    def stop(self) -> None:
+        if self._future is not None:
+            self._future.cancel()
+        if self._portal_cm is not None:
+            try:
+                self._portal_cm.__exit__(None, None, None)
+            except Exception:  # the cancelled task's own error; nothing is left to clean
+                log.debug("mdb_spark receiver stopped", exc_info=True)
+        self._portal_cm = self._future = None
+
+    async def _run(self) -> None:
+        async with anyio.create_task_group() as tasks:
+            for key in self._members:
+                tasks.start_soon(self._member, key)
+
+    async def _member(self, key: str) -> None:
+        member = self._members[key]
+        broker = self._settings.brokers[member.broker]
+        delay = broker.reconnect_delay
+        options = ConnectionOptions(
+            url=broker.url, username=broker.username,
+            password=broker.password.get_secret_value() if broker.password else None,
+            client_id=f"{self._settings.app}.{self._settings.server}.spark",
+            heartbeat_ms=broker.heartbeat_ms, connect_timeout=broker.connect_timeout,
+            receipt_timeout=broker.receipt_timeout)
+        request = SubscriptionRequest(destination=member.destination, name=self._subscription,
+                                      durable=True, selector=None, prefetch=self._prefetch)
+        while True:
+            try:
+                connection = await broker_for(options).connect()
+                try:
+                    subscription = await connection.subscribe(request)
+                    self.status[key] = "receiving"
+                    delay = broker.reconnect_delay
+                    while True:
+                        await self._room(key)
+                        batch = [await subscription.receive()]
+                        while len(batch) < self._prefetch:
+                            more = subscription.receive_nowait()
+                            if more is None:
+                                break
+                            batch.append(more)
+                        await self._journal(key, batch)
+                        transaction = await connection.begin()
+                        for delivery in batch:
+                            await transaction.ack(delivery)
+                        await transaction.commit()
+                finally:
+                    await connection.close()
+            except MdbError as exc:
+                self.status[key] = f"down ({type(exc).__name__}: {exc}); retrying in {delay:g}s"
+                log.warning("mdb_spark member %s: %s", key, self.status[key])
+            await anyio.sleep(delay)
+            delay = min(delay * 2, broker.reconnect_max_delay)
+
+    async def _journal(self, key: str, batch: list[Delivery]) -> None:
+        journal = self._journals[key]
+        fresh: dict[str, Record] = {}
+        for delivery in batch:
+            ident = message_id(delivery)
+            if journal.is_new(ident) and ident not in fresh:
+                fresh[ident] = record_of(delivery)
+        if not fresh:
+            return
+        append: Callable[[list[Record]], int] = journal.append
+        end = await anyio.to_thread.run_sync(append, list(fresh.values()))
+        with self._lock:
+            self._ends[key] = end
+
+    async def _room(self, key: str) -> None:
+        """Hold receiving while the journal holds ``max_journal_messages`` not yet committed
+        (Spark is behind): the broker keeps the rest."""
+        journal = self._journals[key]
+        while journal.end - journal.start >= self._max_journal:
+            await anyio.sleep(_BACKPRESSURE_POLL)
+
+
+def create_subscriptions(settings: Settings, members: dict[str, Member],
+                         subscription: str | None, prefetch: int = 1) -> dict[str, str]:
+    """Create the source's shared subscription on every member now, so that messages sent
+    from now on are kept for it even before the query first runs (a topic keeps nothing for
+    a subscription that does not exist yet). Returns each member's outcome; a member whose
+    broker is down is reported, not raised."""
+
+    async def one(key: str, outcome: dict[str, str]) -> None:
+        member = members[key]
+        broker = settings.brokers[member.broker]
+        try:
+            connection = await broker_for(ConnectionOptions(
+                url=broker.url, username=broker.username,
+                password=broker.password.get_secret_value() if broker.password else None,
+                client_id=f"{settings.app}.{settings.server}.spark-setup",
+                connect_timeout=broker.connect_timeout,
+                receipt_timeout=broker.receipt_timeout)).connect()
+            try:
+                subscription_ = await connection.subscribe(SubscriptionRequest(
+                    destination=member.destination, name=subscription, durable=True,
+                    selector=None, prefetch=prefetch))
+                await subscription_.close()
+            finally:
+                await connection.close()
+            outcome[key] = "created"
+        except MdbError as exc:
+            outcome[key] = f"failed: {type(exc).__name__}: {exc}"
+
+    async def every() -> dict[str, str]:
+        outcome: dict[str, str] = {}
+        async with anyio.create_task_group() as tasks:
+            for key in members:
+                tasks.start_soon(one, key, outcome)
+        return outcome
+
+    return anyio.run(every)

@@ -1,0 +1,91 @@
+"""Spark fixtures: one local[2] SparkSession for the whole run, with the ``mdb`` format.
+
+Skipped locally when PySpark (or Java) is missing, never in CI (``missing``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+from mdb.producer import Producer
+from mdb.settings import load_settings
+from tests.conftest import IN_CI, missing
+
+# The test modules import PySpark: without it they are not collected here (locally), and fail
+# loudly in CI, where the spark fixture's ``missing`` also refuses to skip.
+if importlib.util.find_spec("pyspark") is None and not IN_CI:
+    collect_ignore_glob = ["test_*.py", "bench_*.py", "query_process.py"]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    if importlib.util.find_spec("pyspark") is None:
+        missing("PySpark (pip install -e '.[spark]')")
+    if shutil.which("java") is None:
+        missing("Java (for PySpark)")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import mdb_spark
+
+    session = (SparkSession.builder.master("local[2]").appName("mdb-spark-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.memory", "768m")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    mdb_spark.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def settings_json(app: str, urls: list[str], destination: str = "topic:orders",
+                  names: list[str] | None = None) -> dict[str, Any]:
+    """Settings with one broker per URL and ``destination`` partitioned over them."""
+    brokers = {f"b{i}": {"url": url, "reconnect_delay": 0.2, "reconnect_max_delay": 1.0,
+                         "connect_timeout": 2.0, "send_wait_for_reconnect": 0.0}
+               for i, url in enumerate(urls)}
+    members = [{"broker": f"b{i}", **({"name": names[i]} if names else {})}
+               for i in range(len(urls))]
+    return {"app": app, "server": "tests", "brokers": brokers,
+            "destinations": {destination: {"members": members}}}
+
+
+def publish(settings: dict[str, Any], destination: str, bodies: list[str],
+            key: Callable[[int], str | None] = lambda i: None) -> list[str]:
+    """Send ``bodies`` (round robin over the members unless ``key`` picks); return the ids."""
+
+    async def send_all() -> list[str]:
+        async with Producer(load_settings(None, **settings)) as producer:
+            return [await producer.send(destination, body, key=key(i))
+                    for i, body in enumerate(bodies)]
+
+    return anyio.run(send_all)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    """Poll ``condition`` until true; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def source_options(settings: dict[str, Any], journal: str, destination: str = "topic:orders",
+                   **extra: str) -> dict[str, str]:
+    return {"settings": json.dumps(settings), "destination": destination, "journal": journal,
+            "name": "pipeline", **extra}
