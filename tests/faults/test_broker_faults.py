@@ -22,7 +22,6 @@ from tests.faults.ledger import (
     Fleet,
     LoadProducer,
     Verdict,
-    brokers_started,
     fault_settings,
     fleet,
     left_behind,
@@ -36,16 +35,6 @@ LOAD = 40  # messages processed before the fault: load has built up
 AFTER = 60  # messages told-sent after the fault has been dealt with
 
 
-@pytest.fixture(scope="module")
-def trio() -> Iterator[list[BrokerProcess]]:
-    """Three private ActiveMQ brokers for this module; each test leaves them all running."""
-    from tests.conftest import missing
-    from tests.harness.activemq import ActiveMQ, activemq_available
-
-    if not activemq_available():
-        missing("ActiveMQ Classic")
-    with brokers_started(ActiveMQ, 3) as brokers:
-        yield brokers
 
 
 @pytest.fixture

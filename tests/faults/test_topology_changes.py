@@ -26,7 +26,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,7 +41,6 @@ from tests.faults.ledger import (
     Fleet,
     LedgerProcess,
     LoadProducer,
-    brokers_started,
     fault_settings,
     fleet,
     left_behind,
@@ -54,16 +53,6 @@ LOAD = 40  # messages processed before the first change
 AFTER = 20  # messages processed on a member after a change, to call it consumed
 
 
-@pytest.fixture(scope="module")
-def trio() -> Iterator[list[BrokerProcess]]:
-    """Three private ActiveMQ brokers for this module."""
-    from tests.conftest import missing
-    from tests.harness.activemq import ActiveMQ, activemq_available
-
-    if not activemq_available():
-        missing("ActiveMQ Classic")
-    with brokers_started(ActiveMQ, 3) as brokers:
-        yield brokers
 
 
 def on(settings: Settings, topic: str, *brokers: str) -> Settings:

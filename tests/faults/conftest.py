@@ -1,0 +1,24 @@
+"""Fixtures of the fault tests: brokers of their own, which the tests kill, hang and restart
+(never the session's shared brokers)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.faults.ledger import brokers_started
+from tests.harness.process import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def trio() -> Iterator[list[BrokerProcess]]:
+    """Three private ActiveMQ brokers for one test module, started together; a test leaves
+    them all running."""
+    from tests.conftest import missing
+    from tests.harness.activemq import ActiveMQ, activemq_available
+
+    if not activemq_available():
+        missing("ActiveMQ Classic")
+    with brokers_started(ActiveMQ, 3) as brokers:
+        yield brokers
