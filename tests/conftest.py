@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import pytest
+
+from tests.harness.process import BrokerProcess, started_together
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
@@ -27,49 +29,41 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="session")
-def activemq() -> Iterator[object]:
+@contextmanager
+def private_brokers(kind: str, count: int = 1) -> Iterator[list[BrokerProcess]]:
+    """``count`` private brokers of ``kind`` (``activemq`` or ``rabbitmq``) on their own ports
+    and data directories, started in parallel and closed at the end. Skips (fails in CI) when
+    the broker is not installed."""
     from tests.harness.activemq import ActiveMQ, activemq_available
-
-    if not activemq_available():
-        missing("ActiveMQ Classic")
-    broker = ActiveMQ()
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.close()
-
-
-@pytest.fixture(scope="session")
-def activemq_trio() -> Iterator[list[object]]:
-    """Three ActiveMQ brokers, started together: one per member of a partitioned topic."""
-    from tests.harness.activemq import ActiveMQ, activemq_available
-
-    if not activemq_available():
-        missing("ActiveMQ Classic")
-    brokers = [ActiveMQ() for _ in range(3)]
-    try:
-        with ThreadPoolExecutor(len(brokers)) as starting:
-            list(starting.map(ActiveMQ.start, brokers))
-        yield list(brokers)
-    finally:
-        for broker in brokers:
-            broker.close()
-
-
-@pytest.fixture(scope="session")
-def rabbitmq() -> Iterator[object]:
     from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
 
-    if not rabbitmq_available():
-        missing("RabbitMQ with the STOMP plugin")
-    broker = RabbitMQ()
-    broker.start()
-    try:
+    make, available, what = {
+        "activemq": (ActiveMQ, activemq_available, "ActiveMQ Classic"),
+        "rabbitmq": (RabbitMQ, rabbitmq_available, "RabbitMQ with the STOMP plugin"),
+    }[kind]
+    if not available():
+        missing(what)
+    with started_together(make, count) as brokers:
+        yield brokers
+
+
+@pytest.fixture(scope="session")
+def activemq() -> Iterator[BrokerProcess]:
+    with private_brokers("activemq") as [broker]:
         yield broker
-    finally:
-        broker.close()
+
+
+@pytest.fixture(scope="session")
+def activemq_trio() -> Iterator[list[BrokerProcess]]:
+    """Three ActiveMQ brokers, started together: one per member of a partitioned topic."""
+    with private_brokers("activemq", 3) as brokers:
+        yield brokers
+
+
+@pytest.fixture(scope="session")
+def rabbitmq() -> Iterator[BrokerProcess]:
+    with private_brokers("rabbitmq") as [broker]:
+        yield broker
 
 
 @pytest.fixture(

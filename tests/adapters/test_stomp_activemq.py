@@ -20,11 +20,11 @@ from mdb_stomp import StompBroker
 from tests.adapters.stomp_support import (
     connected,
     message,
-    own_broker,
     queue_request,
     receive,
     unique,
 )
+from tests.conftest import private_brokers
 from tests.harness.activemq import ActiveMQ
 
 pytestmark = pytest.mark.anyio
@@ -33,7 +33,9 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(scope="module")
 def activemq() -> Iterator[ActiveMQ]:
     """This module's own broker (shadows any session-wide one: these tests leave queues)."""
-    yield from own_broker("activemq")
+    with private_brokers("activemq") as [broker]:
+        assert isinstance(broker, ActiveMQ)
+        yield broker
 
 
 # -- sending and receiving -------------------------------------------------------------------

@@ -33,12 +33,12 @@ from tests.adapters.stomp_support import (
     connected,
     message,
     options,
-    own_broker,
     queue_request,
     receive,
     topic_request,
     unique,
 )
+from tests.conftest import private_brokers
 from tests.harness.process import BrokerProcess, free_port
 
 pytestmark = pytest.mark.anyio
@@ -59,7 +59,8 @@ def broker(request: pytest.FixtureRequest) -> BrokerProcess:
 @pytest.fixture(params=BROKERS)
 def private_broker(request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
     """A broker of the test's own, for tests that kill or hang it."""
-    yield from own_broker(request.param)
+    with private_brokers(request.param) as [broker]:
+        yield broker
 
 
 # Where each dialect puts the queue behind a named topic subscription: ActiveMQ's virtual topic

@@ -25,12 +25,12 @@ from tests.adapters.stomp_support import (
     connected,
     message,
     options,
-    own_broker,
     queue_request,
     receive,
     topic_request,
     unique,
 )
+from tests.conftest import private_brokers
 from tests.harness.rabbitmq import RabbitMQ
 
 pytestmark = [pytest.mark.anyio, pytest.mark.rabbitmq]
@@ -39,7 +39,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.rabbitmq]
 @pytest.fixture(scope="module")
 def rabbitmq() -> Iterator[RabbitMQ]:
     """This module's own node (shadows any session-wide one: these tests leave queues)."""
-    yield from own_broker("rabbitmq")
+    with private_brokers("rabbitmq") as [broker]:
+        assert isinstance(broker, RabbitMQ)
+        yield broker
 
 
 # -- sending and receiving -------------------------------------------------------------------

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.faults.ledger import brokers_started
+from tests.conftest import private_brokers
 from tests.harness.process import BrokerProcess
 
 
@@ -15,10 +15,5 @@ from tests.harness.process import BrokerProcess
 def trio() -> Iterator[list[BrokerProcess]]:
     """Three private ActiveMQ brokers for one test module, started together; a test leaves
     them all running."""
-    from tests.conftest import missing
-    from tests.harness.activemq import ActiveMQ, activemq_available
-
-    if not activemq_available():
-        missing("ActiveMQ Classic")
-    with brokers_started(ActiveMQ, 3) as brokers:
+    with private_brokers("activemq", 3) as brokers:
         yield brokers

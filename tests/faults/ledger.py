@@ -13,8 +13,7 @@ so it is neither required nor an error when it is processed (counted as ``unconf
 
 ``check`` is the pure checker. ``Fleet`` runs container processes of ``tests.faults.ledger_app``
 and gathers their ledgers; ``LoadProducer`` sends continuously from a thread and remembers what
-it was told; ``brokers_started`` starts private brokers in parallel; ``left_behind`` browses
-ActiveMQ queues for messages still stored.
+it was told; ``left_behind`` browses ActiveMQ queues for messages still stored.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,26 +133,6 @@ def fault_settings(urls: Sequence[str], topic: str, **values: object) -> Setting
     values.setdefault("app", "faults")
     values.setdefault("server", "producer")
     return Settings(brokers=brokers, destinations=destinations, **values)  # type: ignore[arg-type]
-
-
-def start_all(brokers: Iterable[BrokerProcess]) -> None:
-    """Start (or restart, after ``kill``) brokers in parallel; return once all answer."""
-    stopped = [b for b in brokers if not b.running]
-    if stopped:
-        with ThreadPoolExecutor(len(stopped)) as starting:
-            list(starting.map(lambda b: b.start(), stopped))
-
-
-@contextmanager
-def brokers_started(make: Callable[[], BrokerProcess], count: int) -> Iterator[list[BrokerProcess]]:
-    """``count`` private brokers, started in parallel and closed at the end."""
-    brokers = [make() for _ in range(count)]
-    try:
-        start_all(brokers)
-        yield brokers
-    finally:
-        for broker in brokers:
-            broker.close()
 
 
 # -- container processes -------------------------------------------------------------------------

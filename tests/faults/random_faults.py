@@ -36,13 +36,12 @@ from tests.faults.ledger import (
     Fleet,
     LoadProducer,
     Verdict,
-    brokers_started,
     fault_settings,
     fleet,
     left_behind,
 )
 from tests.harness.activemq import ActiveMQ, activemq_available
-from tests.harness.process import BrokerProcess
+from tests.harness.process import BrokerProcess, started_together
 
 KINDS = ("broker-kill", "broker-pause", "container-kill")
 NAMES = ("a", "b", "c")
@@ -71,7 +70,7 @@ def run(minutes: float, seed: int, drain: float) -> int:
     topic, shop, audit = unique("soak"), unique("shop"), unique("audit")
     survived: Counter[str] = Counter()
     failures: list[str] = []
-    with brokers_started(ActiveMQ, 3) as brokers:
+    with started_together(ActiveMQ, 3) as brokers:
         settings = fault_settings([str(b.url) for b in brokers], topic)
         with fleet(settings, topic) as processes:
             processes.start(shop, ["s1", "s2"], PER_APP)

@@ -25,9 +25,8 @@ from tests.faults.ledger import (
     fault_settings,
     fleet,
     left_behind,
-    start_all,
 )
-from tests.harness.process import BrokerProcess
+from tests.harness.process import BrokerProcess, start_all
 
 pytestmark = pytest.mark.activemq
 

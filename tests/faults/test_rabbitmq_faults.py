@@ -16,12 +16,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import private_brokers
 from tests.contract.support import unique
 from tests.faults.ledger import (
     PER_APP,
     PER_SERVER,
     LoadProducer,
-    brokers_started,
     fault_settings,
     fleet,
 )
@@ -32,12 +32,7 @@ pytestmark = pytest.mark.rabbitmq
 
 @pytest.fixture(scope="module")
 def node() -> Iterator[BrokerProcess]:
-    from tests.conftest import missing
-    from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
-
-    if not rabbitmq_available():
-        missing("RabbitMQ with the STOMP plugin")
-    with brokers_started(RabbitMQ, 1) as [broker]:
+    with private_brokers("rabbitmq") as [broker]:
         yield broker
 
 

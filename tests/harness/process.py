@@ -20,7 +20,9 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self
@@ -28,6 +30,28 @@ from typing import ClassVar, Self
 _STOMP_DISCONNECT = b"DISCONNECT\n\n\x00"
 
 _running: set[BrokerProcess] = set()
+
+
+def start_all(brokers: Iterable[BrokerProcess]) -> None:
+    """Start (or restart, after ``kill``) the brokers that are not running, in parallel;
+    return once all answer."""
+    stopped = [b for b in brokers if not b.running]
+    if stopped:
+        with ThreadPoolExecutor(len(stopped)) as starting:
+            list(starting.map(lambda b: b.start(), stopped))
+
+
+@contextmanager
+def started_together(make: Callable[[], BrokerProcess],
+                     count: int) -> Iterator[list[BrokerProcess]]:
+    """``count`` brokers made by ``make``, started in parallel and closed at the end."""
+    brokers = [make() for _ in range(count)]
+    try:
+        start_all(brokers)
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.close()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
