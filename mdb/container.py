@@ -349,10 +349,9 @@ class Container:
                 if slot.subscription is None:
                     slot.subscription = await connection.subscribe(planned.request)
                 subscription = slot.subscription
-                system = tracing.system_of(link.settings.url)
-                processor = Processor(deployed.spec, planned, system, connection, subscription,
-                                      self.producer, deployed.stats, slot.threads,
-                                      stopping=lambda: self._ends(slot))
+                processor = Processor(deployed.spec, planned, link.system, connection,
+                                      subscription, self.producer, deployed.stats,
+                                      slot.threads, stopping=lambda: self._ends(slot))
                 while not self._ends(slot):
                     with anyio.CancelScope() as receiving:
                         slot.receiving = receiving

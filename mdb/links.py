@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import anyio
 
+from mdb import tracing
 from mdb.broker import Broker, Connection, ConnectionOptions, broker_for
 from mdb.errors import ConnectionFailed
 from mdb.events import BrokerEvent, EventKind, Events
@@ -73,6 +74,7 @@ class BrokerLink:
         self.status = status
         self.name = status.name
         self.settings = status.settings
+        self.system = tracing.system_of(self.settings.url)  # messaging.system on its spans
         self._broker: Broker = broker_for(ConnectionOptions(
             url=self.settings.url,
             username=self.settings.username,

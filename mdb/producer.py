@@ -80,10 +80,10 @@ class Producer:
             failure: ConnectionFailed | ConnectionLost | None = None
             for member in self.topology.candidates(destination, key=key, prefer=prefer,
                                                    down=down):
-                system = tracing.system_of(self._settings.brokers[member.broker].url)
+                link = self._link(member.broker)
                 try:
-                    with tracing.sending(system, destination, message) as traced:
-                        connection = await self._link(member.broker).connect()
+                    with tracing.sending(link.system, destination, message) as traced:
+                        connection = await link.connect()
                         await connection.send(member.destination, traced)
                 except (ConnectionFailed, ConnectionLost) as exc:
                     failure = exc

@@ -19,13 +19,14 @@ environment variables only when nobody did. Message bodies are never recorded, u
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from opentelemetry import metrics, propagate, trace
@@ -36,10 +37,6 @@ from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
 from mdb.message import OutgoingMessage
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.metrics.export import MetricExporter
-    from opentelemetry.sdk.trace.export import SpanExporter
 
 _tracer = trace.get_tracer("mdb")
 _meter = metrics.get_meter("mdb")
@@ -251,7 +248,7 @@ def configure(service_name: str) -> Callable[[], None]:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         tracer_provider = TracerProvider(resource=resource)
-        tracer_provider.add_span_processor(BatchSpanProcessor(_span_exporter(traces)))
+        tracer_provider.add_span_processor(BatchSpanProcessor(_exporter("traces", traces)))
         trace.set_tracer_provider(tracer_provider)
         done.append(tracer_provider.shutdown)
     meters = _exporter_name("OTEL_METRICS_EXPORTER")
@@ -261,7 +258,7 @@ def configure(service_name: str) -> Callable[[], None]:
 
         meter_provider = MeterProvider(
             resource=resource, metric_readers=[PeriodicExportingMetricReader(
-                _metric_exporter(meters))])
+                _exporter("metrics", meters))])
         metrics.set_meter_provider(meter_provider)
         done.append(meter_provider.shutdown)
 
@@ -279,28 +276,23 @@ def _exporter_name(variable: str) -> str:
     return value
 
 
-def _span_exporter(name: str) -> SpanExporter:
-    if name == "console":
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+# (signal, OTEL_*_EXPORTER value) → the exporter class, imported only when asked for.
+_EXPORTERS = {
+    ("traces", "console"): ("opentelemetry.sdk.trace.export", "ConsoleSpanExporter"),
+    ("traces", "otlp"): ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                         "OTLPSpanExporter"),
+    ("metrics", "console"): ("opentelemetry.sdk.metrics.export", "ConsoleMetricExporter"),
+    ("metrics", "otlp"): ("opentelemetry.exporter.otlp.proto.http.metric_exporter",
+                          "OTLPMetricExporter"),
+}
 
-        return ConsoleSpanExporter()
+
+def _exporter(signal: str, name: str) -> Any:
+    module, cls = _EXPORTERS[signal, name]
     try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        return getattr(importlib.import_module(module), cls)()
     except ImportError:
         raise ConfigurationError(_NO_OTLP) from None
-    return OTLPSpanExporter()  # type: ignore[no-any-return]
-
-
-def _metric_exporter(name: str) -> MetricExporter:
-    if name == "console":
-        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
-
-        return ConsoleMetricExporter()
-    try:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    except ImportError:
-        raise ConfigurationError(_NO_OTLP) from None
-    return OTLPMetricExporter()  # type: ignore[no-any-return]
 
 
 _NO_OTLP = ("OTEL_*_EXPORTER=otlp needs the OTLP exporter: pip install 'mdb[otlp]' "

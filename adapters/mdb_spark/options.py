@@ -21,6 +21,15 @@ from mdb.topology import Member
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
+def _destination(options: Mapping[str, str], example: str) -> str:
+    """The required ``destination`` option, checked (ConfigurationError says what is valid)."""
+    destination = options.get("destination")
+    if not destination:
+        raise ConfigurationError(f"option destination is required, e.g. '{example}'")
+    Destination.parse(destination)
+    return destination
+
+
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items()}
 
@@ -78,10 +87,7 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         lowered = _lower(options)
-        destination = lowered.get("destination")
-        if not destination:
-            raise ConfigurationError("option destination is required, e.g. 'topic:orders'")
-        Destination.parse(destination)
+        destination = _destination(lowered, "topic:orders")
         name = lowered.get("name", "spark")
         if not _NAME.match(name):
             raise ConfigurationError(f"option name {name!r}: only letters, digits and '_'")
@@ -125,10 +131,7 @@ class SinkOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         lowered = _lower(options)
-        destination = lowered.get("destination")
-        if not destination:
-            raise ConfigurationError("option destination is required, e.g. 'queue:totals'")
-        Destination.parse(destination)
+        destination = _destination(lowered, "queue:totals")
         query = lowered.get("query") or lowered.get("name") or "spark"
         return cls(Connect.parse(lowered), destination, query,
                    _positive(lowered, "rows_per_transaction", 500) or 500)
