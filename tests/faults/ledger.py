@@ -349,11 +349,13 @@ class LoadProducer:
         self.settings, self.destination = settings, Destination.parse(f"topic:{topic}")
         self.pace = pace
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a send returned or the thread ended
         self._told: dict[str, str] = {}
         self._raised: dict[str, str] = {}
         self._stopping = threading.Event()
         self._switch: tuple[Settings, threading.Event] | None = None
         self._error: BaseException | None = None
+        self._ended = False
         self._thread = threading.Thread(target=self._main, daemon=True, name="load-producer")
 
     def __enter__(self) -> LoadProducer:
@@ -393,22 +395,26 @@ class LoadProducer:
 
     def wait_told(self, count: int, timeout: float = WAIT) -> None:
         """Wait until ``count`` more sends returned (the producer keeps going meanwhile)."""
-        target = len(self._told) + count
-        deadline = time.monotonic() + timeout
-        while len(self._told) < target:
-            if self._error is not None or not self._thread.is_alive():
-                self.stop()
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{count} sends in {timeout} s: only "
-                                     f"{count - (target - len(self._told))}; raised "
-                                     f"{Counter(self.raised.values())}")
-            time.sleep(0.05)
+        with self._changed:
+            target = len(self._told) + count
+            done = self._changed.wait_for(
+                lambda: len(self._told) >= target or self._ended, timeout)
+            told = len(self._told) - (target - count)
+        if self._ended:
+            self.stop()  # re-raises what broke the producer thread
+        if not done:
+            raise AssertionError(f"{count} sends in {timeout} s: only {told}; raised "
+                                 f"{Counter(self.raised.values())}")
 
     def _main(self) -> None:
         try:
             anyio.run(self._run)
         except BaseException as exc:
             self._error = exc
+        finally:
+            with self._changed:
+                self._ended = True
+                self._changed.notify_all()
 
     async def _run(self) -> None:
         async with Producer(self.settings) as producer:
@@ -427,8 +433,9 @@ class LoadProducer:
                     with self._lock:
                         self._raised[message.headers[ID]] = type(exc).__name__
                 else:
-                    with self._lock:
+                    with self._changed:
                         self._told[message.headers[ID]] = member.broker
+                        self._changed.notify_all()
                 await anyio.sleep(self.pace)
 
 

@@ -92,39 +92,25 @@ def scenario(brokers: list[BrokerProcess], fault: Callable[[Run], None],
     return verdicts, producer, processes
 
 
-def test_a_broker_killed_and_restarted_under_load(brokers: list[BrokerProcess]) -> None:
-    def kill_broker_b(run: Run) -> None:
+@pytest.mark.parametrize(("fault", "recovery"), [("kill", "restart"), ("pause", "resume")],
+                         ids=["killed_and_restarted", "hung_and_resumed"])
+def test_a_broker_fails_and_recovers_under_load(brokers: list[BrokerProcess], fault: str,
+                                                recovery: str) -> None:
+    def fail_broker_b(run: Run) -> None:
         before = set(run.producer.told)
-        brokers[1].kill()
-        # Every process notices, and the members on a and c keep being consumed.
+        getattr(brokers[1], fault)()  # kill -9, or SIGSTOP: a hung broker
+        # Every process notices (a killed broker at once, a hung one by its heartbeats), and the
+        # members on a and c keep being consumed.
         pids = {p.process.pid for p in run.fleet.alive()}
         run.fleet.wait(lambda f: pids <= {e["pid"] for e in f.events("connection-lost")
                                           if e["broker"] == "b"},
                        "every process noticing that b is down")
         run.fleet.wait(run.processed_since(before, 30), "processing while b is down")
-        brokers[1].restart()  # same port, same data: its stored messages come back
+        getattr(brokers[1], recovery)()  # same port, same data: its stored messages come back
         after = set(run.producer.told)
         run.fleet.wait(run.processed_since(after, 5, broker="b"), "b's member consumed again")
 
-    scenario(brokers, kill_broker_b)
-
-
-def test_a_broker_hung_and_resumed_under_load(brokers: list[BrokerProcess]) -> None:
-    def pause_broker_b(run: Run) -> None:
-        before = set(run.producer.told)
-        brokers[1].pause()
-        # Heartbeats notice the hung broker: every container process reports the connection
-        # lost, while the members on a and c keep being consumed.
-        pids = {p.process.pid for p in run.fleet.alive()}
-        run.fleet.wait(lambda f: pids <= {e["pid"] for e in f.events("connection-lost")
-                                          if e["broker"] == "b"},
-                       "every process noticing that b hangs")
-        run.fleet.wait(run.processed_since(before, 30), "processing while b is hung")
-        brokers[1].resume()
-        after = set(run.producer.told)
-        run.fleet.wait(run.processed_since(after, 5, broker="b"), "b's member consumed again")
-
-    scenario(brokers, pause_broker_b)
+    scenario(brokers, fail_broker_b)
 
 
 def test_a_container_process_killed_under_load_has_its_work_redelivered_flagged(
