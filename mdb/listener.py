@@ -92,19 +92,12 @@ def listener(
     The handler's parameters: one body parameter whose annotation chooses the decoding
     (``bytes``, ``str``, ``dict``/``list`` for JSON, a pydantic model), optionally one parameter
     annotated ``Context``, and any dependencies marked with dependency-injector's ``Provide``.
+
+    Every keyword but ``name`` is an option declared, with its bounds, default and meaning, in
+    ``mdb.options.ListenerOptions`` (listed in docs/configuration.md). An option left ``None``
+    is not given: the settings' ``defaults`` or else its declared default apply.
     """
-    given = {
-        key: value
-        for key, value in {
-            "distribution": distribution, "pool": pool, "transacted": transacted,
-            "selector": selector, "redelivery": redelivery,
-            "error_destination": error_destination, "durable": durable,
-            "subscription": subscription,
-            "durable_subscription_deletion": durable_subscription_deletion,
-            "max_messages_per_transaction": max_messages_per_transaction,
-        }.items()
-        if value is not None
-    }
+    given = _given(locals())
     try:
         dest = Destination.parse(destination)
     except ConfigurationError as exc:
@@ -136,6 +129,14 @@ def listener(
         return func
 
     return decorate
+
+
+def _given(arguments: Mapping[str, object]) -> dict[str, object]:
+    """The options among ``listener``'s ``arguments`` that were given. Its keyword parameters
+    are the fields of ``ListenerOptions`` (a unit test keeps them so), so they are read by
+    those names rather than listed once more."""
+    return {key: value for key, value in arguments.items()
+            if key in ListenerOptions.model_fields and value is not None}
 
 
 def spec_of(obj: object) -> ListenerSpec | None:

@@ -1,12 +1,15 @@
-"""Listener options: one model validates both the decorator's arguments and the settings that
-override them per listener (the deployment descriptor)."""
+"""Listener options, each declared once: ``ListenerOptions`` holds every option's name, type,
+bounds, default and description. Derived from it: ``@listener``'s validation (its typed keyword
+parameters are checked against it by a unit test), ``ListenerOverrides`` (what settings may
+change per listener, the deployment descriptor) and the configuration reference
+(``mdb.reference``)."""
 
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
@@ -28,10 +31,14 @@ class Redelivery(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    limit: Annotated[int, Field(ge=0)] = 5
-    delay: Annotated[float, Field(ge=0)] = 1.0
-    backoff: Annotated[float, Field(ge=1)] = 2.0
-    max_delay: Annotated[float, Field(ge=0)] = 60.0
+    limit: int = Field(5, ge=0, description=(
+        "redeliveries after the first delivery before the message moves to the error "
+        "destination"))
+    delay: float = Field(1.0, ge=0, description=(
+        "seconds before the first redelivery; the wait holds the message's pool slot"))
+    backoff: float = Field(2.0, ge=1, description=(
+        "factor applied to the delay for each further redelivery"))
+    max_delay: float = Field(60.0, ge=0, description="the longest delay, in seconds")
 
     def delay_before(self, delivery_count: int) -> float:
         """Seconds to wait before delivering again after delivery ``delivery_count`` failed."""
@@ -43,16 +50,46 @@ class ListenerOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    distribution: Distribution = Distribution.ONE_COPY_PER_APP
-    pool: Annotated[int, Field(ge=1, le=1024)] = 1
-    transacted: bool = True
-    selector: str | None = None
-    redelivery: Redelivery = Redelivery()
-    error_destination: str | None = None
-    durable: bool = True
-    subscription: str | None = None
-    durable_subscription_deletion: bool = False
-    max_messages_per_transaction: Annotated[int, Field(ge=1, le=1000)] = 1
+    distribution: Distribution = Field(Distribution.ONE_COPY_PER_APP, description=(
+        "how a topic's messages are spread over the app's processes: `one-copy-per-app` (one "
+        "shared subscription: each message is processed once in the app) or "
+        "`one-copy-per-server` (one subscription per process: every process gets every "
+        "message). A queue delivers each message once; `one-copy-per-server` is refused there"))
+    pool: int = Field(1, ge=1, le=1024, description=(
+        "concurrent handler invocations in this process per member of the destination; times "
+        "`max_messages_per_transaction`, the most unsettled messages the process holds for "
+        "this listener on each member"))
+    transacted: bool = Field(True, description=(
+        "true: the ack and the handler's sends commit together; false: ack after the handler "
+        "returned, sends go at once (see docs/concepts.md)"))
+    selector: str | None = Field(None, description=(
+        "JMS selector on headers. On a queue the broker evaluates it: ActiveMQ (its full "
+        "syntax; an invalid one fails startup) and the embedded broker (the `mdb.selector` "
+        "subset); RabbitMQ has none, so startup fails. On a topic the container evaluates "
+        "it on every broker (the `mdb.selector` subset; an invalid one fails startup) and "
+        "acknowledges a message it does not select without running the handler "
+        "(docs/distribution.md)"))
+    redelivery: Redelivery = Field(Redelivery(), description=(
+        "what happens when the handler raises (table below)"))
+    error_destination: str | None = Field(None, description=(
+        "where messages go that failed more than `redelivery.limit` times or do not decode "
+        "(default `queue:<destination name>.DLQ`)"))
+    durable: bool = Field(True, description=(
+        "a topic subscription keeps messages while no process is attached; false (it ends "
+        "with its last subscriber) only on the embedded broker: ActiveMQ and RabbitMQ refuse "
+        "it at startup"))
+    subscription: str | None = Field(None, description=(
+        "replaces the derived topic subscription name (letters, digits, _ and -, and the "
+        "placeholders `{app}`, `{server}`, `{listener}`; one-copy-per-server needs `{server}`)"))
+    durable_subscription_deletion: bool = Field(False, description=(
+        "on an orderly stop, delete this process's topic subscriptions and what they hold "
+        "(one-copy-per-server only; WebLogic's option of the same name). ActiveMQ cannot "
+        "delete them over STOMP: the failure is logged, see docs/distribution.md"))
+    max_messages_per_transaction: int = Field(1, ge=1, le=1000, description=(
+        "most messages one pool slot processes in one transaction (transacted listeners "
+        "only); also the prefetch of its subscriptions. A batch is what has already arrived, "
+        "never waited for; if a handler raises, the batch is processed again one message at "
+        "a time"))
 
     @field_validator("error_destination")
     @classmethod
@@ -79,18 +116,29 @@ class ListenerOptions(BaseModel):
         return value
 
 
-class ListenerOverrides(BaseModel):
-    """The same options, all optional: what settings may change for a listener."""
+class Overrides(BaseModel):
+    """Options that settings set, each optional: only those set apply (read them with
+    ``model_dump(exclude_unset=True)``). Built by ``overrides_of``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    distribution: Distribution | None = None
-    pool: int | None = None
-    transacted: bool | None = None
-    selector: str | None = None
-    redelivery: Redelivery | None = None
-    error_destination: str | None = None
-    durable: bool | None = None
-    subscription: str | None = None
-    durable_subscription_deletion: bool | None = None
-    max_messages_per_transaction: int | None = None
+
+def overrides_of(options: type[BaseModel], name: str, doc: str) -> type[Overrides]:
+    """A model with the fields of ``options``, each optional with the same type and description.
+    Types are checked when settings are read; bounds and validators are not, because an
+    override is one layer of several: they apply once the layers are merged into ``options``
+    (``ListenerSpec.with_settings``, whose errors name ``listeners.<name>.<option>``)."""
+    fields: dict[str, Any] = {}
+    for field, info in options.model_fields.items():
+        annotation: Any = info.annotation  # a type: ``| None`` makes it optional
+        fields[field] = (annotation | None, Field(None, description=info.description))
+    return create_model(name, __base__=Overrides, __module__=__name__, __doc__=doc, **fields)
+
+
+if TYPE_CHECKING:  # the fields are made at run time; to a type checker it is an Overrides
+    ListenerOverrides = Overrides
+else:
+    ListenerOverrides = overrides_of(
+        ListenerOptions, "ListenerOverrides",
+        "The options of ``ListenerOptions``, all optional: what settings may change for a "
+        "listener.")

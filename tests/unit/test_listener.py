@@ -100,7 +100,8 @@ def test_batches_need_a_transaction_in_code_and_in_settings() -> None:
     spec = spec_of(on_order)
     assert spec is not None
     with pytest.raises(ConfigurationError, match=r"'on_order'.*max_messages_per_transaction"):
-        spec.with_settings(ListenerOverrides(max_messages_per_transaction=10), None)
+        spec.with_settings(
+            ListenerOverrides.model_validate({"max_messages_per_transaction": 10}), None)
 
     @listener("queue:orders", max_messages_per_transaction=1000)
     def on_batch(body: bytes) -> None:
@@ -129,7 +130,7 @@ def test_settings_override_code_which_overrides_setting_defaults() -> None:
     spec = spec_of(on_order)
     assert spec is not None
     configured = spec.with_settings(
-        ListenerOverrides(pool=2, selector="region = 'eu'"),
+        ListenerOverrides.model_validate({"pool": 2, "selector": "region = 'eu'"}),
         ListenerOverrides.model_validate({"redelivery": {"limit": 7}}),
     )
     assert configured.options.pool == 4  # the code beats the defaults
@@ -146,4 +147,4 @@ def test_an_invalid_override_names_the_setting() -> None:
     spec = spec_of(on_order)
     assert spec is not None
     with pytest.raises(ConfigurationError, match=r"listeners\.on_order\.pool"):
-        spec.with_settings(ListenerOverrides(), ListenerOverrides(pool=0))
+        spec.with_settings(ListenerOverrides(), ListenerOverrides.model_validate({"pool": 0}))

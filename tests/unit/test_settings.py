@@ -42,7 +42,7 @@ pool = 4
     settings = load_settings(config, server="argument")
     assert settings.app == "shop"
     assert settings.server == "argument"
-    assert settings.listeners["on_order"].pool == 8
+    assert settings.listeners["on_order"].model_dump(exclude_unset=True) == {"pool": 8}
     assert settings.brokers["main"].password is not None
     assert "s3cret" not in repr(settings)
 
