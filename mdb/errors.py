@@ -5,7 +5,8 @@ ever catches ``MdbError`` subclasses::
 
     MdbError
     ├── ConfigurationError          a setting or listener option is invalid (names it and the fix)
-    │   └── ListenerDefinitionError     raised by @listener at decoration time
+    │   ├── ListenerDefinitionError     raised by @listener at decoration time
+    │   └── SelectorError               a selector outside the subset mdb.selector evaluates
     ├── DecodeError                 a message body does not match the handler's annotation
     └── BrokerError                 anything that went wrong talking to a broker
         ├── ConnectionFailed            could not connect (refused, timed out, bad credentials)
@@ -28,6 +29,12 @@ class ConfigurationError(MdbError):
 
 class ListenerDefinitionError(ConfigurationError):
     """``@listener`` was given an invalid option; raised when the function is decorated."""
+
+
+class SelectorError(ConfigurationError, ValueError):
+    """A selector is not in the subset ``mdb.selector`` evaluates; the message says where in it
+    and why, and whoever compiled it names the listener or subscription. Also a ``ValueError``,
+    as it was before it joined this tree."""
 
 
 class DecodeError(MdbError):

@@ -29,16 +29,17 @@ class Redelivery(BaseModel):
     at most ``max_delay``) and deliver again, at most ``limit`` times; then move the message to
     the error destination."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    limit: int = Field(5, ge=0, description=(
-        "redeliveries after the first delivery before the message moves to the error "
-        "destination"))
-    delay: float = Field(1.0, ge=0, description=(
-        "seconds before the first redelivery; the wait holds the message's pool slot"))
-    backoff: float = Field(2.0, ge=1, description=(
-        "factor applied to the delay for each further redelivery"))
-    max_delay: float = Field(60.0, ge=0, description="the longest delay, in seconds")
+    limit: int = Field(5, ge=0)
+    """redeliveries after the first delivery before the message moves to the error
+    destination"""
+    delay: float = Field(1.0, ge=0)
+    """seconds before the first redelivery; the wait holds the message's pool slot"""
+    backoff: float = Field(2.0, ge=1)
+    """factor applied to the delay for each further redelivery"""
+    max_delay: float = Field(60.0, ge=0)
+    """the longest delay, in seconds"""
 
     def delay_before(self, delivery_count: int) -> float:
         """Seconds to wait before delivering again after delivery ``delivery_count`` failed."""
@@ -46,50 +47,49 @@ class Redelivery(BaseModel):
 
 
 class ListenerOptions(BaseModel):
-    """Every option of ``@listener`` except the destination and the name."""
+    """Every option of ``@listener`` except the destination and the name. Each field's
+    docstring is its description in the configuration reference."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    distribution: Distribution = Field(Distribution.ONE_COPY_PER_APP, description=(
-        "how a topic's messages are spread over the app's processes: `one-copy-per-app` (one "
-        "shared subscription: each message is processed once in the app) or "
-        "`one-copy-per-server` (one subscription per process: every process gets every "
-        "message). A queue delivers each message once; `one-copy-per-server` is refused there"))
-    pool: int = Field(1, ge=1, le=1024, description=(
-        "concurrent handler invocations in this process per member of the destination; times "
-        "`max_messages_per_transaction`, the most unsettled messages the process holds for "
-        "this listener on each member"))
-    transacted: bool = Field(True, description=(
-        "true: the ack and the handler's sends commit together; false: ack after the handler "
-        "returned, sends go at once (see docs/concepts.md)"))
-    selector: str | None = Field(None, description=(
-        "JMS selector on headers. On a queue the broker evaluates it: ActiveMQ (its full "
-        "syntax; an invalid one fails startup) and the embedded broker (the `mdb.selector` "
-        "subset); RabbitMQ has none, so startup fails. On a topic the container evaluates "
-        "it on every broker (the `mdb.selector` subset; an invalid one fails startup) and "
-        "acknowledges a message it does not select without running the handler "
-        "(docs/distribution.md)"))
-    redelivery: Redelivery = Field(Redelivery(), description=(
-        "what happens when the handler raises (table below)"))
-    error_destination: str | None = Field(None, description=(
-        "where messages go that failed more than `redelivery.limit` times or do not decode "
-        "(default `queue:<destination name>.DLQ`)"))
-    durable: bool = Field(True, description=(
-        "a topic subscription keeps messages while no process is attached; false (it ends "
-        "with its last subscriber) only on the embedded broker: ActiveMQ and RabbitMQ refuse "
-        "it at startup"))
-    subscription: str | None = Field(None, description=(
-        "replaces the derived topic subscription name (letters, digits, _ and -, and the "
-        "placeholders `{app}`, `{server}`, `{listener}`; one-copy-per-server needs `{server}`)"))
-    durable_subscription_deletion: bool = Field(False, description=(
-        "on an orderly stop, delete this process's topic subscriptions and what they hold "
-        "(one-copy-per-server only; WebLogic's option of the same name). ActiveMQ cannot "
-        "delete them over STOMP: the failure is logged, see docs/distribution.md"))
-    max_messages_per_transaction: int = Field(1, ge=1, le=1000, description=(
-        "most messages one pool slot processes in one transaction (transacted listeners "
-        "only); also the prefetch of its subscriptions. A batch is what has already arrived, "
-        "never waited for; if a handler raises, the batch is processed again one message at "
-        "a time"))
+    distribution: Distribution = Distribution.ONE_COPY_PER_APP
+    """how a topic's messages are spread over the app's processes: `one-copy-per-app` (one
+    shared subscription: each message is processed once in the app) or `one-copy-per-server`
+    (one subscription per process: every process gets every message). A queue delivers each
+    message once; `one-copy-per-server` is refused there"""
+    pool: int = Field(1, ge=1, le=1024)
+    """concurrent handler invocations in this process per member of the destination; times
+    `max_messages_per_transaction`, the most unsettled messages the process holds for this
+    listener on each member"""
+    transacted: bool = True
+    """true: the ack and the handler's sends commit together; false: ack after the handler
+    returned, sends go at once (see docs/concepts.md)"""
+    selector: str | None = None
+    """JMS selector on headers. On a queue the broker evaluates it: ActiveMQ (its full syntax;
+    an invalid one fails startup) and the embedded broker (the `mdb.selector` subset); RabbitMQ
+    has none, so startup fails. On a topic the container evaluates it on every broker (the
+    `mdb.selector` subset; an invalid one fails startup) and acknowledges a message it does not
+    select without running the handler (docs/distribution.md)"""
+    redelivery: Redelivery = Redelivery()
+    """what happens when the handler raises (table below)"""
+    error_destination: str | None = None
+    """where messages go that failed more than `redelivery.limit` times or do not decode
+    (default `queue:<destination name>.DLQ`)"""
+    durable: bool = True
+    """a topic subscription keeps messages while no process is attached; false (it ends with
+    its last subscriber) only on the embedded broker: ActiveMQ and RabbitMQ refuse it at
+    startup"""
+    subscription: str | None = None
+    """replaces the derived topic subscription name (letters, digits, _ and -, and the
+    placeholders `{app}`, `{server}`, `{listener}`; one-copy-per-server needs `{server}`)"""
+    durable_subscription_deletion: bool = False
+    """on an orderly stop, delete this process's topic subscriptions and what they hold
+    (one-copy-per-server only; WebLogic's option of the same name). ActiveMQ cannot delete
+    them over STOMP: the failure is logged, see docs/distribution.md"""
+    max_messages_per_transaction: int = Field(1, ge=1, le=1000)
+    """most messages one pool slot processes in one transaction (transacted listeners only);
+    also the prefetch of its subscriptions. A batch is what has already arrived, never waited
+    for; if a handler raises, the batch is processed again one message at a time"""
 
     @field_validator("error_destination")
     @classmethod

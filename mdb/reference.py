@@ -38,9 +38,14 @@ def markdown() -> str:
             env = "—" if prefix is None else (
                 "`MDB_" + (prefix + name).upper().replace(".", "__") + "`")
             lines.append(f"| `{name}` | {_default(info)} | {_bounds(info)} | {env} | "
-                         f"{info.description or ''} |")
+                         f"{_meaning(info)} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _meaning(info: FieldInfo) -> str:
+    """The field's description on one line (an attribute docstring may span several)."""
+    return " ".join((info.description or "").split())
 
 
 def _bounds(info: FieldInfo) -> str:

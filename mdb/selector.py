@@ -1,7 +1,10 @@
-"""A small subset of JMS message selectors, evaluated against a message's headers.
+"""A small subset of JMS message selectors, evaluated against a message's headers by mdb.
 
-Used where no broker evaluates them: by the memory broker, and by the STOMP adapter for
-RabbitMQ topic subscriptions (its plugin ignores selectors).
+Who evaluates a listener's selector (docs/distribution.md): on a topic, the container, on every
+broker (``mdb.planning`` compiles it with this module at startup; the delivery code settles a
+message it does not select without running the handler); on a queue, the broker: the embedded
+memory broker with this module, ActiveMQ with its own full syntax, while RabbitMQ's STOMP plugin
+ignores selectors, so the STOMP adapter refuses a queue subscription that has one.
 
 Supported::
 
@@ -30,6 +33,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from mdb.errors import SelectorError
+
+__all__ = ["Headers", "Matcher", "SelectorError", "compile_selector"]
+
 Headers = Mapping[str, str]
 Value = str | int | float | bool | None
 Matcher = Callable[[Headers], bool]
@@ -48,10 +55,6 @@ _TOKEN = re.compile(
 _KEYWORDS = {"AND", "OR", "NOT", "IS", "NULL", "TRUE", "FALSE"}
 _UNSUPPORTED = {"LIKE", "IN", "BETWEEN", "ESCAPE"}
 _COMPARISONS = {"=", "<>", "<", ">", "<=", ">="}
-
-
-class SelectorError(ValueError):
-    """The selector is not in the supported subset; the message says where and why."""
 
 
 def compile_selector(text: str) -> Matcher:
@@ -83,7 +86,7 @@ class _Parser:
             if kind == "word":
                 upper = value.upper()
                 if upper in _UNSUPPORTED:
-                    raise SelectorError(f"{upper} is not supported by the memory broker")
+                    raise SelectorError(f"{upper} is not in the supported subset")
                 if upper in _KEYWORDS:
                     kind, value = "keyword", upper
             self.tokens.append((kind, value, position))
@@ -117,41 +120,29 @@ class _Parser:
 
     # grammar
     def _or(self) -> Node:
-        first = self._and()
-        parts = [first]
-        while self._accept("keyword", "OR"):
-            parts.append(self._and())
-        if len(parts) == 1:
-            return first
-        fns = [_condition(p) for p in parts]
-
-        def evaluate(h: Headers) -> Value:
-            result: Value = False
-            for fn in fns:
-                v = fn(h)
-                if v is True:
-                    return True
-                if v is None:
-                    result = None
-            return result
-
-        return "condition", evaluate
+        return self._junction("OR", self._and, decisive=True)
 
     def _and(self) -> Node:
-        first = self._not()
+        return self._junction("AND", self._not, decisive=False)
+
+    def _junction(self, keyword: str, operand: Callable[[], Node], decisive: bool) -> Node:
+        """``operand (keyword operand)*``. In three-valued logic the result is ``decisive``
+        (TRUE for OR, FALSE for AND) as soon as one operand is; else unknown if one is
+        unknown; else the other truth value."""
+        first = operand()
         parts = [first]
-        while self._accept("keyword", "AND"):
-            parts.append(self._not())
+        while self._accept("keyword", keyword):
+            parts.append(operand())
         if len(parts) == 1:
             return first
         fns = [_condition(p) for p in parts]
 
         def evaluate(h: Headers) -> Value:
-            result: Value = True
+            result: Value = not decisive
             for fn in fns:
                 v = fn(h)
-                if v is False:
-                    return False
+                if v is decisive:
+                    return decisive
                 if v is None:
                     result = None
             return result

@@ -121,8 +121,9 @@ async def test_durable_subscription_deletion_deletes_the_servers_subscription_on
 
 
 async def test_a_selector_filters_a_topic_subscription(broker_url: str) -> None:
-    # ActiveMQ and the memory broker evaluate it; RabbitMQ ignores selectors, so the adapter
-    # evaluates it there and settles what does not match.
+    # The container evaluates a topic listener's selector on every broker (ActiveMQ would keep
+    # what does not match in the subscription's queue, RabbitMQ ignores selectors) and settles
+    # what does not match without running the handler.
     topic = f"topic:{unique('paint')}"
     calls = Calls()
 
