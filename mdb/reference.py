@@ -1,13 +1,16 @@
 """The configuration reference: the section of docs/configuration.md between its
 ``<!-- reference:start -->`` and ``<!-- reference:end -->`` markers, generated from the settings
-models and ``mdb.options`` (each field's default, bounds and description). Regenerate it with
-``python -m mdb.reference``; tests/unit/test_docs.py fails while docs/configuration.md differs."""
+models and ``mdb.options`` (each field's default, bounds and description).
+``python -m mdb.reference`` prints it; ``python -m mdb.reference --write`` rewrites that section
+of docs/configuration.md in place. tests/unit/test_docs.py fails while the file differs."""
 
 from __future__ import annotations
 
 import enum
+import sys
 import typing
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import annotated_types
@@ -27,6 +30,9 @@ SECTIONS: list[tuple[str, type[BaseModel], str | None]] = [
     ("`defaults` and `listeners.<listener>`", ListenerOptions, "listeners.LISTENER."),
     ("`listeners.<listener>.redelivery`", Redelivery, "listeners.LISTENER.redelivery."),
 ]
+
+
+START, END = "<!-- reference:start -->\n", "<!-- reference:end -->"
 
 
 def markdown() -> str:
@@ -86,5 +92,16 @@ def _default(info: FieldInfo) -> str:
     return f"`{value!r}`" if value is not None else "none"
 
 
+def with_reference(text: str) -> str:
+    """``text`` (docs/configuration.md) with the section between the markers regenerated."""
+    head, rest = text.split(START, 1)
+    tail = rest.split(END, 1)[1]
+    return f"{head}{START}{markdown()}\n{END}{tail}"
+
+
 if __name__ == "__main__":
-    print(markdown())
+    if sys.argv[1:] == ["--write"]:
+        path = Path("docs/configuration.md")
+        path.write_text(with_reference(path.read_text()))
+    else:
+        print(markdown())

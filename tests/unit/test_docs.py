@@ -17,7 +17,7 @@ def test_the_configuration_reference_matches_the_settings_models() -> None:
     generated = text[text.index(start) + len(start):text.index(end)]
     assert generated == reference.markdown() + "\n", (
         "docs/configuration.md is stale: regenerate its reference section with "
-        "`python -m mdb.reference`"
+        "`python -m mdb.reference --write`"
     )
 
 
@@ -28,3 +28,11 @@ def test_the_example_settings_in_the_docs_are_valid(tmp_path: Path) -> None:
     settings = load_settings(tmp_path / "mdb.toml")
     members = settings.topology().members(Destination.parse("topic:orders"))
     assert [str(m) for m in members] == ["topic:orders@main", "topic:orders_b@backup"]
+
+
+def test_writing_the_reference_replaces_only_what_is_between_the_markers() -> None:
+    text = "# Intro\n<!-- reference:start -->\nstale\n<!-- reference:end -->\n## After\n"
+    assert reference.with_reference(text) == (
+        "# Intro\n<!-- reference:start -->\n" + reference.markdown()
+        + "\n<!-- reference:end -->\n## After\n"
+    )
