@@ -97,7 +97,7 @@ def listener(
     ``mdb.options.ListenerOptions`` (listed in docs/configuration.md). An option left ``None``
     is not given: the settings' ``defaults`` or else its declared default apply.
     """
-    given = _given(locals())
+    given = _given(locals())  # first: locals() are still just the parameters
     try:
         dest = Destination.parse(destination)
     except ConfigurationError as exc:
@@ -133,8 +133,8 @@ def listener(
 
 def _given(arguments: Mapping[str, object]) -> dict[str, object]:
     """The options among ``listener``'s ``arguments`` that were given. Its keyword parameters
-    are the fields of ``ListenerOptions`` (a unit test keeps them so), so they are read by
-    those names rather than listed once more."""
+    are the fields of ``ListenerOptions`` (tests/unit/test_options.py keeps them so), so they
+    are read by those names rather than listed once more."""
     return {key: value for key, value in arguments.items()
             if key in ListenerOptions.model_fields and value is not None}
 
