@@ -13,6 +13,7 @@ from mdb.errors import (
     ConnectionFailed,
     ConnectionLost,
     DecodeError,
+    EncodeError,
     ListenerDefinitionError,
     MdbError,
     SendOutcomeUnknown,
@@ -27,8 +28,8 @@ from mdb.settings import Settings, load_settings
 
 __all__ = [
     "BrokerError", "BrokerEvent", "ConfigurationError", "ConnectionFailed", "ConnectionLost",
-    "Container", "Context", "DecodeError", "Destination", "Distribution", "EventKind",
-    "ListenerDefinitionError", "ListenerSpec", "MdbError", "Producer", "Redelivery",
+    "Container", "Context", "DecodeError", "Destination", "Distribution", "EncodeError",
+    "EventKind", "ListenerDefinitionError", "ListenerSpec", "MdbError", "Producer", "Redelivery",
     "SendOutcomeUnknown", "Settings", "SubscriptionFailed", "TransactionRolledBack", "listener",
     "load_settings", "on_event",
 ]

@@ -72,7 +72,13 @@ class Delivery:
     """One message as delivered by the broker.
 
     ``broker_redelivered`` is the broker's redelivered flag; ``token`` is the adapter's own
-    handle needed to settle it and means nothing to the container.
+    handle needed to settle it and means nothing to the container. ``headers`` are all the
+    message's headers, the application's and the protocol's; ``protocol_headers`` names those
+    the broker or the adapter's protocol put there for this delivery or its frame (a message
+    id, the subscription, an ack handle, a persistence flag, ...), not the sender's
+    application: the container leaves them off the copy it re-sends for a redelivery or to an
+    error destination, where the broker sets its own. Names not present may be listed; the
+    same set may be shared by every delivery.
     """
 
     destination: Destination
@@ -81,6 +87,7 @@ class Delivery:
     broker_message_id: str
     broker_redelivered: bool
     token: object
+    protocol_headers: frozenset[str] = frozenset()
 
 
 class Subscription(abc.ABC):

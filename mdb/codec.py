@@ -8,7 +8,7 @@ from typing import Any, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from mdb.errors import DecodeError
+from mdb.errors import DecodeError, EncodeError
 from mdb.message import CONTENT_TYPE, ID, OutgoingMessage, new_id
 
 JSON = "application/json"
@@ -21,40 +21,34 @@ def decoder_for(annotation: Any) -> Callable[[bytes], Any]:
     if annotation is bytes or annotation is Any:
         return lambda body: body
     if annotation is str:
-        return _decode_text
+        return _decoding(bytes.decode, UnicodeDecodeError, "body is not UTF-8 text")
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        model = annotation
-
-        def decode_model(body: bytes) -> Any:
-            try:
-                return model.model_validate_json(body)
-            except ValidationError as exc:
-                raise DecodeError(f"body is not a valid {model.__name__}: {exc}") from None
-
-        return decode_model
+        return _decoding(annotation.model_validate_json, ValidationError,
+                         f"body is not a valid {annotation.__name__}")
+    adapter: TypeAdapter[Any] = TypeAdapter(annotation)
     if annotation in (dict, list) or get_origin(annotation) in (dict, list):
-        adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+        return _decoding(lambda body: adapter.validate_python(json.loads(body)), ValueError,
+                         f"body is not JSON of type {annotation}")
+    return _decoding(adapter.validate_json, ValidationError,
+                     f"body does not decode as {annotation}")
 
-        def decode_json(body: bytes) -> Any:
-            try:
-                return adapter.validate_python(json.loads(body))
-            except (ValueError, ValidationError) as exc:
-                raise DecodeError(f"body is not JSON of type {annotation}: {exc}") from None
 
-        return decode_json
-    adapter_any: TypeAdapter[Any] = TypeAdapter(annotation)
+def _decoding(parse: Callable[[bytes], Any], errors: type[Exception],
+              what: str) -> Callable[[bytes], Any]:
+    """``parse`` raising ``DecodeError("<what>: <why>")`` instead of ``errors``."""
 
-    def decode_other(body: bytes) -> Any:
+    def decode(body: bytes) -> Any:
         try:
-            return adapter_any.validate_json(body)
-        except ValidationError as exc:
-            raise DecodeError(f"body does not decode as {annotation}: {exc}") from None
+            return parse(body)
+        except errors as exc:
+            raise DecodeError(f"{what}: {exc}") from None
 
-    return decode_other
+    return decode
 
 
 def encode(body: object) -> tuple[bytes, str]:
-    """The bytes and content type of a body to send."""
+    """The bytes and content type of a body to send; raises ``EncodeError`` (a ``TypeError``)
+    for a body that is none of bytes, str, a pydantic model or JSON-serialisable data."""
     if isinstance(body, bytes | bytearray | memoryview):
         return bytes(body), BYTES
     if isinstance(body, str):
@@ -64,7 +58,7 @@ def encode(body: object) -> tuple[bytes, str]:
     try:
         return json.dumps(body, separators=(",", ":")).encode(), JSON
     except TypeError as exc:
-        raise TypeError(
+        raise EncodeError(
             f"cannot send a {type(body).__name__}: send bytes, str, a pydantic model, "
             "or JSON-serialisable data"
         ) from exc
@@ -76,9 +70,3 @@ def outgoing(body: object, headers: Mapping[str, str] | None = None) -> Outgoing
     merged = {CONTENT_TYPE: content_type, **(headers or {}), ID: new_id()}
     return OutgoingMessage(data, merged)
 
-
-def _decode_text(body: bytes) -> str:
-    try:
-        return body.decode()
-    except UnicodeDecodeError as exc:
-        raise DecodeError(f"body is not UTF-8 text: {exc}") from None

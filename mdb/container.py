@@ -343,15 +343,14 @@ class Container:
     async def _consume(self, slot: Slot) -> None:
         deployed, planned, link = slot.deployed, slot.planned, slot.link
         batch_size = deployed.spec.options.max_messages_per_transaction
+        processor = Processor(deployed.spec, planned, link.system, self.producer, deployed.stats,
+                              slot.threads, stopping=lambda: self._ends(slot))
         while not self._ends(slot):
             try:
                 connection = await link.connection()
                 if slot.subscription is None:
                     slot.subscription = await connection.subscribe(planned.request)
                 subscription = slot.subscription
-                processor = Processor(deployed.spec, planned, link.system, connection,
-                                      subscription, self.producer, deployed.stats,
-                                      slot.threads, stopping=lambda: self._ends(slot))
                 while not self._ends(slot):
                     with anyio.CancelScope() as receiving:
                         slot.receiving = receiving
@@ -367,7 +366,7 @@ class Container:
                         if ready is None:
                             break
                         batch.append(ready)
-                    if not await processor.process_batch(batch):
+                    if not await processor.process_batch(connection, subscription, batch):
                         # Brokers keep an unsettled delivery with its live subscription; closing
                         # the subscription (below) hands it back for redelivery, flagged.
                         break

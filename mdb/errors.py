@@ -8,6 +8,7 @@ ever catches ``MdbError`` subclasses::
     │   ├── ListenerDefinitionError     raised by @listener at decoration time
     │   └── SelectorError               a selector outside the subset mdb.selector evaluates
     ├── DecodeError                 a message body does not match the handler's annotation
+    ├── EncodeError (a TypeError)   a body to send is not bytes, str, a model or JSON data
     └── BrokerError                 anything that went wrong talking to a broker
         ├── ConnectionFailed            could not connect (refused, timed out, bad credentials)
         ├── ConnectionLost              an open connection dropped; its work in flight is stale
@@ -41,6 +42,11 @@ class DecodeError(MdbError):
     """A body could not be decoded into the handler's annotated type. Never retried."""
 
 
+class EncodeError(MdbError, TypeError):
+    """A body to send cannot be encoded. Also a ``TypeError``: it is a programming error, and
+    code that caught the ``TypeError`` ``codec.encode`` raised before keeps working."""
+
+
 class BrokerError(MdbError):
     """Talking to a broker failed."""
 
@@ -65,3 +71,12 @@ class TransactionRolledBack(BrokerError):
 class SendOutcomeUnknown(BrokerError):
     """A send got no receipt. The message may have been stored: retrying it elsewhere may
     create a duplicate, which consumers can recognise by its ``mdb-id`` header."""
+
+
+def error_type(exc: BaseException) -> str:
+    """How mdb names ``exc``'s type in error headers and telemetry: a builtin by its bare name
+    (``ValueError``), any other qualified by its module (``mdb.errors.DecodeError``)."""
+    cls = type(exc)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"

@@ -18,12 +18,6 @@ ERROR_MESSAGE = "mdb_error_message"
 ERROR_LISTENER = "mdb_error_listener"
 CONTENT_TYPE = "content-type"
 
-# Headers that describe one delivery and must not be copied onto a re-sent message.
-_PER_DELIVERY = frozenset(
-    {"message-id", "destination", "subscription", "ack", "redelivered", "receipt", "transaction",
-     "content-length", "timestamp", "expires", "priority", "persistent", "amq-msg-type"}
-)
-
 
 def new_id() -> str:
     return uuid.uuid4().hex
@@ -52,7 +46,3 @@ class OutgoingMessage:
     def content_type(self) -> str | None:
         return self.headers.get(CONTENT_TYPE)
 
-
-def portable_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The application headers of a received message, fit to be put on a re-sent copy."""
-    return {k: v for k, v in headers.items() if k not in _PER_DELIVERY}

@@ -66,6 +66,12 @@ class Producer:
         await self.send_message(Destination.parse(destination), message, key=key)
         return message.headers[ID]
 
+    def member_for(self, destination: Destination, *, key: str | None = None,
+                   prefer: str | None = None) -> Member:
+        """The member of ``destination`` a send tries first (``Topology.candidates``, whether
+        its broker is up or not); without a ``key`` it takes a turn of the round robin."""
+        return self.topology.candidates(destination, key=key, prefer=prefer)[0]
+
     async def send_message(self, destination: Destination, message: OutgoingMessage, *,
                            key: str | None = None, prefer: str | None = None) -> Member:
         """Send ``message`` to a member of ``destination`` (see the class docstring); return

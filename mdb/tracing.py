@@ -35,26 +35,27 @@ from opentelemetry.metrics import _internal as metrics_internal
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
 
 from mdb.destinations import Destination
-from mdb.errors import ConfigurationError
+from mdb.errors import ConfigurationError, error_type
 from mdb.message import OutgoingMessage
 
 _tracer = trace.get_tracer("mdb")
 _meter = metrics.get_meter("mdb")
 
+
+def _message_counter(name: str, description: str) -> metrics.Counter:
+    return _meter.create_counter(name, unit="{message}", description=description)
+
+
 _process_duration = _meter.create_histogram(
     "messaging.process.duration", unit="s", description="Duration of processing operation.")
-_consumed = _meter.create_counter(
-    "messaging.client.consumed.messages", unit="{message}",
-    description="Number of messages that were delivered to the application.")
-_sent = _meter.create_counter(
-    "messaging.client.sent.messages", unit="{message}",
-    description="Number of messages producer attempted to send to the broker.")
-_redeliveries = _meter.create_counter(
-    "mdb.redeliveries", unit="{message}",
-    description="Failed deliveries re-sent for another attempt.")
-_error_moves = _meter.create_counter(
-    "mdb.error_destination.moves", unit="{message}",
-    description="Messages moved to their listener's error destination.")
+_consumed = _message_counter("messaging.client.consumed.messages",
+                             "Number of messages that were delivered to the application.")
+_sent = _message_counter("messaging.client.sent.messages",
+                         "Number of messages producer attempted to send to the broker.")
+_redeliveries = _message_counter("mdb.redeliveries",
+                                 "Failed deliveries re-sent for another attempt.")
+_error_moves = _message_counter("mdb.error_destination.moves",
+                                "Messages moved to their listener's error destination.")
 _pool_usage = _meter.create_up_down_counter(
     "mdb.pool.usage", unit="{delivery}",
     description="Deliveries being handled now, per listener (the pool slots in use).")
@@ -125,7 +126,7 @@ def sending(system: str, destination: Destination, message: OutgoingMessage,
         try:
             yield OutgoingMessage(message.body, headers)
         except Exception as exc:
-            span.set_attribute("error.type", _type_name(exc))
+            span.set_attribute("error.type", error_type(exc))
             raise
         _sent.add(1, _metric_attributes(attributes))
 
@@ -182,7 +183,7 @@ def processing(system: str, destination: Destination, subscription: str | None, 
         try:
             yield outcome
         except BaseException as exc:
-            outcome.error_type = outcome.error_type or _type_name(exc)
+            outcome.error_type = outcome.error_type or error_type(exc)
             span.set_attribute("error.type", outcome.error_type)
             raise
         finally:
@@ -218,12 +219,6 @@ _meter.create_observable_gauge("mdb.broker.connected", [_observe_brokers], unit=
 
 def _metric_attributes(attributes: Mapping[str, str | int | bool]) -> dict[str, str | int | bool]:
     return {k: v for k, v in attributes.items() if k != "messaging.operation.type"}
-
-
-def _type_name(exc: BaseException) -> str:
-    cls = type(exc)
-    return cls.__qualname__ if cls.__module__ == "builtins" else \
-        f"{cls.__module__}.{cls.__qualname__}"
 
 
 # -- setting up the SDK ------------------------------------------------------------------------

@@ -74,7 +74,7 @@ from mdb.errors import (
     TransactionRolledBack,
 )
 from mdb.message import OutgoingMessage
-from mdb_stomp.dialect import DIALECTS, Dialect
+from mdb_stomp.dialect import DIALECTS, PROTOCOL_HEADERS, Dialect
 
 log = logging.getLogger("mdb_stomp")
 
@@ -704,6 +704,7 @@ class StompSubscription(Subscription):
                 broker_message_id=headers.get("message-id", ""),
                 broker_redelivered=headers.get("redelivered") == "true",
                 token=AckToken(ack_id, self),
+                protocol_headers=PROTOCOL_HEADERS,
             )
         )
 

@@ -282,3 +282,12 @@ DIALECTS: dict[str, type[Dialect]] = {
     ActiveMQDialect.scheme: ActiveMQDialect,
     RabbitMQDialect.scheme: RabbitMQDialect,
 }
+
+
+# The headers of a STOMP MESSAGE frame that describe that delivery or frame rather than the
+# sender's application (``Delivery.protocol_headers``), on every dialect: the broker's, and
+# those the dialects put on a SEND.
+PROTOCOL_HEADERS = frozenset(
+    {"message-id", "destination", "subscription", "ack", "redelivered", "receipt", "transaction",
+     "content-length", "timestamp", "expires", "priority", "persistent", "amq-msg-type"}
+)

@@ -6,7 +6,7 @@ import pytest
 from pydantic import BaseModel
 
 from mdb import codec
-from mdb.errors import DecodeError
+from mdb.errors import DecodeError, EncodeError, MdbError
 from mdb.message import ID
 
 
@@ -48,5 +48,6 @@ def test_outgoing_messages_carry_a_content_type_and_a_fresh_id() -> None:
 
 
 def test_an_unsendable_body_says_what_can_be_sent() -> None:
-    with pytest.raises(TypeError, match="pydantic model"):
+    with pytest.raises(TypeError, match="pydantic model") as raised:
         codec.outgoing(object())
+    assert isinstance(raised.value, EncodeError) and isinstance(raised.value, MdbError)

@@ -1,0 +1,207 @@
+"""What becomes of a delivery, decided purely: no I/O, no event loop, no broker.
+
+The container, not the broker, owns redelivery (ActiveMQ over STOMP gives no delivery count
+and does not redeliver an aborted ack on a live subscription). A failed delivery is settled by
+acknowledging it and, in the same transaction, re-sending a copy to the subscription's own
+queue with ``mdb_delivery_count`` one higher — or, past the limit, to the error destination.
+The count therefore lives in the message and survives a crash of the process. A delivery the
+broker flags redelivered had an unknown outcome (a process died or a connection dropped while
+holding it): it counts as a failed delivery and is re-sent the same way before being processed,
+so even a message that kills the process cannot loop forever.
+
+``decide`` maps (the message, what happened to it, the listener's ``Policy``) to an
+``Outcome``: ``Settle``, ``Redeliver`` or ``MoveToError``, with the headers of the copy to send.
+``mdb.delivery.processor`` carries the outcome out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from dataclasses import dataclass
+from typing import ClassVar, overload
+
+from mdb import message as headers_
+from mdb.broker import Delivery
+from mdb.destinations import Destination
+from mdb.errors import error_type
+from mdb.message import Message
+from mdb.options import Redelivery
+
+ERROR_TEXT_LIMIT = 4000  # characters of the failure kept in ``mdb_error_message``
+
+
+def to_message(delivery: Delivery, destination: Destination) -> Message:
+    """``delivery`` as the handler sees it: from the listener's logical ``destination``, whatever
+    member or re-send queue it came through. Its count is ``mdb_delivery_count`` (1 when absent
+    or not a number)."""
+    h = delivery.headers
+    count = _count(h.get(headers_.DELIVERY_COUNT))
+    return Message(
+        id=h.get(headers_.ID) or delivery.broker_message_id,
+        destination=destination,
+        body=delivery.body,
+        headers=h,
+        redelivered=count > 1 or delivery.broker_redelivered,
+        delivery_count=count,
+    )
+
+
+def _count(text: str | None) -> int:
+    try:
+        return max(int(text), 1) if text is not None else 1
+    except ValueError:
+        return 1
+
+
+# -- what happened -----------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    """The handler returned (and the sends it made outside the transaction were made)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NotSelected:
+    """A topic listener's selector rejects the message: it is settled unseen (see
+    ``mdb.planning``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class InDoubt:
+    """The broker flagged the delivery redelivered: an earlier delivery's outcome is unknown.
+    It is re-sent at once, with the count raised, before the handler sees it."""
+
+    error_type: ClassVar[str] = "mdb.InDoubt"
+    text: ClassVar[str] = "an earlier delivery's outcome is unknown (process or connection lost)"
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """The body does not decode into the handler's annotation; retrying cannot fix that."""
+
+    text: str
+    error_type: ClassVar[str] = "mdb.DecodeError"
+
+
+@dataclass(frozen=True, slots=True)
+class Raised:
+    """The handler raised, or a send it made outside the transaction failed."""
+
+    error_type: str
+    text: str
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Raised:
+        return cls(error_type(exc), str(exc))
+
+
+Failure = InDoubt | Undecodable | Raised
+Happened = Succeeded | NotSelected | Failure
+
+
+# -- what to do --------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """Acknowledge the delivery (in the handler's transaction when it sent anything)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Redeliver:
+    """Wait ``delay`` seconds, then ack the delivery and, in the same transaction, send a copy
+    of its body, delivery number ``delivery_count``, with ``headers`` to ``destination`` (the
+    subscription's requeue destination)."""
+
+    delay: float
+    delivery_count: int
+    destination: Destination
+    headers: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class MoveToError:
+    """Ack the delivery and, in the same transaction, send a copy of its body with ``headers``
+    (which say what failed) to ``destination``, the listener's error destination."""
+
+    destination: Destination
+    headers: Mapping[str, str]
+
+
+Outcome = Settle | Redeliver | MoveToError
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What ``decide`` needs to know of a listener and the subscription a delivery came from."""
+
+    listener: str
+    redelivery: Redelivery
+    requeue_destination: Destination
+    error_destination: Destination
+
+
+SETTLE = Settle()
+
+
+@overload
+def decide(message: Message, happened: Succeeded | NotSelected, policy: Policy,
+           protocol_headers: Set[str] = ...) -> Settle: ...
+@overload
+def decide(message: Message, happened: Failure, policy: Policy,
+           protocol_headers: Set[str] = ...) -> Redeliver | MoveToError: ...
+def decide(message: Message, happened: Happened, policy: Policy,
+           protocol_headers: Set[str] = frozenset()) -> Outcome:
+    """The outcome of ``message`` after ``happened``.
+
+    A success, or a message not selected, is settled. A failure (the handler raised, or the
+    delivery is in doubt) is redelivered while ``message.delivery_count`` is at most the
+    policy's ``limit`` — after ``delay_before(count)`` seconds for a handler failure, at once
+    for a delivery in doubt — and past it, or at once for an undecodable body, moved to the
+    error destination. ``protocol_headers`` are the names of the headers the broker set for
+    this one delivery (``Delivery.protocol_headers``): they are not copied.
+    """
+    match happened:
+        case Succeeded() | NotSelected():
+            return SETTLE
+        case InDoubt() | Raised() if message.delivery_count <= policy.redelivery.limit:
+            count = message.delivery_count
+            delay = 0.0 if isinstance(happened, InDoubt) else policy.redelivery.delay_before(count)
+            return Redeliver(delay, count + 1, policy.requeue_destination,
+                             redelivery_headers(message, protocol_headers))
+        case _:
+            return MoveToError(policy.error_destination,
+                               error_headers(message, happened, policy.listener,
+                                             protocol_headers))
+
+
+def redelivery_headers(message: Message, protocol_headers: Set[str]) -> dict[str, str]:
+    """The headers of ``message``'s copy re-sent for another delivery: its own, its ``mdb_id``,
+    the count one higher and the logical destination it came from."""
+    headers = _kept(message, protocol_headers)
+    headers[headers_.DELIVERY_COUNT] = str(message.delivery_count + 1)
+    headers[headers_.REDELIVERY_OF] = str(message.destination)
+    return headers
+
+
+def error_headers(message: Message, failure: Failure, listener: str,
+                  protocol_headers: Set[str]) -> dict[str, str]:
+    """The headers of ``message``'s copy moved to the error destination: its own, its
+    ``mdb_id``, its count, and what failed where (the text cut at ``ERROR_TEXT_LIMIT``)."""
+    headers = _kept(message, protocol_headers)
+    headers[headers_.DELIVERY_COUNT] = str(message.delivery_count)
+    headers.update({
+        headers_.ERROR_TYPE: failure.error_type,
+        headers_.ERROR_MESSAGE: failure.text[:ERROR_TEXT_LIMIT],
+        headers_.ERROR_LISTENER: listener,
+        headers_.ORIGINAL_DESTINATION: str(message.destination),
+    })
+    return headers
+
+
+def _kept(message: Message, protocol_headers: Set[str]) -> dict[str, str]:
+    """The application's headers of ``message``, fit for a copy: without the broker's ones for
+    this delivery and without a stale ``mdb_redelivery_of``, with its ``mdb_id``."""
+    headers = {k: v for k, v in message.headers.items() if k not in protocol_headers}
+    headers.pop(headers_.REDELIVERY_OF, None)
+    headers[headers_.ID] = message.id
+    return headers

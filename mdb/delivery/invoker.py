@@ -1,0 +1,68 @@
+"""Running one listener's handler on one message: its arguments, its thread, its span."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from mdb import codec, tracing
+from mdb.broker import Delivery
+from mdb.context import Context, SendFunction
+from mdb.delivery.stats import Stats
+from mdb.listener import ListenerSpec
+from mdb.message import Message
+from mdb.planning import PlannedSubscription
+
+
+class Invoker:
+    """Calls ``spec``'s handler for deliveries of the subscription ``planned``: an ``async def``
+    one on the event loop, a plain one on a worker thread of ``threads``."""
+
+    def __init__(self, spec: ListenerSpec, planned: PlannedSubscription, system: str,
+                 stats: Stats, threads: anyio.CapacityLimiter) -> None:
+        self._spec = spec
+        self._planned = planned
+        self._system = system
+        self._stats = stats
+        self._threads = threads
+        self.decode = codec.decoder_for(spec.body_type)
+        """The body as the handler's annotation asks; raises ``DecodeError``."""
+
+    @contextmanager
+    def handling(self, delivery: Delivery, message: Message) -> Iterator[tracing.Processing]:
+        """While a message is being handled: counted in flight and in the pool usage metric,
+        inside its ``process`` span (``mdb.tracing``), which is yielded to report the outcome
+        on."""
+        spec, planned = self._spec, self._planned
+        self._stats.in_flight += 1
+        tracing.pool_usage(spec.name, 1)
+        try:
+            with tracing.processing(
+                    self._system, spec.destination, planned.request.name, planned.shared,
+                    delivery.headers, message.id, message.body, message.delivery_count,
+                    message.redelivered) as span:
+                yield span
+        finally:
+            self._stats.in_flight -= 1
+            tracing.pool_usage(spec.name, -1)
+
+    async def invoke(self, message: Message, body: Any, send: SendFunction) -> None:
+        """Call the handler with ``body`` and a ``Context`` whose sends go to ``send``; what
+        it raises is raised."""
+        spec = self._spec
+        kwargs: dict[str, Any] = {}
+        if spec.body_parameter:
+            kwargs[spec.body_parameter] = body
+        if spec.context_parameter:
+            kwargs[spec.context_parameter] = Context(message, spec.name, send)
+        if spec.is_async:
+            await spec.handler(**kwargs)
+        else:
+            await anyio.to_thread.run_sync(
+                partial(spec.handler, **kwargs), limiter=self._threads, abandon_on_cancel=True
+            )

@@ -1,0 +1,17 @@
+"""``Stats``: what one listener did in this process, for the health endpoint and tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Stats:
+    """Counters of one listener in this process."""
+
+    processed: int = 0
+    redelivered: int = 0
+    to_error_destination: int = 0
+    rolled_back: int = 0
+    in_flight: int = 0
+    filtered: int = 0  # not selected by a topic listener's selector, settled unseen

@@ -1,0 +1,170 @@
+"""The delivery decision and the batch fall-back plan: pure functions, no loop, no broker."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from mdb.broker import Delivery
+from mdb.delivery.batch import BatchFailure, Ready, Step, fall_back, ready_run
+from mdb.delivery.decision import (
+    ERROR_TEXT_LIMIT,
+    SETTLE,
+    InDoubt,
+    MoveToError,
+    NotSelected,
+    Policy,
+    Raised,
+    Redeliver,
+    Succeeded,
+    Undecodable,
+    decide,
+    to_message,
+)
+from mdb.destinations import Destination
+from mdb.errors import DecodeError
+from mdb.message import Message
+from mdb.options import Redelivery
+
+ORDERS = Destination.parse("queue:orders")
+REQUEUE = Destination.parse("queue:Consumer.app.orders")
+ERRORS = Destination.parse("queue:orders.DLQ")
+POLICY = Policy("on_order", Redelivery(limit=2, delay=1.0, backoff=2.0, max_delay=3.0),
+                REQUEUE, ERRORS)
+BROKER_HEADERS = frozenset({"message-id", "subscription", "ack"})
+
+
+def message(count: int = 1, **headers: str) -> Message:
+    return Message(id="m-1", destination=ORDERS, body=b"{}", headers=headers,
+                   redelivered=count > 1, delivery_count=count)
+
+
+def delivery(headers: Mapping[str, str], *, redelivered: bool = False,
+             body: bytes = b"{}") -> Delivery:
+    return Delivery(ORDERS, body, headers, "ID:broker-1", redelivered, None)
+
+
+@pytest.mark.parametrize("happened", [Succeeded(), NotSelected()])
+def test_a_success_or_a_message_not_selected_is_settled(happened: Succeeded | NotSelected,
+                                                        ) -> None:
+    assert decide(message(3), happened, POLICY) is SETTLE
+
+
+def test_a_failed_handler_is_redelivered_to_the_requeue_destination_with_the_count_raised(
+) -> None:
+    outcome = decide(message(1), Raised("ValueError", "no"), POLICY)
+    assert outcome == Redeliver(1.0, 2, REQUEUE, {
+        "mdb_id": "m-1", "mdb_delivery_count": "2", "mdb_redelivery_of": "queue:orders"})
+
+
+@pytest.mark.parametrize(("count", "delay"), [(1, 1.0), (2, 2.0)])
+def test_the_delay_grows_by_the_backoff(count: int, delay: float) -> None:
+    outcome = decide(message(count), Raised("ValueError", "no"), POLICY)
+    assert isinstance(outcome, Redeliver)
+    assert (outcome.delay, outcome.delivery_count) == (delay, count + 1)
+
+
+def test_the_delay_stops_at_max_delay() -> None:
+    policy = Policy("l", Redelivery(limit=10, delay=1.0, backoff=2.0, max_delay=3.0),
+                    REQUEUE, ERRORS)
+    outcomes = [decide(message(n), Raised("E", ""), policy) for n in (1, 2, 3, 4)]
+    assert [o.delay for o in outcomes if isinstance(o, Redeliver)] == [1.0, 2.0, 3.0, 3.0]
+
+
+def test_delivery_limit_plus_one_is_the_last() -> None:
+    assert isinstance(decide(message(2), Raised("E", ""), POLICY), Redeliver)  # count == limit
+    assert isinstance(decide(message(3), Raised("E", ""), POLICY), MoveToError)
+
+
+def test_a_limit_of_zero_moves_the_first_failure() -> None:
+    policy = Policy("l", Redelivery(limit=0), REQUEUE, ERRORS)
+    assert isinstance(decide(message(1), Raised("E", ""), policy), MoveToError)
+    assert isinstance(decide(message(1), InDoubt(), policy), MoveToError)
+
+
+def test_past_the_limit_the_copy_carries_the_failure() -> None:
+    outcome = decide(message(3, region="eu", mdb_redelivery_of="queue:orders"),
+                     Raised("ValueError", "bad order"), POLICY)
+    assert outcome == MoveToError(ERRORS, {
+        "region": "eu", "mdb_id": "m-1", "mdb_delivery_count": "3",
+        "mdb_error_type": "ValueError", "mdb_error_message": "bad order",
+        "mdb_error_listener": "on_order", "mdb_original_destination": "queue:orders"})
+
+
+def test_the_error_text_is_cut_at_the_limit() -> None:
+    outcome = decide(message(1), Undecodable("x" * (ERROR_TEXT_LIMIT + 10)), POLICY)
+    assert isinstance(outcome, MoveToError)
+    assert outcome.headers["mdb_error_message"] == "x" * ERROR_TEXT_LIMIT
+
+
+def test_a_delivery_in_doubt_is_redelivered_at_once_and_past_the_limit_says_so() -> None:
+    assert decide(message(1), InDoubt(), POLICY) == Redeliver(0.0, 2, REQUEUE, {
+        "mdb_id": "m-1", "mdb_delivery_count": "2", "mdb_redelivery_of": "queue:orders"})
+    moved = decide(message(3), InDoubt(), POLICY)
+    assert isinstance(moved, MoveToError)
+    assert moved.headers["mdb_error_type"] == "mdb.InDoubt"
+    assert "outcome is unknown" in moved.headers["mdb_error_message"]
+
+
+def test_an_undecodable_body_moves_at_once() -> None:
+    outcome = decide(message(1), Undecodable("not JSON"), POLICY)
+    assert isinstance(outcome, MoveToError)
+    assert outcome.headers["mdb_error_type"] == "mdb.DecodeError"
+    assert outcome.headers["mdb_delivery_count"] == "1"
+
+
+def test_protocol_headers_stay_off_the_copy_and_the_applications_stay_on() -> None:
+    received = message(1, **{"message-id": "ID:1", "subscription": "s-1", "ack": "a-1",
+                             "traceparent": "00-abc", "region": "eu", "mdb_id": "m-1"})
+    outcome = decide(received, Raised("E", ""), POLICY, BROKER_HEADERS)
+    assert isinstance(outcome, Redeliver)
+    assert outcome.headers == {"traceparent": "00-abc", "region": "eu", "mdb_id": "m-1",
+                               "mdb_delivery_count": "2", "mdb_redelivery_of": "queue:orders"}
+    kept_all = decide(received, Raised("E", ""), POLICY)
+    assert kept_all.headers["message-id"] == "ID:1"  # no protocol headers named: all kept
+
+
+def test_a_failure_names_its_exception_type() -> None:
+    assert Raised.of(ValueError("v")) == Raised("ValueError", "v")
+    assert Raised.of(DecodeError("d")) == Raised("mdb.errors.DecodeError", "d")
+
+
+def test_a_delivery_becomes_the_message_the_handler_sees() -> None:
+    first = to_message(delivery({"mdb_id": "m-9"}), ORDERS)
+    assert (first.id, first.delivery_count, first.redelivered) == ("m-9", 1, False)
+    again = to_message(delivery({"mdb_delivery_count": "3"}), ORDERS)
+    assert (again.id, again.delivery_count, again.redelivered) == ("ID:broker-1", 3, True)
+    flagged = to_message(delivery({"mdb_delivery_count": "junk"}, redelivered=True), ORDERS)
+    assert (flagged.delivery_count, flagged.redelivered) == (1, True)
+    assert to_message(delivery({"mdb_delivery_count": "0"}), ORDERS).delivery_count == 1
+
+
+def test_a_run_ends_at_the_first_delivery_in_doubt_not_selected_or_undecodable() -> None:
+    def decode(body: bytes) -> bytes:
+        if body == b"bad":
+            raise DecodeError("bad")
+        return body
+
+    good = [delivery({"mdb_id": str(n)}) for n in range(3)]
+    for stop in (delivery({}, redelivered=True), delivery({"skip": "1"}),
+                 delivery({}, body=b"bad")):
+        run = ready_run([*good[:2], stop, good[2]], ORDERS,
+                        lambda d: "skip" not in d.headers, decode)
+        assert [r.delivery for r in run] == good[:2]
+        assert [r.message.id for r in run] == ["0", "1"]
+
+
+def test_after_a_failure_a_batch_falls_back_to_one_message_at_a_time() -> None:
+    run = [Ready(delivery({"mdb_id": str(n)}), message(1), b"{}") for n in range(4)]
+    failure = Raised("ValueError", "third")
+    steps = fall_back(run, BatchFailure(2, failure))
+    assert [s.delivery for s in steps] == [r.delivery for r in run]
+    assert [(s.message.delivery_count, s.message.redelivered, s.failure) for s in steps] == [
+        (2, True, None), (2, True, None), (1, False, failure), (1, False, None)]
+
+
+def test_after_a_held_send_failed_the_whole_batch_runs_again_flagged() -> None:
+    run = [Ready(delivery({}), message(1), b"{}") for _ in range(2)]
+    steps = fall_back(run, BatchFailure(2, Raised("mdb.errors.ConnectionLost", "down")))
+    assert steps == [Step(r.delivery, message(2), None) for r in run]
