@@ -70,7 +70,7 @@ class TransactionRolledBack(BrokerError):
 
 class SendOutcomeUnknown(BrokerError):
     """A send got no receipt. The message may have been stored: retrying it elsewhere may
-    create a duplicate, which consumers can recognise by its ``mdb-id`` header."""
+    create a duplicate, which consumers can recognise by its ``mdb_id`` header."""
 
 
 def error_type(exc: BaseException) -> str:
