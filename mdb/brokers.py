@@ -102,6 +102,11 @@ class Brokers:
 
     # -- the container's connections -----------------------------------------------------------
 
+    def moved(self, settings: Settings) -> set[str]:
+        """The brokers whose settings differ in ``settings``, or that it leaves out."""
+        return {name for name, broker in self.settings.brokers.items()
+                if settings.brokers.get(name) != broker}
+
     def prepare(self, settings: Settings, slots: Mapping[str, int], client_id: str,
                 members: Callable[[str], list[Member]]) -> dict[str, list[BrokerLink]]:
         """New connections (``connections_for``) for the brokers in ``slots`` (pool slots per
@@ -109,8 +114,9 @@ class Brokers:
         fresh status; ``apply`` puts them in use. Raises ConfigurationError for a URL no
         adapter serves, changing nothing."""
         pools: dict[str, list[BrokerLink]] = {}
+        moved = self.moved(settings)
         for name, count in slots.items():
-            if name in self.pools and self.settings.brokers.get(name) == settings.brokers[name]:
+            if name in self.pools and name not in moved:
                 continue
             status = BrokerStatus(name, settings.brokers[name], self.events,
                                   partial(members, name))
@@ -122,8 +128,7 @@ class Brokers:
         """Use ``settings`` (their brokers and topology) and the ``pools`` from ``prepare``;
         return the connections of brokers whose settings changed or that left, for the caller
         to close once nothing uses them."""
-        moved = {name for name, broker in self.settings.brokers.items()
-                 if settings.brokers.get(name) != broker}
+        moved = self.moved(settings)
         retired = [link for name in moved for link in self.pools.pop(name, [])]
         for name in set(self._watched) - set(settings.brokers):
             del self._watched[name]

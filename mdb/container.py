@@ -130,8 +130,7 @@ class Container:
         if ignored:
             log.warning("settings %s changed: they take effect at the next start",
                         ", ".join(ignored))
-        moved = {name for name, broker in self.settings.brokers.items()
-                 if settings.brokers.get(name) != broker}
+        moved = self.brokers.moved(settings)
         old = {(d.spec.name, p.member) for d in self.deployed for p in d.planned}
         new = {(name, p.member) for name, planned in plans.items() for p in planned}
         leaving = {key for key in old if key not in new or key[1].broker in moved}
