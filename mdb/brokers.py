@@ -82,7 +82,8 @@ class Brokers:
         return status
 
     def status(self, name: str) -> BrokerStatus:
-        """The watched status of broker ``name``, else one of its own that reports nothing."""
+        """The watched status of broker ``name``, else a new one whose events are only
+        logged."""
         return self._watched.get(name) or BrokerStatus(name, self.settings.brokers[name],
                                                        Events())
 
@@ -92,6 +93,7 @@ class Brokers:
         return BrokerLink(self.status(name), client_id)
 
     def watched(self) -> list[BrokerStatus]:
+        """The statuses of the watched brokers (the brokers of the health endpoint)."""
         return list(self._watched.values())
 
     def broker_states(self) -> list[tuple[str, str, bool]]:
