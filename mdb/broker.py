@@ -185,6 +185,10 @@ class Connection(abc.ABC):
 class Broker(Protocol):
     """Factory registered under a URL scheme; constructed with the connection options."""
 
+    system: str
+    """The OpenTelemetry ``messaging.system`` of the broker it connects to: ``activemq``,
+    ``rabbitmq``, ``memory``, ... (on every span and metric of its messages)."""
+
     def __init__(self, options: ConnectionOptions) -> None: ...
 
     async def connect(self) -> Connection:

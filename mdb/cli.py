@@ -17,14 +17,10 @@ a second signal N.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -33,14 +29,16 @@ import anyio
 from dependency_injector import containers
 
 from mdb import tracing
+from mdb.brokers import Brokers
 from mdb.container import Container
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError
-from mdb.events import Events
-from mdb.health import Health, HealthServer
-from mdb.links import BrokerLink, BrokerStatus
+from mdb.health import HealthServer, NotLive, Unreachable, fetch_status
+from mdb.links import adapter
 from mdb.listener import ListenerSpec
+from mdb.planning import plan_listeners, slots_per_broker
 from mdb.producer import Producer
+from mdb.report import plan_table, status_report
 from mdb.settings import Settings, load_settings
 from mdb.wiring import (
     find_container,
@@ -91,7 +89,8 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
                listeners: list[ListenerSpec], di: containers.Container | None) -> None:
     async with wired(di, modules, listeners) as handlers:
         container = Container(settings, handlers, on_event=find_event_callbacks(modules))
-        print(plan_table(container), flush=True)
+        print(plan_table(container.settings, [(d.spec, d.planned) for d in container.deployed]),
+              flush=True)
         health = None
         if settings.health_port is not None:
             health = HealthServer(container.health, settings.health_host, settings.health_port)
@@ -166,8 +165,11 @@ async def subscriptions(args: argparse.Namespace, settings: Settings) -> None:
     if not args.modules:
         raise ConfigurationError("mdb subscriptions: name the MODULE(s) whose subscriptions to "
                                  "print, or give --delete TOPIC NAME")
-    modules = import_modules(args.modules)
-    print(plan_table(Container(settings, find_listeners(modules))))
+    plans = plan_listeners(settings, find_listeners(import_modules(args.modules)))
+    # Refuse what a container would refuse: a broker URL no adapter serves (nothing connects).
+    for name in slots_per_broker((spec, p) for spec, planned in plans for p in planned):
+        adapter(settings.brokers[name], f"{settings.app}.{settings.server}")
+    print(plan_table(settings, plans))
 
 
 async def _delete_subscription(settings: Settings, topic_text: str, name: str) -> None:
@@ -175,9 +177,9 @@ async def _delete_subscription(settings: Settings, topic_text: str, name: str) -
     topic = Destination.parse(topic_text)
     if topic.kind is not Kind.TOPIC:
         raise ConfigurationError(f"--delete {topic}: only topics have named subscriptions")
-    for member in settings.topology().members(topic):
-        status = BrokerStatus(member.broker, settings.brokers[member.broker], Events())
-        link = BrokerLink(status, f"{settings.app}.{settings.server}.admin")
+    brokers = Brokers(settings)
+    for member in brokers.topology.members(topic):
+        link = brokers.link(member.broker, f"{settings.app}.{settings.server}.admin")
         try:
             connection = await link.connect()
             await connection.delete_subscription(member.destination, name)
@@ -194,22 +196,14 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
         url = f"http://{url}"
     try:
         health = await anyio.to_thread.run_sync(fetch_status, url, args.timeout)
-    except _NotLive as exc:
+    except NotLive as exc:
         print(f"mdb at {url}: not live: {exc}", flush=True)
         return 1
-    except _Unreachable as exc:
+    except Unreachable as exc:
         print(f"mdb: {exc}", file=sys.stderr)
         return 3
     print(status_report(health, url), flush=True)
     return 0 if health.ready else 1
-
-
-class _Unreachable(Exception):
-    """No answer from the health endpoint, or not one mdb would give."""
-
-
-class _NotLive(Exception):
-    """The health endpoint answered that the container's event loop is not running."""
 
 
 def _health_url(settings: Settings) -> str:
@@ -222,86 +216,6 @@ def _health_url(settings: Settings) -> str:
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(
         settings.health_host, settings.health_host)
     return f"http://{f'[{host}]' if ':' in host else host}:{settings.health_port}"
-
-
-def fetch_status(url: str, timeout: float) -> Health:
-    """GET ``url``/status and rebuild the snapshot; blocking, so call it from a worker thread."""
-    target = f"{url.rstrip('/')}/status"
-    try:
-        with urllib.request.urlopen(target, timeout=timeout) as response:
-            body = response.read()
-    except urllib.error.HTTPError as exc:
-        if exc.code != 503:
-            raise _Unreachable(f"{target}: HTTP {exc.code}; is this an mdb health "
-                               f"endpoint?") from None
-        try:
-            said = str(json.loads(exc.read())["error"])
-        except (ValueError, KeyError, TypeError):
-            said = "HTTP 503"
-        raise _NotLive(said) from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        if isinstance(why, TimeoutError):
-            why = f"no answer within {timeout:g} s (is its event loop blocked?)"
-        raise _Unreachable(f"cannot reach {target}: {why}") from None
-    try:
-        return Health.from_json(json.loads(body))
-    except (ValueError, AttributeError) as exc:
-        raise _Unreachable(f"{target}: not an mdb health snapshot ({exc})") from None
-
-
-def status_report(health: Health, url: str, now: float | None = None) -> str:
-    """What ``mdb status`` prints: a headline and why, then brokers, listeners, event counts."""
-    now = time.time() if now is None else now
-    lines = [f"mdb at {url}: {'live' if health.live else 'NOT LIVE'}, "
-             f"{'ready' if health.ready else 'NOT READY'}"]
-    reasons = [f"broker {b.name} is {b.state}" for b in health.brokers if b.state != "up"]
-    reasons += [f"listener {lh.name} has {lh.subscribed} of {lh.members} members subscribed"
-                for lh in health.listeners if lh.subscribed < lh.members]
-    if reasons and not health.ready:
-        lines.append(f"  because {'; '.join(reasons)}")
-    brokers = [("broker", "state", "since")] + [
-        (b.name, b.state, f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b.since))} "
-                          f"({_ago(now - b.since)} ago)")
-        for b in health.brokers]
-    listeners = [("listener", "subscribed", "in flight", "processed")] + [
-        (lh.name, f"{lh.subscribed}/{lh.members}", str(lh.in_flight), str(lh.processed))
-        for lh in health.listeners]
-    events = ", ".join(f"{kind} {count}" for kind, count in sorted(health.events.items()))
-    return "\n\n".join(["\n".join(lines), _table(brokers), _table(listeners),
-                        f"events: {events or 'none'}"])
-
-
-def _table(rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def _ago(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
-
-
-def plan_table(container: Container) -> str:
-    """Listeners → members → subscriptions → brokers, as ``mdb run`` and ``mdb subscriptions``
-    print it: one row per subscription (every pool slot of the row attaches to it)."""
-    rows = [("listener", "destination", "member", "subscription", "kind", "pool", "broker")]
-    for d in container.deployed:
-        for p in d.planned:
-            links = container.links[p.broker]
-            kind = ("shared" if p.shared else "own") + (
-                ", durable" if p.request.name and p.request.durable else "")
-            rows.append((d.spec.name, str(d.spec.destination), str(p.request.destination),
-                         p.name, kind, str(d.spec.options.pool),
-                         f"{p.broker} ({links[0].settings.url}, {len(links)} connections)"))
-    return _table(rows)
 
 
 def status_line(container: Container) -> str:

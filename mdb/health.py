@@ -10,7 +10,8 @@ Off by default; setting ``health_port`` turns it on. Three routes, all ``GET``, 
     200 when every broker is up and every listener has a subscribed consumer on each member;
     503 otherwise, with the reason (the brokers that are down, the listeners that are short).
 ``/status``
-    200 with :meth:`Health.to_json`, which :meth:`Health.from_json` rebuilds.
+    200 with :meth:`Health.to_json`, which :meth:`Health.from_json` rebuilds
+    (:func:`fetch_status`, for ``mdb status``).
 
 Any other path is 404. The server logs nothing per request.
 """
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -196,3 +199,40 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """No per-request log lines."""
+
+
+# -- the client: ``mdb status`` -------------------------------------------------------------
+
+class Unreachable(Exception):
+    """``fetch_status``: no answer from the health endpoint, or not one mdb would give."""
+
+
+class NotLive(Exception):
+    """``fetch_status``: the health endpoint answered that the container's event loop is not
+    running."""
+
+
+def fetch_status(url: str, timeout: float) -> Health:
+    """GET ``url``/status and rebuild the snapshot; blocking, so call it from a worker thread."""
+    target = f"{url.rstrip('/')}/status"
+    try:
+        with urllib.request.urlopen(target, timeout=timeout) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code != 503:
+            raise Unreachable(f"{target}: HTTP {exc.code}; is this an mdb health "
+                               f"endpoint?") from None
+        try:
+            said = str(json.loads(exc.read())["error"])
+        except (ValueError, KeyError, TypeError):
+            said = "HTTP 503"
+        raise NotLive(said) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if isinstance(why, TimeoutError):
+            why = f"no answer within {timeout:g} s (is its event loop blocked?)"
+        raise Unreachable(f"cannot reach {target}: {why}") from None
+    try:
+        return Health.from_json(json.loads(body))
+    except (ValueError, AttributeError) as exc:
+        raise Unreachable(f"{target}: not an mdb health snapshot ({exc})") from None

@@ -1,9 +1,12 @@
-"""Broker links: the container's connections to a named broker, reconnected on demand, and
-the broker's availability as the process sees it.
+"""Broker links: connections to a named broker, opened from its settings and reconnected on
+demand, and the broker's availability as the process sees it.
 
-A broker serves a container over several links (connections). Their ``BrokerStatus`` turns
-what the links see into one state per broker — up, down, or failed (down for longer than
-``reconnect_give_up_after``) — and emits an event on each change, not once per connection.
+``adapter`` is the one place where a broker's settings become an adapter's ``Broker``; every
+connection mdb opens (the container, the producer, the CLI, the Spark source and sink) goes
+through a ``BrokerLink`` made by it. A broker serves a process over several links. Their
+``BrokerStatus`` turns what the links see into one state per broker — up, down, or failed
+(down for longer than ``reconnect_give_up_after``) — and emits an event on each change, not
+once per connection.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from collections.abc import Callable
 
 import anyio
 
-from mdb import tracing
 from mdb.broker import Broker, Connection, ConnectionOptions, broker_for
 from mdb.errors import ConnectionFailed
 from mdb.events import BrokerEvent, EventKind, Events
@@ -23,6 +25,26 @@ from mdb.settings import BrokerSettings
 from mdb.topology import Member
 
 log = logging.getLogger("mdb.links")
+
+
+def adapter(settings: BrokerSettings, client_id: str) -> Broker:
+    """The adapter's ``Broker`` for ``settings``, connecting to nothing yet. Raises
+    ConfigurationError when no adapter serves the URL, or the adapter refuses it."""
+    return broker_for(ConnectionOptions(
+        url=settings.url,
+        username=settings.username,
+        password=settings.password.get_secret_value() if settings.password else None,
+        client_id=client_id,
+        heartbeat_ms=settings.heartbeat_ms,
+        connect_timeout=settings.connect_timeout,
+        receipt_timeout=settings.receipt_timeout,
+    ))
+
+
+def backed_off(delay: float, settings: BrokerSettings) -> float:
+    """The wait after ``delay`` when the broker still does not answer: twice as long, at most
+    ``reconnect_max_delay``."""
+    return min(delay * 2, settings.reconnect_max_delay)
 
 
 class BrokerStatus:
@@ -70,21 +92,16 @@ class BrokerStatus:
 
 
 class BrokerLink:
+    """One connection to the broker of ``status``, opened on first use and again after it was
+    lost. What it sees (connected, refused, lost) goes to ``status``. ConfigurationError at
+    construction when no adapter serves the broker's URL."""
+
     def __init__(self, status: BrokerStatus, client_id: str) -> None:
         self.status = status
         self.name = status.name
         self.settings = status.settings
-        self.system = tracing.system_of(self.settings.url)  # messaging.system on its spans
-        self._broker: Broker = broker_for(ConnectionOptions(
-            url=self.settings.url,
-            username=self.settings.username,
-            password=(self.settings.password.get_secret_value()
-                      if self.settings.password else None),
-            client_id=client_id,
-            heartbeat_ms=self.settings.heartbeat_ms,
-            connect_timeout=self.settings.connect_timeout,
-            receipt_timeout=self.settings.receipt_timeout,
-        ))
+        self._broker = adapter(self.settings, client_id)
+        self.system = self._broker.system  # messaging.system on its spans
         self._current: Connection | None = None
         self._lock = anyio.Lock()
 
@@ -93,7 +110,7 @@ class BrokerLink:
         return self._current is not None and self._current.is_open
 
     async def connect(self) -> Connection:
-        """Connect once; raises ConnectionFailed."""
+        """The open connection, connecting once if there is none; raises ConnectionFailed."""
         async with self._lock:
             if not self.is_open:
                 try:
@@ -120,13 +137,14 @@ class BrokerLink:
                     log.info("broker %s: reconnect failed (%s); next try in %.1fs",
                              self.name, exc, delay)
                     await anyio.sleep(delay * random.uniform(0.8, 1.2))
-                    delay = min(delay * 2, self.settings.reconnect_max_delay)
+                    delay = backed_off(delay, self.settings)
                 else:
                     self.status.up()
             assert self._current is not None
             return self._current
 
     async def close(self) -> None:
+        """Close the connection, if open; the next ``connect``/``connection`` opens another."""
         if self._current is not None:
             with anyio.CancelScope(shield=True):
                 await self._current.close()

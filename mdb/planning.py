@@ -28,6 +28,7 @@ to every consumer queue), and RabbitMQ ignores selectors.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from mdb.broker import SubscriptionRequest
@@ -36,6 +37,7 @@ from mdb.errors import ConfigurationError
 from mdb.listener import ListenerSpec
 from mdb.options import Distribution
 from mdb.selector import Matcher, SelectorError, compile_selector
+from mdb.settings import Settings
 from mdb.topology import Member, Topology
 
 
@@ -110,3 +112,47 @@ def _compiled(spec: ListenerSpec, selector: str) -> Matcher:
             f"listener {spec.name!r}: selector {selector!r} is not valid: {exc} (topic "
             "listeners' selectors are evaluated by mdb; see mdb.selector for what it supports)"
         ) from None
+
+
+Planned = tuple[ListenerSpec, tuple[PlannedSubscription, ...]]
+"""A listener with its settings applied, and its subscriptions: one per member."""
+
+
+def plan_listeners(settings: Settings, listeners: Iterable[ListenerSpec]) -> list[Planned]:
+    """Every listener with the settings' overrides applied, planned on the settings' topology.
+    Raises ConfigurationError for two listeners of one name, an override naming no listener,
+    or a listener that cannot be planned."""
+    seen: dict[str, ListenerSpec] = {}
+    for spec in listeners:
+        if spec.name in seen and seen[spec.name].handler is not spec.handler:
+            raise ConfigurationError(
+                f"two listeners are named {spec.name!r} ({_where(seen[spec.name])} and "
+                f"{_where(spec)}): give one of them @listener(..., name='...')"
+            )
+        seen[spec.name] = spec
+    unknown = set(settings.listeners) - set(seen)
+    if unknown:
+        raise ConfigurationError(
+            f"setting listeners.{sorted(unknown)[0]}: no such listener; "
+            f"listeners are: {', '.join(sorted(seen)) or 'none'}"
+        )
+    topology = settings.topology()
+    planned = []
+    for spec in seen.values():
+        configured = spec.with_settings(settings.defaults, settings.listeners.get(spec.name))
+        planned.append((configured, plan(configured, topology, app=settings.app,
+                                         server=settings.server)))
+    return planned
+
+
+def slots_per_broker(where: Iterable[tuple[ListenerSpec, PlannedSubscription]],
+                     ) -> dict[str, int]:
+    """Pool slots per broker: each listener's pool on each of its members."""
+    counts: dict[str, int] = {}
+    for spec, planned in where:
+        counts[planned.broker] = counts.get(planned.broker, 0) + spec.options.pool
+    return counts
+
+
+def _where(spec: ListenerSpec) -> str:
+    return f"{spec.handler.__module__}.{spec.handler.__qualname__}"

@@ -6,17 +6,13 @@ one too, for the sends of handlers that go to another broker than the delivery's
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from types import TracebackType
 
-import anyio
-
 from mdb import codec, tracing
+from mdb.brokers import Brokers
 from mdb.destinations import Destination
-from mdb.errors import ConnectionFailed, ConnectionLost
-from mdb.events import Events
-from mdb.links import BrokerLink, BrokerStatus
+from mdb.links import BrokerLink
 from mdb.message import ID, OutgoingMessage
 from mdb.settings import Settings
 from mdb.topology import Member, Topology
@@ -31,31 +27,24 @@ class Producer:
     while (its reconnect delay, doubling up to its maximum). When no member can take the
     message the send waits for one to come back, up to the members' longest
     ``send_wait_for_reconnect``, then raises ``ConnectionFailed`` or ``ConnectionLost``: it
-    surely was not sent. It raises ``SendOutcomeUnknown`` when no receipt came (the message may
-    still arrive: it is not tried elsewhere, which could make a duplicate).
+    surely was not sent (``Brokers.failover``). It raises ``SendOutcomeUnknown`` when no
+    receipt came (the message may still arrive: it is not tried elsewhere, which could make a
+    duplicate).
 
-    ``statuses`` lets a container share its view of each broker (and its events).
+    Given ``Brokers`` instead of settings (a container's), it shares their view of each broker:
+    statuses, events, and the topology as ``Brokers.apply`` changes it.
     """
 
-    def __init__(self, settings: Settings, *, topology: Topology | None = None,
-                 client_id: str | None = None,
-                 statuses: dict[str, BrokerStatus] | None = None) -> None:
-        self._settings = settings
-        self.topology = topology or settings.topology()
-        self._client_id = client_id or f"{settings.app}.{settings.server}.producer"
-        self._statuses = statuses if statuses is not None else {}
+    def __init__(self, settings: Settings | Brokers, *, client_id: str | None = None) -> None:
+        self.brokers = settings if isinstance(settings, Brokers) else Brokers(settings)
+        app, server = self.brokers.settings.app, self.brokers.settings.server
+        self._client_id = client_id or f"{app}.{server}.producer"
         self._links: dict[str, BrokerLink] = {}
-        self._down: dict[str, tuple[float, float]] = {}  # broker → (until, last delay)
         self._retired: list[BrokerLink] = []
 
-    def update(self, settings: Settings, topology: Topology) -> None:
-        """Use a new topology from now on; links to brokers whose settings changed are
-        replaced on their next use."""
-        for name, link in list(self._links.items()):
-            if settings.brokers.get(name) != link.settings:
-                self._retired.append(self._links.pop(name))
-        self._settings = settings
-        self.topology = topology
+    @property
+    def topology(self) -> Topology:
+        return self.brokers.topology
 
     async def send(
         self, destination: str | Destination, body: object,
@@ -76,48 +65,25 @@ class Producer:
                            key: str | None = None, prefer: str | None = None) -> Member:
         """Send ``message`` to a member of ``destination`` (see the class docstring); return
         the member that confirmed it."""
-        members = self.topology.members(destination)
-        brokers = [self._settings.brokers[m.broker] for m in members]
-        deadline = time.monotonic() + max(b.send_wait_for_reconnect for b in brokers)
-        pause = min(b.reconnect_delay for b in brokers)
-        while True:
-            now = time.monotonic()
-            down = {broker for broker, (until, _) in self._down.items() if until > now}
-            failure: ConnectionFailed | ConnectionLost | None = None
-            for member in self.topology.candidates(destination, key=key, prefer=prefer,
-                                                   down=down):
-                link = self._link(member.broker)
-                try:
-                    with tracing.sending(link.system, destination, message) as traced:
-                        connection = await link.connect()
-                        await connection.send(member.destination, traced)
-                except (ConnectionFailed, ConnectionLost) as exc:
-                    failure = exc
-                    self._mark_down(member.broker)
-                    continue
-                self._down.pop(member.broker, None)
-                return member
-            assert failure is not None  # a destination has at least one member
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise failure
-            # Stop the world for this send, as a JMS producer does during a reconnect.
-            await anyio.sleep(min(pause, left))
-            pause = min(pause * 2, max(b.reconnect_max_delay for b in brokers))
+
+        async def attempt(member: Member) -> None:
+            link = self._link(member.broker)
+            with tracing.sending(link.system, destination, message) as traced:
+                connection = await link.connect()
+                await connection.send(member.destination, traced)
+
+        return await self.brokers.failover(destination, attempt, key=key, prefer=prefer)
 
     def _link(self, broker: str) -> BrokerLink:
+        """The link sends to ``broker`` share; one whose broker's settings changed since it
+        was made is replaced (and closed with the producer: a send may still be using it)."""
         link = self._links.get(broker)
+        if link is not None and link.settings != self.brokers.settings.brokers[broker]:
+            self._retired.append(link)
+            link = None
         if link is None:
-            status = self._statuses.get(broker) or BrokerStatus(
-                broker, self._settings.brokers[broker], Events())
-            link = self._links[broker] = BrokerLink(status, self._client_id)
+            link = self._links[broker] = self.brokers.link(broker, self._client_id)
         return link
-
-    def _mark_down(self, broker: str) -> None:
-        settings = self._settings.brokers[broker]
-        _, last = self._down.get(broker, (0.0, settings.reconnect_delay / 2))
-        delay = min(last * 2, settings.reconnect_max_delay)
-        self._down[broker] = (time.monotonic() + delay, delay)
 
     async def close(self) -> None:
         for link in [*self._links.values(), *self._retired]:

@@ -27,7 +27,6 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -91,11 +90,6 @@ def _metrics_on() -> bool:
 def record_bodies() -> bool:
     """Whether spans record message bodies (``MDB_TRACE_BODIES=true``); off by default."""
     return os.environ.get("MDB_TRACE_BODIES", "").lower() in {"1", "true", "yes"}
-
-
-def system_of(url: str) -> str:
-    """``messaging.system`` for a broker URL: ``activemq``, ``rabbitmq``, or the scheme."""
-    return urlsplit(url).scheme.rpartition("+")[2]
 
 
 def _attributes(system: str, destination: Destination, operation: str,

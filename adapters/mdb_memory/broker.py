@@ -16,6 +16,8 @@ class MemoryBroker:
     """``memory://NAME`` (``memory://`` is ``NAME=default``): every connection to the same
     NAME in this process shares one ``BrokerState``."""
 
+    system = "memory"
+
     def __init__(self, options: ConnectionOptions) -> None:
         parts = urlsplit(options.url)
         if parts.scheme != "memory":

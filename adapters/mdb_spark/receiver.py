@@ -10,8 +10,9 @@ and ``commit`` run), on a private event loop thread, one task per member:
 Acking right after the journal write, not in Spark's ``commit`` (which lags a batch), keeps the
 broker's prefetch window moving. A message whose ack was lost (crash, dropped connection,
 rolled-back commit) comes back from the broker and is recognised by its id. A member whose
-broker is down is retried with backoff (the broker's ``reconnect_delay`` doubling up to
-``reconnect_max_delay``) while the other members go on. Every message is taken from the
+broker is down is reconnected as the container reconnects (``BrokerLink.connection``: the
+broker's ``reconnect_delay`` doubling up to ``reconnect_max_delay``, with jitter) while the
+other members go on. Every message is taken from the
 member's shared subscription, so several Spark queries (or mdb listeners) of one app split the
 messages between them.
 """
@@ -30,8 +31,10 @@ import anyio
 import anyio.to_thread
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest, broker_for
-from mdb.errors import MdbError
+from mdb.broker import Delivery, SubscriptionRequest
+from mdb.brokers import Brokers
+from mdb.errors import ConnectionLost, MdbError
+from mdb.links import backed_off
 from mdb.message import ID
 from mdb.settings import Settings
 from mdb.topology import Member
@@ -61,6 +64,7 @@ class Receiver:
                  journals: dict[str, Journal], *, subscription: str | None, prefetch: int,
                  max_journal_messages: int) -> None:
         self._settings = settings
+        self._brokers = Brokers(settings)
         self._members = members
         self._journals = journals
         self._subscription = subscription
@@ -68,7 +72,6 @@ class Receiver:
         self._max_journal = max_journal_messages
         self._lock = threading.Lock()
         self._ends = {key: journal.end for key, journal in journals.items()}
-        self.status: dict[str, str] = dict.fromkeys(members, "connecting")
         self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
         self._future: Future[Any] | None = None
 
@@ -100,21 +103,20 @@ class Receiver:
     async def _member(self, key: str) -> None:
         member = self._members[key]
         broker = self._settings.brokers[member.broker]
-        delay = broker.reconnect_delay
-        options = ConnectionOptions(
-            url=broker.url, username=broker.username,
-            password=broker.password.get_secret_value() if broker.password else None,
-            client_id=f"{self._settings.app}.{self._settings.server}.spark",
-            heartbeat_ms=broker.heartbeat_ms, connect_timeout=broker.connect_timeout,
-            receipt_timeout=broker.receipt_timeout)
+        try:
+            link = self._brokers.link(
+                member.broker, f"{self._settings.app}.{self._settings.server}.spark")
+        except MdbError as exc:  # no adapter for the URL: retrying cannot help
+            log.error("mdb_spark member %s: %s", key, exc)
+            return
         request = SubscriptionRequest(destination=member.destination, name=self._subscription,
                                       durable=True, selector=None, prefetch=self._prefetch)
-        while True:
-            try:
-                connection = await broker_for(options).connect()
+        delay = broker.reconnect_delay  # after a failure on an open connection
+        try:
+            while True:
                 try:
+                    connection = await link.connection()
                     subscription = await connection.subscribe(request)
-                    self.status[key] = "receiving"
                     delay = broker.reconnect_delay
                     while True:
                         await self._room(key)
@@ -129,13 +131,19 @@ class Receiver:
                         for delivery in batch:
                             await transaction.ack(delivery)
                         await transaction.commit()
-                finally:
-                    await connection.close()
-            except MdbError as exc:
-                self.status[key] = f"down ({type(exc).__name__}: {exc}); retrying in {delay:g}s"
-                log.warning("mdb_spark member %s: %s", key, self.status[key])
-            await anyio.sleep(delay)
-            delay = min(delay * 2, broker.reconnect_max_delay)
+                except ConnectionLost as exc:
+                    log.warning("mdb_spark member %s: connection lost (%s); reconnecting",
+                                key, exc)
+                except MdbError as exc:
+                    # A refused subscription or a rolled-back commit: start again on a new
+                    # connection, which hands what was not acked back to the broker.
+                    log.warning("mdb_spark member %s: %s: %s; retrying in %gs",
+                                key, type(exc).__name__, exc, delay)
+                    await link.close()
+                    await anyio.sleep(delay)
+                    delay = backed_off(delay, broker)
+        finally:
+            await link.close()
 
     async def _journal(self, key: str, batch: list[Delivery]) -> None:
         journal = self._journals[key]
@@ -166,23 +174,20 @@ def create_subscriptions(settings: Settings, members: dict[str, Member],
     a subscription that does not exist yet). Returns each member's outcome; a member whose
     broker is down is reported, not raised."""
 
+    brokers = Brokers(settings)
+
     async def one(key: str, outcome: dict[str, str]) -> None:
         member = members[key]
-        broker = settings.brokers[member.broker]
         try:
-            connection = await broker_for(ConnectionOptions(
-                url=broker.url, username=broker.username,
-                password=broker.password.get_secret_value() if broker.password else None,
-                client_id=f"{settings.app}.{settings.server}.spark-setup",
-                connect_timeout=broker.connect_timeout,
-                receipt_timeout=broker.receipt_timeout)).connect()
+            link = brokers.link(member.broker, f"{settings.app}.{settings.server}.spark-setup")
+            connection = await link.connect()
             try:
                 subscription_ = await connection.subscribe(SubscriptionRequest(
                     destination=member.destination, name=subscription, durable=True,
                     selector=None, prefetch=prefetch))
                 await subscription_.close()
             finally:
-                await connection.close()
+                await link.close()
             outcome[key] = "created"
         except MdbError as exc:
             outcome[key] = f"failed: {type(exc).__name__}: {exc}"

@@ -9,7 +9,8 @@ recognisable repeats, i.e. effectively once for a consumer that deduplicates.
 
 Rows: ``body`` (binary or string, required), ``headers`` (map<string,string>, optional) and
 ``key`` (string, optional: picks the member of a distributed destination, as ``Producer``'s key
-does; without it the id picks, so a replay goes to the same member).
+does; without it the id picks, so a replay goes to the same member). A member whose broker
+cannot be reached is failed over as ``Producer`` does (``Brokers.failover``).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 
 from mdb import codec
-from mdb.broker import Connection, ConnectionOptions, Transaction, broker_for
+from mdb.broker import Transaction
+from mdb.brokers import Brokers
 from mdb.destinations import Destination
-from mdb.errors import ConnectionFailed
+from mdb.links import BrokerLink
 from mdb.message import CONTENT_TYPE, ID, OutgoingMessage
-from mdb.settings import Settings
+from mdb.topology import Member
 from mdb_spark.options import Connect, SinkOptions
 
 BATCH_HEADER = "mdb_spark_batch"  # the Spark batch id, on every message the sink sends
@@ -132,61 +134,56 @@ def _message(sink: SinkOptions, row: Any, batch: int, partition: int,
 async def _publish(connect: Connect, sink: SinkOptions,
                    outgoing: list[tuple[OutgoingMessage, str | None]]) -> None:
     settings = connect.settings()
-    topology = settings.topology()
+    brokers = Brokers(settings)
     destination = Destination.parse(sink.destination)
-    connections: dict[str, Connection] = {}
-    transactions: dict[str, Transaction] = {}
-    refused: set[str] = set()
+    transactions = _Transactions(brokers, f"{settings.app}.{settings.server}.spark-sink")
     try:
         pending = 0
         for message, key in outgoing:
-            failure: ConnectionFailed | None = None
-            for member in topology.candidates(destination, key=key or message.headers[ID],
-                                              down=refused):
-                if member.broker in refused:
-                    continue
-                try:
-                    transaction = await _transaction(settings, member.broker, connections,
-                                                     transactions)
-                except ConnectionFailed as exc:
-                    refused.add(member.broker)
-                    failure = exc
-                    continue
+
+            async def send(member: Member, message: OutgoingMessage = message) -> None:
+                transaction = await transactions.on(member.broker)
                 await transaction.send(member.destination, message)
-                break
-            else:
-                assert failure is not None
-                raise failure
+
+            await brokers.failover(destination, send, key=key or message.headers[ID])
             pending += 1
             if pending >= sink.rows_per_transaction:
-                await _commit(transactions)
+                await transactions.commit()
                 pending = 0
-        await _commit(transactions)
+        await transactions.commit()
     finally:
-        for transaction in transactions.values():
+        await transactions.close()
+
+
+class _Transactions:
+    """One open transaction per broker, each on its own link."""
+
+    def __init__(self, brokers: Brokers, client_id: str) -> None:
+        self._brokers = brokers
+        self._client_id = client_id
+        self._links: dict[str, BrokerLink] = {}
+        self._open: dict[str, Transaction] = {}
+
+    async def on(self, broker: str) -> Transaction:
+        """The open transaction on ``broker``, begun (and connected) if there is none; raises
+        ConnectionFailed or ConnectionLost."""
+        if broker not in self._open:
+            link = self._links.get(broker)
+            if link is None:
+                link = self._links[broker] = self._brokers.link(broker, self._client_id)
+            self._open[broker] = await (await link.connect()).begin()
+        return self._open[broker]
+
+    async def commit(self) -> None:
+        """Commit every open transaction. A failure raises: Spark retries the task, and the
+        repeat carries the same ids."""
+        while self._open:
+            _, transaction = self._open.popitem()
+            await transaction.commit()
+
+    async def close(self) -> None:
+        """Abort what is still open and close the connections."""
+        for transaction in self._open.values():
             await transaction.abort()
-        for connection in connections.values():
-            await connection.close()
-
-
-async def _transaction(settings: Settings, broker: str, connections: dict[str, Connection],
-                       transactions: dict[str, Transaction]) -> Transaction:
-    if broker not in transactions:
-        if broker not in connections:
-            found = settings.brokers[broker]
-            connections[broker] = await broker_for(ConnectionOptions(
-                url=found.url, username=found.username,
-                password=found.password.get_secret_value() if found.password else None,
-                client_id=f"{settings.app}.{settings.server}.spark-sink",
-                heartbeat_ms=found.heartbeat_ms, connect_timeout=found.connect_timeout,
-                receipt_timeout=found.receipt_timeout)).connect()
-        transactions[broker] = await connections[broker].begin()
-    return transactions[broker]
-
-
-async def _commit(transactions: dict[str, Transaction]) -> None:
-    """Commit every open transaction (one per broker). A failure raises: Spark retries the
-    task, and the repeat carries the same ids."""
-    while transactions:
-        _, transaction = transactions.popitem()
-        await transaction.commit()
+        for link in self._links.values():
+            await link.close()

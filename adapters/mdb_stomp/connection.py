@@ -125,6 +125,7 @@ class StompBroker:
             )
         self._options = options
         self._dialect = dialect()
+        self.system = dialect.broker.lower()  # messaging.system: activemq, rabbitmq
         self._host: str = parts.hostname
         self._port: int = port
         self._username = options.username if options.username is not None else parts.username

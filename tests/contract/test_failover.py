@@ -10,9 +10,9 @@ import anyio
 import pytest
 
 from mdb import BrokerEvent, Container, Context, EventKind, Producer, listener
+from mdb.brokers import Brokers
 from mdb.errors import ConfigurationError, ConnectionFailed
 from mdb.events import Events
-from mdb.links import BrokerStatus
 from mdb.settings import DestinationSettings, MemberSettings, Settings
 from mdb_memory import broker_state
 from mdb_memory.state import subscription_queue_name
@@ -132,9 +132,9 @@ async def test_a_send_waits_for_its_broker_to_come_back(urls: list[str]) -> None
     broker = broker_state(_name(urls[0]))
     broker.refuse_connections()
     seen = Calls()
-    status = BrokerStatus("default", settings.brokers["default"],
-                          Events([lambda event: seen.add("event", event)]))
-    async with Producer(settings, statuses={"default": status}) as producer:
+    brokers = Brokers(settings, Events([lambda event: seen.add("event", event)]))
+    brokers.watch("default")
+    async with Producer(brokers) as producer:
         sent = anyio.Event()
 
         async def send() -> None:

@@ -343,7 +343,7 @@ class LoadProducer:
     """``Producer(settings)`` sending to ``topic:<topic>`` in a loop, in its own thread, with
     ``pace`` seconds between sends. ``told`` maps the id of every send that returned to the
     broker that confirmed it; ``raised`` maps the id of every send that raised to the error.
-    ``switch`` makes it send with another topology."""
+    ``switch`` makes it send with another topology (``Brokers.apply``)."""
 
     def __init__(self, settings: Settings, topic: str, pace: float = 0.01) -> None:
         self.settings, self.destination = settings, Destination.parse(f"topic:{topic}")
@@ -384,7 +384,7 @@ class LoadProducer:
             return dict(self._raised)
 
     def switch(self, settings: Settings, timeout: float = WAIT) -> None:
-        """Send with ``settings``' topology (``Producer.update``) from now on: when this
+        """Send with ``settings``' topology from now on: when this
         returns, no send with the old topology is under way or will be made."""
         switched = threading.Event()
         with self._lock:
@@ -423,7 +423,7 @@ class LoadProducer:
                 with self._lock:
                     switch, self._switch = self._switch, None
                 if switch is not None:
-                    producer.update(switch[0], switch[0].topology())
+                    producer.brokers.apply(switch[0], {})
                     switch[1].set()
                 message = codec.outgoing(f"m{number}", None)
                 number += 1

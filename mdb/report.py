@@ -1,0 +1,69 @@
+"""What the ``mdb`` command prints: the plan of a container's subscriptions (``mdb run``,
+``mdb subscriptions``) and a container's health (``mdb status``). Pure: text from values."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from mdb.brokers import connections_for
+from mdb.health import Health
+from mdb.planning import Planned, slots_per_broker
+from mdb.settings import Settings
+
+
+def plan_table(settings: Settings, plans: Sequence[Planned]) -> str:
+    """Listeners → members → subscriptions → brokers, as ``mdb run`` and ``mdb subscriptions``
+    print it (``plans`` from ``planning.plan_listeners``): one row per subscription (every
+    pool slot of the row attaches to it), with the connections a container opens to each
+    broker."""
+    slots = slots_per_broker((spec, p) for spec, planned in plans for p in planned)
+    rows = [("listener", "destination", "member", "subscription", "kind", "pool", "broker")]
+    for spec, planned in plans:
+        for p in planned:
+            kind = ("shared" if p.shared else "own") + (
+                ", durable" if p.request.name and p.request.durable else "")
+            rows.append((spec.name, str(spec.destination), str(p.request.destination),
+                         p.name, kind, str(spec.options.pool),
+                         f"{p.broker} ({settings.brokers[p.broker].url}, "
+                         f"{connections_for(slots[p.broker])} connections)"))
+    return _table(rows)
+
+
+def status_report(health: Health, url: str, now: float | None = None) -> str:
+    """What ``mdb status`` prints: a headline and why, then brokers, listeners, event counts."""
+    now = time.time() if now is None else now
+    lines = [f"mdb at {url}: {'live' if health.live else 'NOT LIVE'}, "
+             f"{'ready' if health.ready else 'NOT READY'}"]
+    reasons = [f"broker {b.name} is {b.state}" for b in health.brokers if b.state != "up"]
+    reasons += [f"listener {lh.name} has {lh.subscribed} of {lh.members} members subscribed"
+                for lh in health.listeners if lh.subscribed < lh.members]
+    if reasons and not health.ready:
+        lines.append(f"  because {'; '.join(reasons)}")
+    brokers = [("broker", "state", "since")] + [
+        (b.name, b.state, f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b.since))} "
+                          f"({_ago(now - b.since)} ago)")
+        for b in health.brokers]
+    listeners = [("listener", "subscribed", "in flight", "processed")] + [
+        (lh.name, f"{lh.subscribed}/{lh.members}", str(lh.in_flight), str(lh.processed))
+        for lh in health.listeners]
+    events = ", ".join(f"{kind} {count}" for kind, count in sorted(health.events.items()))
+    return "\n\n".join(["\n".join(lines), _table(brokers), _table(listeners),
+                        f"events: {events or 'none'}"])
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"

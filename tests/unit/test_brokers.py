@@ -1,0 +1,145 @@
+"""One path to a broker: adapters from settings, the brokers of a process, member failover, and
+the plan ``mdb subscriptions`` prints. No broker is reached: failover runs on fake sends."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from mdb import listener
+from mdb.brokers import MAX_CONNECTIONS, Brokers, Skipped, connections_for
+from mdb.destinations import Destination
+from mdb.errors import ConfigurationError, ConnectionFailed, ConnectionLost
+from mdb.events import BrokerEvent, EventKind, Events
+from mdb.links import adapter, backed_off
+from mdb.planning import plan_listeners, slots_per_broker
+from mdb.report import plan_table
+from mdb.settings import BrokerSettings, DestinationSettings, MemberSettings, Settings
+from mdb.topology import Member
+from tests.contract.support import specs
+
+ORDERS = Destination.parse("queue:orders")
+
+
+def _settings(**brokers: BrokerSettings) -> Settings:
+    return Settings(
+        app="shop", server="s1", brokers=brokers,
+        destinations={"queue:orders": DestinationSettings(
+            members=[MemberSettings(broker=name) for name in brokers])})
+
+
+def _quick(url: str, wait: float = 0.0) -> BrokerSettings:
+    return BrokerSettings(url=url, reconnect_delay=0.01, reconnect_max_delay=0.04,
+                          send_wait_for_reconnect=wait)
+
+
+def test_each_adapter_declares_its_messaging_system() -> None:
+    assert adapter(BrokerSettings(url="memory://x"), "c").system == "memory"
+    assert adapter(BrokerSettings(url="stomp+activemq://h:1"), "c").system == "activemq"
+    assert adapter(BrokerSettings(url="stomp+rabbitmq://h:1"), "c").system == "rabbitmq"
+    with pytest.raises(ConfigurationError, match="no adapter for scheme 'kafka'"):
+        adapter(BrokerSettings(url="kafka://h:1"), "c")
+
+
+def test_connections_per_broker_one_per_four_slots_at_most_eight() -> None:
+    assert [connections_for(n) for n in (1, 4, 5, 16, 100)] == [1, 1, 2, 4, MAX_CONNECTIONS]
+
+
+def test_backoff_doubles_up_to_the_maximum() -> None:
+    settings = BrokerSettings(reconnect_delay=1, reconnect_max_delay=3)
+    assert [backed_off(d, settings) for d in (0.5, 1, 2)] == [1, 2, 3]
+
+
+def test_a_failed_broker_is_skipped_for_longer_each_time_until_it_succeeds() -> None:
+    settings = BrokerSettings(reconnect_delay=1, reconnect_max_delay=3)
+    skipped = Skipped()
+    skipped.failed("a", settings, now=100)
+    assert skipped.at(100.5) == {"a"} and skipped.at(101) == set()
+    skipped.failed("a", settings, now=101)
+    assert skipped.at(102.9) == {"a"} and skipped.at(103) == set()
+    skipped.failed("a", settings, now=103)
+    assert skipped.at(105.9) == {"a"}  # at most reconnect_max_delay
+    skipped.succeeded("a")
+    assert skipped.at(103) == set()
+    skipped.failed("a", settings, now=200)
+    assert skipped.at(200.5) == {"a"} and skipped.at(201) == set()  # from the start again
+
+
+@pytest.mark.anyio
+async def test_failover_tries_the_next_member_and_then_skips_the_failed_broker() -> None:
+    brokers = Brokers(_settings(a=_quick("memory://a"), b=_quick("memory://b")))
+    tried: list[str] = []
+
+    async def attempt(member: Member) -> None:
+        tried.append(member.broker)
+        if member.broker == "a":
+            raise ConnectionFailed("a is down")
+
+    assert (await brokers.failover(ORDERS, attempt, prefer="a")).broker == "b"
+    assert tried == ["a", "b"]
+    tried.clear()
+    assert (await brokers.failover(ORDERS, attempt, prefer="a")).broker == "b"
+    assert tried == ["b"]  # a is skipped while its reconnect delay runs
+
+
+@pytest.mark.anyio
+async def test_failover_waits_for_a_member_to_come_back_then_gives_up() -> None:
+    brokers = Brokers(_settings(a=_quick("memory://a", wait=5)))
+    failures = [ConnectionFailed("refused"), ConnectionLost("dropped")]
+
+    async def recovering(member: Member) -> None:
+        if failures:
+            raise failures.pop(0)
+
+    with anyio.fail_after(5):
+        assert (await brokers.failover(ORDERS, recovering)).broker == "a"
+    impatient = Brokers(_settings(a=_quick("memory://a", wait=0)))
+
+    async def down(member: Member) -> None:
+        raise ConnectionLost("dropped")
+
+    with pytest.raises(ConnectionLost):
+        await impatient.failover(ORDERS, down)
+
+
+def test_watched_brokers_report_events_and_the_others_do_not() -> None:
+    seen: list[BrokerEvent] = []
+    brokers = Brokers(_settings(a=_quick("memory://a"), b=_quick("memory://b")),
+                      Events([seen.append]))
+    brokers.watch("a")
+    brokers.status("a").down("gone")
+    brokers.status("b").down("gone")
+    assert [(e.kind, e.broker) for e in seen] == [(EventKind.CONNECTION_LOST, "a")]
+    assert [s.name for s in brokers.watched()] == ["a"]
+
+
+def test_apply_retires_the_connections_of_a_moved_broker_and_watches_new_ones() -> None:
+    settings = _settings(a=_quick("memory://a"), b=_quick("memory://b"))
+    brokers = Brokers(settings)
+    brokers.apply(settings, brokers.prepare(settings, {"a": 5, "b": 1}, "c", lambda _: []))
+    assert {name: len(links) for name, links in brokers.pools.items()} == {"a": 2, "b": 1}
+    moved = _settings(a=_quick("memory://a"), b=_quick("memory://elsewhere"))
+    pools = brokers.prepare(moved, {"a": 1, "b": 1}, "c", lambda _: [])
+    assert list(pools) == ["b"]  # a is unchanged and connected already
+    retired = brokers.apply(moved, pools)
+    assert [link.settings.url for link in retired] == ["memory://b"]
+    assert brokers.pools["b"][0].settings.url == "memory://elsewhere"
+    assert brokers.status("b") is brokers.pools["b"][0].status
+    assert brokers.broker_states() == [("a", "memory", False), ("b", "memory", False)]
+
+
+def test_the_plan_is_printed_from_the_planner_with_the_connections_a_container_opens() -> None:
+    @listener("queue:orders", pool=6)
+    async def on_order(body: bytes) -> None:
+        pass
+
+    settings = _settings(a=_quick("memory://a"), b=_quick("memory://b"))
+    plans = plan_listeners(settings, specs(on_order))
+    assert slots_per_broker((s, p) for s, planned in plans for p in planned) == {"a": 6, "b": 6}
+    lines = plan_table(settings, plans).splitlines()
+    assert lines[0].split() == ["listener", "destination", "member", "subscription", "kind",
+                                "pool", "broker"]
+    assert lines[1].endswith("a (memory://a, 2 connections)")
+    assert lines[2].endswith("b (memory://b, 2 connections)")
+    with pytest.raises(ConfigurationError, match="no such listener; listeners are: on_order"):
+        plan_listeners(settings.model_copy(update={"listeners": {"nope": {}}}), specs(on_order))
