@@ -2,14 +2,14 @@
 fast test double. It keeps the semantics of ActiveMQ Classic with virtual topics — see
 ``state`` for topics and the test hooks, ``connection`` for transactions and prefetch,
 ``mdb.selector`` for the supported selectors.
+
+Imports point one way: ``broker`` → ``connection`` → ``subscription`` / ``transaction`` →
+``session`` → ``exchange`` (queues, routing, injected failures) → ``queue``; ``state`` (what
+tests see) wraps the ``exchange`` and knows no connection.
 """
 
 from mdb_memory.broker import MemoryBroker
-from mdb_memory.connection import (
-    MemoryConnection,
-    MemorySubscription,
-    MemoryTransaction,
-)
+from mdb_memory.connection import MemoryConnection
 from mdb_memory.queue import StoredMessage
 from mdb_memory.state import (
     BrokerState,
@@ -18,6 +18,8 @@ from mdb_memory.state import (
     reset,
     subscription_queue_name,
 )
+from mdb_memory.subscription import MemorySubscription
+from mdb_memory.transaction import MemoryTransaction
 
 __all__ = [
     "BrokerState",

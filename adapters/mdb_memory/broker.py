@@ -40,6 +40,5 @@ class MemoryBroker:
         if state.refusing_connections:
             raise ConnectionFailed(f"memory broker {self.name!r} refuses connections")
         connection = MemoryConnection(state)
-        state._connections[connection] = None
-        state._notify()
+        state.exchange.attach(connection.session)
         return connection

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol
 
 from mdb.destinations import Destination, Kind
@@ -29,27 +30,35 @@ class StoredMessage:
     headers: Mapping[str, str]
 
 
+def freeze_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
+    """A read-only copy of ``headers``, shared by every delivery of the message."""
+    return MappingProxyType(dict(headers))
+
+
 Entry = tuple[StoredMessage, bool]  # (message, redelivered)
 
 
 class Consumer(Protocol):
     """What a queue needs from a subscriber (``MemorySubscription``)."""
 
-    _in_ready: bool
-
     @property
-    def _selector(self) -> object | None: ...
+    def selective(self) -> bool:
+        """True when it takes only the messages its selector matches."""
 
-    def _has_room(self) -> bool: ...
+    def has_room(self) -> bool:
+        """True while it may take one more message (under its prefetch)."""
 
-    def _matches(self, message: StoredMessage) -> bool: ...
+    def matches(self, message: StoredMessage) -> bool:
+        """True when it takes ``message``."""
 
-    def _push(self, message: StoredMessage, redelivered: bool) -> None: ...
+    def push(self, message: StoredMessage, redelivered: bool) -> None:
+        """Take ``message``."""
 
 
 class MemoryQueue:
     __slots__ = (
         "_ready",
+        "_ready_set",
         "_selective",
         "_stable",
         "consumers",
@@ -71,7 +80,8 @@ class MemoryQueue:
         self.in_flight = 0  # pushed to a consumer and not settled
         self.enqueued = 0
         self.dequeued = 0
-        self._ready: deque[Consumer] = deque()
+        self._ready: deque[Consumer] = deque()  # consumers with room, in dispatch order
+        self._ready_set: set[Consumer] = set()  # the same, to ask "is it ready?" in O(1)
         self._selective = 0  # attached consumers with a selector
         self._stable = True  # no ready consumer matches any message in ``messages``
 
@@ -102,31 +112,31 @@ class MemoryQueue:
 
     def attach(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
-        if consumer._selector is not None:
+        if consumer.selective:
             self._selective += 1
         self.offer(consumer)
 
     def detach(self, consumer: Consumer) -> None:
         self.consumers.remove(consumer)
-        if consumer._selector is not None:
+        if consumer.selective:
             self._selective -= 1
-        if consumer._in_ready:
-            consumer._in_ready = False
+        if consumer in self._ready_set:
+            self._ready_set.discard(consumer)
             self._ready.remove(consumer)
 
     def offer(self, consumer: Consumer) -> None:
         """``consumer`` may have gained room: let it take messages."""
-        if consumer._in_ready or not consumer._has_room():
+        if consumer in self._ready_set or not consumer.has_room():
             return
-        consumer._in_ready = True
+        self._ready_set.add(consumer)
         self._ready.append(consumer)
         self._stable = False
         self.dispatch()
 
     def withdraw(self, consumer: Consumer) -> None:
         """``consumer`` may have lost its room: stop dispatching to it."""
-        if consumer._in_ready and not consumer._has_room():
-            consumer._in_ready = False
+        if consumer in self._ready_set and not consumer.has_room():
+            self._ready_set.discard(consumer)
             self._ready.remove(consumer)
 
     # --- dispatch ----------------------------------------------------------------------------
@@ -143,11 +153,11 @@ class MemoryQueue:
             consumer = ready.popleft()
             message, redelivered = messages.popleft()
             self.in_flight += 1
-            consumer._push(message, redelivered)
-            if consumer._has_room():
+            consumer.push(message, redelivered)
+            if consumer.has_room():
                 ready.append(consumer)
             else:
-                consumer._in_ready = False
+                self._ready_set.discard(consumer)
         self._stable = True
 
     def _give(self, index: int, entry: Entry) -> None:
@@ -155,15 +165,15 @@ class MemoryQueue:
         consumer = ready[index]
         del ready[index]
         self.in_flight += 1
-        consumer._push(entry[0], entry[1])
-        if consumer._has_room():
+        consumer.push(entry[0], entry[1])
+        if consumer.has_room():
             ready.append(consumer)
         else:
-            consumer._in_ready = False
+            self._ready_set.discard(consumer)
 
     def _match(self, message: StoredMessage) -> int:
         for index, consumer in enumerate(self._ready):
-            if consumer._matches(message):
+            if consumer.matches(message):
                 return index
         return -1
 

@@ -73,11 +73,25 @@ class Connect:
 
 
 @dataclass(frozen=True, slots=True)
-class SourceOptions:
-    """``spark.readStream.format("mdb")`` options; see docs/spark.md."""
+class Endpoint:
+    """What the source's and the sink's options both hold: where the mdb settings come from,
+    and the required ``destination`` (checked)."""
 
     connect: Connect
     destination: str
+
+    @staticmethod
+    def read(options: Mapping[str, str], example: str) -> tuple[dict[str, str], Connect, str]:
+        """The options with lower-case keys, the ``Connect`` and the ``destination`` they give
+        (``example`` shows a valid one when it is missing)."""
+        lowered = _lower(options)
+        return lowered, Connect.parse(lowered), _destination(lowered, example)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions(Endpoint):
+    """``spark.readStream.format("mdb")`` options; see docs/spark.md."""
+
     name: str
     journal: str
     max_messages_per_batch: int | None
@@ -86,8 +100,7 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        lowered = _lower(options)
-        destination = _destination(lowered, "topic:orders")
+        lowered, connect, destination = cls.read(options, "topic:orders")
         name = lowered.get("name", "spark")
         if not _NAME.match(name):
             raise ConfigurationError(f"option name {name!r}: only letters, digits and '_'")
@@ -95,7 +108,7 @@ class SourceOptions:
         if "://" not in journal:
             journal = os.path.abspath(journal)  # executors may run in another directory
         return cls(
-            Connect.parse(lowered), destination, name, journal.rstrip("/"),
+            connect, destination, name, journal.rstrip("/"),
             _positive(lowered, "max_messages_per_batch", None),
             _positive(lowered, "prefetch", 100) or 100,
             _positive(lowered, "max_journal_messages", 100_000) or 100_000,
@@ -120,18 +133,15 @@ def member_key(member: Member) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class SinkOptions:
+class SinkOptions(Endpoint):
     """``df.writeStream.format("mdb")`` options; see docs/spark.md."""
 
-    connect: Connect
-    destination: str
     query: str
     rows_per_transaction: int
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        lowered = _lower(options)
-        destination = _destination(lowered, "queue:totals")
+        lowered, connect, destination = cls.read(options, "queue:totals")
         query = lowered.get("query") or lowered.get("name") or "spark"
-        return cls(Connect.parse(lowered), destination, query,
+        return cls(connect, destination, query,
                    _positive(lowered, "rows_per_transaction", 500) or 500)

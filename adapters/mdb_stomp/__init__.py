@@ -1,11 +1,17 @@
 """mdb's STOMP 1.2 adapter (stomp.py), registered as ``stomp+activemq`` and ``stomp+rabbitmq``.
 
-``StompBroker`` is the entry point; ``mdb_stomp.dialect`` holds what differs per broker and
-``activemq.xml`` (next to this file) is the reference ActiveMQ Classic configuration.
+``StompBroker`` (``broker``) is the entry point; ``connection``, ``subscription`` and
+``transaction`` are the seam's objects, which share one ``wire`` (the stomp.py connection bridged
+into anyio, with its ``receipts``); ``unsettled`` keeps cumulative acks safe; ``frames`` holds the
+pure header work; ``dialect`` holds what differs per broker; and ``activemq.xml`` (next to this
+file) is the reference ActiveMQ Classic configuration.
 """
 
-from mdb_stomp.connection import StompBroker, StompConnection, StompSubscription, StompTransaction
+from mdb_stomp.broker import StompBroker
+from mdb_stomp.connection import StompConnection
 from mdb_stomp.dialect import ActiveMQDialect, Dialect, RabbitMQDialect
+from mdb_stomp.subscription import StompSubscription
+from mdb_stomp.transaction import StompTransaction
 
 __all__ = [
     "ActiveMQDialect",

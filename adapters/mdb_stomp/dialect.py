@@ -1,8 +1,9 @@
 """How logical destinations and subscriptions map onto one broker's STOMP paths and headers.
 
 STOMP leaves destination names, subscription sharing, durability, prefetch and message types to
-each broker. Everything broker-specific lives in a ``Dialect``; the connection code in
-``mdb_stomp.connection`` only speaks plain STOMP 1.2 and asks the dialect what to put in frames.
+each broker. Everything broker-specific lives in a ``Dialect``; the rest of ``mdb_stomp``
+(connection, subscription, transaction, wire) only speaks plain STOMP 1.2 and asks the dialect
+what to put in frames.
 
 ActiveMQ Classic (``ActiveMQDialect``, URL scheme ``stomp+activemq``)::
 
@@ -124,8 +125,8 @@ class ActiveMQDialect(Dialect):
     badly when transactions ack ``client-individual`` subscriptions (AMQ-7211-like: every COMMIT
     scans an ever-growing list), while ``client`` acks are cumulative: the container keeps one
     subscription per pool slot (prefetch ``max_messages_per_transaction``, 1 by default) and
-    settles its deliveries in dispatch order, and the connection refuses an ack that would also
-    settle an earlier unsettled delivery (see ``mdb_stomp.connection``).
+    settles its deliveries in dispatch order, and the adapter refuses an ack that would also
+    settle an earlier unsettled delivery (see ``mdb_stomp.unsettled``).
     """
 
     scheme = "stomp+activemq"
@@ -207,7 +208,7 @@ class RabbitMQDialect(Dialect):
       the safer of the two. Deliveries from Q carry ``destination:/queue/Q``.
     * Prefetch is the ``prefetch-count`` SUBSCRIBE header. ``ack:client`` is cumulative (acking
       the 2nd of 3 unacked deliveries settled the 1st too) and ``client-individual`` is not;
-      this dialect uses ``client-individual``, so the connection's cumulative-ack guard stays
+      this dialect uses ``client-individual``, so the adapter's cumulative-ack guard stays
       off for it.
     * Transactions are buffered by the plugin and replayed at COMMIT: a transacted ACK frees no
       prefetch place before the COMMIT (unlike ActiveMQ), a transacted SEND reaches the queue

@@ -1,0 +1,156 @@
+"""``Exchange``: the engine of one named memory broker, which its connections talk to.
+
+It keeps the queues and routes a sent message to them (topics work like ActiveMQ Classic
+virtual topics, see ``mdb_memory.state``), counts down the failures a test injected, knows the
+open connections (as ``Link``s it can drop) and wakes whoever waits for a change. Loop thread
+only. ``BrokerState`` is the face tests see; connections, subscriptions and transactions use
+this object's public methods and nothing else of the broker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping
+from typing import Protocol
+
+from mdb.destinations import Destination, Kind
+from mdb.errors import BrokerError, SendOutcomeUnknown
+from mdb_memory.queue import MemoryQueue, StoredMessage
+from mdb_memory.signals import Signal
+
+_VIRTUAL_TOPIC_QUEUE = re.compile(r"^Consumer\.([^.]+)\.VirtualTopic\.(.+)$")
+_message_ids = itertools.count(1)
+
+
+def subscription_queue_name(topic: str, name: str) -> str:
+    """The queue holding the messages of subscription ``name`` on ``topic:<topic>``."""
+    return f"Consumer.{name}.VirtualTopic.{topic}"
+
+
+class Link(Protocol):
+    """An open connection, as the exchange knows it."""
+
+    def lose(self) -> None:
+        """The connection dropped, as in a broker crash."""
+
+
+class Exchange:
+    """Queues, routing, injected failures, open connections and change notification of one
+    named memory broker."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queues: dict[str, MemoryQueue] = {}
+        self._topics: dict[str, dict[str, MemoryQueue]] = {}  # topic -> subscription -> queue
+        self._links: dict[Link, None] = {}
+        self._failures_left = 0
+        self._failure_type: type[BrokerError] = SendOutcomeUnknown
+        self._failure_stored = False
+        self._changed = Signal()
+        #: While True, new connections are refused (``BrokerState.refuse_connections``).
+        self.refusing = False
+
+    # --- queues --------------------------------------------------------------------------------
+
+    def queue(self, name: str, durable: bool = True) -> MemoryQueue:
+        """The queue ``name``, created when missing (as ActiveMQ does on first use)."""
+        queue = self._queues.get(name)
+        if queue is None:
+            queue = self._queues[name] = MemoryQueue(name, durable)
+            virtual = _VIRTUAL_TOPIC_QUEUE.match(name)
+            if virtual is not None:
+                subscription, topic = virtual.groups()
+                self._topics.setdefault(topic, {})[subscription] = queue
+        elif durable:
+            queue.durable = True
+        return queue
+
+    def find(self, name: str) -> MemoryQueue | None:
+        """The queue ``name`` if it exists."""
+        return self._queues.get(name)
+
+    def queue_names(self) -> list[str]:
+        """Every existing queue, sorted."""
+        return sorted(self._queues)
+
+    def subscription_names(self, topic: str) -> list[str]:
+        """The subscriptions (subscription queues) of ``topic:<topic>``, sorted."""
+        return sorted(self._topics.get(topic, {}))
+
+    def release(self, queue: MemoryQueue) -> None:
+        """A consumer left ``queue``: a non-durable queue goes away with its last consumer."""
+        if not queue.consumers and not queue.durable:
+            self.forget(queue)
+
+    def forget(self, queue: MemoryQueue) -> None:
+        """Delete ``queue`` and its messages (nothing if it is no longer the queue of its name)."""
+        if self._queues.get(queue.name) is not queue:
+            return
+        del self._queues[queue.name]
+        virtual = _VIRTUAL_TOPIC_QUEUE.match(queue.name)
+        if virtual is not None:
+            subscription, topic = virtual.groups()
+            subscriptions = self._topics.get(topic, {})
+            subscriptions.pop(subscription, None)
+            if not subscriptions:
+                self._topics.pop(topic, None)
+
+    def publish(self, destination: Destination, body: bytes, headers: Mapping[str, str]) -> None:
+        """Store a message: in the queue, or a copy in every subscription queue of the topic."""
+        message = StoredMessage(f"ID:memory-{next(_message_ids)}", destination, body, headers)
+        if destination.kind is Kind.TOPIC:
+            for queue in self._topics.get(destination.name, {}).values():
+                queue.put(message)
+        else:
+            self.queue(destination.name).put(message)
+
+    # --- injected failures ---------------------------------------------------------------------
+
+    def fail_next(self, count: int, error_type: type[BrokerError], stored: bool) -> None:
+        """The next ``count`` sends and commits fail (see ``BrokerState.fail_sends``)."""
+        self._failures_left = count
+        self._failure_type = error_type
+        self._failure_stored = stored
+
+    def take_failure(self) -> tuple[type[BrokerError], bool] | None:
+        """For a send or commit: the injected failure it must report (its type, and whether it
+        takes effect anyway), or None."""
+        if self._failures_left <= 0:
+            return None
+        self._failures_left -= 1
+        return self._failure_type, self._failure_stored
+
+    # --- connections ---------------------------------------------------------------------------
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._links)
+
+    def attach(self, link: Link) -> None:
+        """A connection opened."""
+        self._links[link] = None
+        self.notify()
+
+    def detach(self, link: Link) -> None:
+        """A connection closed or was lost."""
+        self._links.pop(link, None)
+        self.notify()
+
+    def drop_all(self) -> int:
+        """Lose every open connection; how many there were."""
+        dropped = list(self._links)
+        for link in dropped:
+            link.lose()
+        self.notify()
+        return len(dropped)
+
+    # --- changes -------------------------------------------------------------------------------
+
+    def notify(self) -> None:
+        """Something changed: wake ``wait_for_change``."""
+        self._changed.notify()
+
+    async def wait_for_change(self) -> None:
+        """Return at the next change."""
+        await self._changed.wait()

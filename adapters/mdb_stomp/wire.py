@@ -1,0 +1,295 @@
+"""``Wire``: one stomp.py connection bridged into anyio, shared by a ``StompConnection`` and
+the subscriptions and transactions made from it.
+
+Threads. stomp.py reads frames on its own receiver thread and sends heartbeats on another. The
+receiver's callbacks (``mdb_stomp.listener``) never touch adapter state: each hands its frame to
+the event loop captured at connect time with ``loop.call_soon_threadsafe``, and all state lives
+on that loop (anyio's asyncio backend is assumed). Writes (SEND, ACK, BEGIN, COMMIT, ...) are made
+directly from the loop: they are short socket writes, and one blocked by a hung broker is
+released by the heartbeat timeout, which shuts the socket down.
+
+Outcomes. Frames that carry a receipt are written with ``request`` (see ``mdb_stomp.receipts``).
+Everything else (ACK, BEGIN, ABORT, transacted SEND) is fire-and-forget: a failure there shows
+up at the COMMIT. stomp.py exceptions never leave the wire; they become ``mdb.errors``.
+
+Staleness. A wire is one generation: once it is lost (socket closed, heartbeat timeout, failed
+write, ``close``) every pending receipt fails and every attached ``Subscriber`` is told, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket as _socket
+import uuid
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
+
+import anyio
+import anyio.to_thread
+import stomp
+
+from mdb.broker import ConnectionOptions
+from mdb.errors import ConnectionFailed, ConnectionLost
+from mdb_stomp.frames import text
+from mdb_stomp.listener import Listener
+from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
+
+log = logging.getLogger("mdb_stomp")
+
+# ActiveMQ was measured leaving gaps of ~1.75x the agreed heartbeat interval; stomp.py's default
+# tolerance (1.5x) would drop healthy connections.
+HEARTBEAT_RECEIVE_SCALE = 2.5
+# close() waits at most this long (and at most receipt_timeout) for the DISCONNECT receipt.
+CLOSE_GRACE = 2.0
+
+# The frames written through stomp.py's methods of the same names.
+Frame = Literal["subscribe", "unsubscribe", "send", "ack", "begin", "commit", "abort"]
+
+
+class Subscriber(Protocol):
+    """What the wire needs from a subscription: where its MESSAGE frames go, and being told
+    once that the connection is lost. Both are called on the loop."""
+
+    def deliver(self, headers: dict[str, str], body: bytes | str | None) -> None: ...
+
+    def connection_lost(self, why: str) -> None: ...
+
+
+class Wire:
+    """One STOMP 1.2 connection: the stomp.py object, its events, its receipts and whether it
+    is open. Loop thread only: ``Listener`` posts stomp.py's events to the ``on_*`` handlers
+    and ``lose``."""
+
+    def __init__(
+        self,
+        options: ConnectionOptions,
+        host: str,
+        port: int,
+        vhost: str | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.options = options
+        self.address = f"{host}:{port}"
+        heartbeat = max(0, options.heartbeat_ms)
+        self._stomp: Any = stomp.Connection12(
+            host_and_ports=[(host, port)],
+            try_loopback_connect=False,
+            reconnect_attempts_max=1,  # reconnecting is the container's job, not stomp.py's
+            timeout=options.connect_timeout,
+            heartbeats=(heartbeat, heartbeat),
+            heart_beat_receive_scale=HEARTBEAT_RECEIVE_SCALE,
+            vhost=vhost,
+            auto_decode=False,  # bodies stay bytes
+        )
+        self._stomp.set_listener("mdb", Listener(loop, self))
+        self._connected: asyncio.Future[None] = loop.create_future()
+        self._connecting = Request("CONNECT", self.address, options.connect_timeout)
+        self._receipts = Receipts(loop)
+        self._subscribers: dict[str, Subscriber] = {}
+        self._ids = itertools.count(1)
+        self._lost_reason: str | None = None
+        self._gone = asyncio.Event()
+        self._closed = False
+
+    @property
+    def is_open(self) -> bool:
+        """False once closed or lost (also while ``close`` waits for the DISCONNECT receipt)."""
+        return self._lost_reason is None and not self._closed
+
+    def check_alive(self) -> None:
+        """``ConnectionLost`` once the connection is lost."""
+        if self._lost_reason is not None:
+            raise ConnectionLost(f"{self.address}: {self._lost_reason}")
+
+    def next_id(self) -> str:
+        """A fresh subscription id."""
+        return str(next(self._ids))
+
+    # -- subscribers ----------------------------------------------------------------------------
+
+    def attach(self, sub_id: str, subscriber: Subscriber) -> None:
+        """Route the MESSAGE frames of subscription ``sub_id`` to ``subscriber``."""
+        self._subscribers[sub_id] = subscriber
+
+    def detach(self, sub_id: str) -> None:
+        """Stop routing ``sub_id``; its later MESSAGE frames are dropped (the broker redelivers
+        what it had dispatched)."""
+        self._subscribers.pop(sub_id, None)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def write(self, frame: Frame, *args: Any, **kwargs: Any) -> None:
+        """Write a frame with stomp.py's method ``frame`` (``send``, ``ack``, ``begin``, ...);
+        ``ConnectionLost`` if the connection is down before or during the write."""
+        self.check_alive()
+        try:
+            getattr(self._stomp, frame)(*args, **kwargs)
+        except Exception as error:
+            reason = f"a write failed ({type(error).__name__}: {error})"
+            self.lose(reason)
+            self._shutdown_transport()
+            raise ConnectionLost(f"{self.address}: {reason}") from error
+
+    async def request(
+        self,
+        frame: Frame,
+        *args: Any,
+        headers: Mapping[str, str],
+        errors: ReceiptErrors,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Write a frame as ``write`` does, with ``headers`` and a fresh receipt, and return once
+        the broker answered it. ``ConnectionLost`` when the write failed; when the answer is a
+        refusal, the connection is lost first or no answer comes within ``timeout`` (by default
+        the receipt timeout), what ``errors`` says."""
+        try:
+            await self.confirm(frame, *args, headers=headers, timeout=timeout, **kwargs)
+        except Unanswered as unanswered:
+            raise errors.error(unanswered) from None
+
+    async def confirm(
+        self,
+        frame: Frame,
+        *args: Any,
+        headers: Mapping[str, str],
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """``request`` for a caller that needs to know how it went unanswered: it raises
+        ``Unanswered`` instead of an ``mdb.errors`` exception.
+
+        Registering after the write cannot miss the answer: answers are handled on this loop,
+        which does not run them before this coroutine first suspends.
+        """
+        receipt = uuid.uuid4().hex
+        self.write(frame, *args, headers=dict(headers, receipt=receipt), **kwargs)
+        if timeout is None:
+            timeout = self.options.receipt_timeout
+        request = Request(frame.upper(), self.address, timeout)
+        if self._lost_reason is not None:
+            raise Unanswered("lost", request, self._lost_reason)
+        await self._receipts.wait(receipt, request)
+
+    def unsubscribe_quietly(self, sub_id: str) -> None:
+        """UNSUBSCRIBE without a receipt if still connected; never raises."""
+        if self._lost_reason is None:
+            try:
+                self._stomp.unsubscribe(id=sub_id)
+            except Exception:
+                log.debug("UNSUBSCRIBE %s failed", sub_id, exc_info=True)
+
+    # -- opening and closing ----------------------------------------------------------------
+
+    async def open(self, username: str | None, password: str | None) -> None:
+        """Connect and wait for the CONNECTED frame; ``ConnectionFailed`` (refused, bad
+        credentials, or no CONNECTED frame within ``connect_timeout``)."""
+        timeout = self.options.connect_timeout
+        failure: str | None = None
+        # stomp.py's own wait never returns from a hung broker, and its TCP connect blocks: do
+        # the TCP part in a worker thread and put our own deadline on the CONNECTED frame.
+        with anyio.move_on_after(timeout) as deadline:
+            try:
+                await anyio.to_thread.run_sync(
+                    self._connect_blocking, username, password, abandon_on_cancel=True
+                )
+                await self._connected
+            except Unanswered as error:
+                failure = str(error)
+            except Exception as error:  # stomp.py and socket errors from the TCP connect
+                failure = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if deadline.cancelled_caught:
+            failure = f"no CONNECTED frame within {timeout}s"
+        if failure is not None:
+            if not self._connected.done():
+                self._connected.cancel()  # nobody awaits it any more
+            self.lose(failure)
+            self._shutdown_transport()
+            raise ConnectionFailed(f"could not connect to {self.address}: {failure}")
+        socket = self._stomp.transport.socket
+        if socket is not None:
+            # The connect timeout also applies to reads on this socket; from now on liveness is
+            # the heartbeats' job (a read timeout would drop an idle connection without them).
+            socket.settimeout(None)
+            socket.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        log.debug("connected to %s, heartbeats %s", self.address, self._stomp.heartbeats)
+
+    def _connect_blocking(self, username: str | None, password: str | None) -> None:
+        """Worker thread: TCP connect, start stomp.py's threads, write CONNECT."""
+        # A plain read of a flag set on the loop: if open() already gave up, do not connect.
+        if self._lost_reason is not None:
+            return
+        self._stomp.connect(username=username, passcode=password, wait=False)
+        if self._lost_reason is not None:
+            self._shutdown_transport()
+
+    async def close(self) -> None:
+        """DISCONNECT, wait briefly for its receipt, then close the socket. Never raises and
+        returns within about min(receipt_timeout, 2 s) even on a hung broker."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._lost_reason is None:
+                try:
+                    # Without a receipt argument stomp.py does not block joining its thread;
+                    # the receiver closes the socket when the DISCONNECT receipt arrives.
+                    self._stomp.disconnect()
+                except Exception:
+                    log.debug("DISCONNECT to %s failed", self.address, exc_info=True)
+                with anyio.move_on_after(min(self.options.receipt_timeout, CLOSE_GRACE)):
+                    await self._gone.wait()
+        finally:
+            self.lose("the connection was closed")
+            self._shutdown_transport()
+
+    def _shutdown_transport(self) -> None:
+        """Close the socket so stomp.py's threads end; idempotent, never raises."""
+        transport = self._stomp.transport
+        transport.running = False
+        try:
+            if transport.socket is not None:
+                transport.disconnect_socket()
+        except Exception:
+            log.debug("closing the socket to %s failed", self.address, exc_info=True)
+
+    # -- events, on the loop thread -------------------------------------------------------
+
+    def on_connected(self) -> None:
+        """The CONNECTED frame came."""
+        if not self._connected.done():
+            self._connected.set_result(None)
+
+    def on_message(self, headers: dict[str, str], body: bytes | str | None) -> None:
+        """A MESSAGE frame: to its subscriber, or dropped when it is detached meanwhile."""
+        subscriber = self._subscribers.get(headers.get("subscription", ""))
+        if subscriber is not None:
+            subscriber.deliver(headers, body)
+
+    def on_receipt(self, receipt: str | None) -> None:
+        """A RECEIPT frame."""
+        self._receipts.answer(receipt)
+
+    def on_error(self, headers: Mapping[str, str], body: bytes | str | None) -> None:
+        """An ERROR frame: it refuses the receipt it names, else the CONNECT, else is logged."""
+        message = headers.get("message") or text(body).split("\n", 1)[0] or "ERROR frame"
+        if self._receipts.refuse(headers.get("receipt-id", ""), message):
+            return
+        if not self._connected.done():
+            self._connected.set_exception(Unanswered("refused", self._connecting, message))
+            return
+        log.warning("broker %s reported an error: %s", self.address, message)
+
+    def lose(self, reason: str) -> None:
+        """The connection is gone (idempotent): fail what waits on it, tell the subscribers."""
+        if self._lost_reason is not None:
+            return
+        self._lost_reason = reason
+        if not self._connected.done():
+            self._connected.set_exception(Unanswered("lost", self._connecting, reason))
+        self._receipts.fail_all(reason)
+        for subscriber in self._subscribers.values():
+            subscriber.connection_lost(f"{self.address}: {reason}")
+        self._gone.set()

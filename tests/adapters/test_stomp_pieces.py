@@ -1,0 +1,163 @@
+"""The STOMP adapter's pure pieces, without a broker: the ack bookkeeping
+(``mdb_stomp.unsettled``), receipts and how an unanswered one is reported
+(``mdb_stomp.receipts``), and the SEND headers (``mdb_stomp.frames``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mdb.errors import (
+    BrokerError,
+    ConnectionLost,
+    SendOutcomeUnknown,
+    SubscriptionFailed,
+    TransactionRolledBack,
+)
+from mdb.message import OutgoingMessage
+from mdb_stomp.dialect import ActiveMQDialect, RabbitMQDialect
+from mdb_stomp.frames import escape_name, send_headers, text
+from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
+from mdb_stomp.unsettled import Unsettled
+
+# -- unsettled deliveries ----------------------------------------------------------------------
+
+
+def dispatched(*ack_ids: str, cumulative: bool = True) -> Unsettled:
+    unsettled = Unsettled(cumulative=cumulative)
+    for ack_id in ack_ids:
+        unsettled.dispatched(ack_id)
+    return unsettled
+
+
+def test_acks_alone_settle_in_dispatch_order_when_cumulative() -> None:
+    unsettled = dispatched("a", "b")
+    with pytest.raises(BrokerError, match="would also settle the earlier delivery a"):
+        unsettled.settle_alone("b")
+    unsettled.settle_alone("a")
+    unsettled.settle_alone("b")
+    assert len(unsettled) == 0
+    with pytest.raises(BrokerError, match="already settled"):
+        unsettled.settle_alone("b")
+
+
+def test_individual_acks_settle_in_any_order() -> None:
+    unsettled = dispatched("a", "b", cumulative=False)
+    unsettled.settle_alone("b")
+    assert len(unsettled) == 1
+
+
+def test_a_transaction_may_ack_later_deliveries_only_holding_the_earlier_ones() -> None:
+    unsettled = dispatched("a", "b")
+    mine, other = object(), object()
+    with pytest.raises(BrokerError, match="earlier delivery a"):
+        unsettled.claim("b", mine)
+    unsettled.claim("a", mine)
+    unsettled.claim("b", mine)
+    with pytest.raises(BrokerError, match="already acked in an open transaction"):
+        unsettled.claim("a", other)
+    with pytest.raises(BrokerError, match="already acked in an open transaction"):
+        unsettled.settle_alone("a")
+
+
+def test_a_committed_transaction_settles_its_claims_an_aborted_one_releases_them() -> None:
+    unsettled = dispatched("a", "b", "c")
+    committed, aborted = object(), object()
+    unsettled.claim("a", committed)
+    unsettled.end_claims(committed, settled=True)
+    assert len(unsettled) == 2
+    unsettled.claim("b", aborted)
+    unsettled.end_claims(aborted, settled=False)
+    assert len(unsettled) == 2
+    unsettled.settle_alone("b")  # released: no longer held by anyone
+    assert len(unsettled) == 1
+
+
+# -- receipts ----------------------------------------------------------------------------------
+
+SEND = Request("SEND", "broker:61613", 1.5)
+
+
+def test_each_unanswered_outcome_becomes_the_error_the_request_names() -> None:
+    errors = ReceiptErrors(
+        "queue:q",
+        refused=BrokerError,
+        unconfirmed=SendOutcomeUnknown,
+        lost=SendOutcomeUnknown,
+        consequence="the message may have been stored",
+    )
+    refused = errors.error(Unanswered("refused", SEND, "no such queue"))
+    assert type(refused) is BrokerError
+    assert str(refused) == "queue:q: the broker refused the SEND: no such queue"
+    timed_out = errors.error(Unanswered("timeout", SEND))
+    assert type(timed_out) is SendOutcomeUnknown
+    assert str(timed_out) == (
+        "queue:q: no receipt for SEND from broker:61613 within 1.5s; "
+        "the message may have been stored"
+    )
+    lost = errors.error(Unanswered("lost", SEND, "the socket closed"))
+    assert type(lost) is SendOutcomeUnknown
+    assert str(lost) == (
+        "queue:q: the socket closed before the SEND receipt from broker:61613; "
+        "the message may have been stored"
+    )
+
+
+def test_a_lost_connection_is_connection_lost_unless_the_request_says_otherwise() -> None:
+    errors = ReceiptErrors("topic:t", refused=SubscriptionFailed, unconfirmed=SubscriptionFailed)
+    assert type(errors.error(Unanswered("lost", SEND, "gone"))) is ConnectionLost
+    commit = ReceiptErrors(
+        "transaction 1", TransactionRolledBack, TransactionRolledBack, TransactionRolledBack
+    )
+    assert type(commit.error(Unanswered("lost", SEND, "gone"))) is TransactionRolledBack
+
+
+@pytest.mark.anyio
+async def test_receipts_are_answered_refused_timed_out_or_failed() -> None:
+    receipts = Receipts(asyncio.get_running_loop())
+    quick = Request("COMMIT", "b:1", 5.0)
+
+    async def outcome(receipt: str, request: Request = quick) -> str:
+        try:
+            await receipts.wait(receipt, request)
+        except Unanswered as unanswered:
+            return f"{unanswered.why}:{unanswered.detail}"
+        return "answered"
+
+    answered = asyncio.ensure_future(outcome("r1"))
+    refused = asyncio.ensure_future(outcome("r2"))
+    lost = asyncio.ensure_future(outcome("r3"))
+    await asyncio.sleep(0)
+    receipts.answer("r1")
+    assert receipts.refuse("r2", "bad selector")
+    assert not receipts.refuse("nobody", "unrelated")
+    receipts.fail_all("heartbeat timeout")
+    assert await answered == "answered"
+    assert await refused == "refused:bad selector"
+    assert await lost == "lost:heartbeat timeout"
+    assert await outcome("r4", Request("COMMIT", "b:1", 0.01)) == "timeout:"
+
+
+# -- frames ------------------------------------------------------------------------------------
+
+
+def test_send_headers_escape_names_drop_frame_headers_and_add_the_dialects() -> None:
+    message = OutgoingMessage(
+        body=b"{}",
+        headers={"a:b": "1", "receipt": "x", "destination": "y", "content-type": "text/plain"},
+    )
+    headers = send_headers(message, ActiveMQDialect())
+    assert headers["a\\cb"] == "1"
+    assert "receipt" not in headers and "destination" not in headers
+    assert headers["persistent"] == "true"
+    assert headers["amq-msg-type"] == "text"
+    assert "amq-msg-type" not in send_headers(message, RabbitMQDialect())
+
+
+def test_escape_name_and_text() -> None:
+    assert escape_name("plain") == "plain"
+    assert escape_name("a\\b\nc\rd:e") == "a\\\\b\\nc\\rd\\ce"
+    assert text(None) == ""
+    assert text("s") == "s"
+    assert text(b"\xff ok") == "\ufffd ok"
