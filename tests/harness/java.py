@@ -1,0 +1,93 @@
+"""ActiveMQ's own Java JMS client as a test peer, and brokers that Java clients can reach.
+
+``JmsTool`` (``tests/interop/java/JmsTool.java``) is compiled once per test session with ``javac``
+against the JMS client jars of Debian's ``activemq`` package, and run with ``java``: each call
+sends or receives over OpenWire and returns what Java saw, one dict per message (its JMS type as
+``kind``, ``text`` or base64 ``bytes``, the JMS headers, and ``properties``)::
+
+    tool = JmsTool(openwire_url(broker))
+    tool.send("orders", "text", "hello", JMSPriority=8)
+    [seen] = tool.receive("orders.DLQ", 1)
+
+``openwire_config`` writes the reference config plus an OpenWire connector, for an ActiveMQ that
+Java clients reach (the reference config has none: mdb speaks STOMP).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tests.harness.activemq import ACTIVEMQ_HOME, reference_config
+
+JMS_JARS = tuple(ACTIVEMQ_HOME / "lib" / jar for jar in (
+    "activemq-client.jar", "geronimo-jms_1.1_spec.jar", "geronimo-j2ee-management-1.1-spec.jar",
+    "hawtbuf.jar", "slf4j-api.jar"))
+SOURCE = Path(__file__).resolve().parents[1] / "interop" / "java" / "JmsTool.java"
+TIMEOUT = 60.0  # seconds one Java call may take, JVM start included
+
+
+def java_available() -> bool:
+    """True when ``javac``, ``java`` and ActiveMQ's JMS client jars are on this machine."""
+    return (shutil.which("javac") is not None and shutil.which("java") is not None
+            and all(jar.is_file() for jar in JMS_JARS))
+
+
+@functools.cache
+def _compiled() -> Path:
+    classes = Path(tempfile.mkdtemp(prefix="mdb-jms-tool-"))
+    subprocess.run(["javac", "-d", str(classes), "-cp", _classpath(), str(SOURCE)],
+                   check=True, capture_output=True, timeout=TIMEOUT)
+    return classes
+
+
+def _classpath(*more: Path) -> str:
+    return ":".join(str(p) for p in (*more, *JMS_JARS))
+
+
+class JmsTool:
+    """The Java peer on one broker (``url``: an OpenWire URL such as ``tcp://127.0.0.1:PORT``)."""
+
+    def __init__(self, url: str, user: str = "", password: str = "") -> None:
+        self.url = url
+        self.user = user
+        self.password = password
+
+    def send(self, queue: str, kind: str, body: str, **options: object) -> dict[str, Any]:
+        """Send one message of JMS ``kind`` (text, bytes: base64 ``body``, map, object, stream,
+        plain); ``options`` are JMS header fields (``JMSPriority``, ``JMSTimeToLive`` in ms,
+        ``JMSDeliveryMode``, ``JMSCorrelationID``, ``JMSType``, ``JMSReplyTo``) or string
+        properties. Returns the message as Java sent it."""
+        [sent] = self._run("send", queue, kind, body,
+                           *(f"{key}={value}" for key, value in options.items()))
+        return sent
+
+    def receive(self, queue: str, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """Take up to ``count`` messages from ``queue``, waiting at most ``timeout`` seconds for
+        each; fewer when one did not come."""
+        seen = self._run("receive", queue, str(count), str(int(timeout * 1000)))
+        return [m for m in seen if not m.get("timeout")]
+
+    def _run(self, command: str, *args: str) -> list[dict[str, Any]]:
+        done = subprocess.run(
+            ["java", "-cp", _classpath(_compiled()), "JmsTool", command, self.url, self.user,
+             self.password, *args],
+            capture_output=True, text=True, timeout=TIMEOUT)
+        if done.returncode != 0:
+            raise RuntimeError(f"JmsTool {command} failed ({done.returncode}):\n{done.stderr}")
+        return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def openwire_config(directory: Path, port: int) -> Path:
+    """Write into ``directory`` the reference config plus an OpenWire connector on ``port``
+    (127.0.0.1), and return its path, for ``ActiveMQ(config=...)``."""
+    connector = f'<transportConnector name="openwire" uri="tcp://127.0.0.1:{port}"/>\n'
+    config = directory / "activemq-openwire.xml"
+    config.write_text(reference_config().read_text().replace(
+        "</transportConnectors>", connector + "        </transportConnectors>", 1))
+    return config

@@ -1,0 +1,179 @@
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.Enumeration;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+
+import javax.jms.BytesMessage;
+import javax.jms.Connection;
+import javax.jms.DeliveryMode;
+import javax.jms.Destination;
+import javax.jms.MapMessage;
+import javax.jms.Message;
+import javax.jms.MessageConsumer;
+import javax.jms.MessageProducer;
+import javax.jms.ObjectMessage;
+import javax.jms.Session;
+import javax.jms.StreamMessage;
+import javax.jms.TextMessage;
+
+import org.apache.activemq.ActiveMQConnectionFactory;
+
+/**
+ * A Java JMS peer for mdb's interop tests, on ActiveMQ's own client (OpenWire). Every command
+ * prints one JSON object per line on stdout, so the Python side reads what Java saw.
+ *
+ *   send URL USER PASSWORD QUEUE KIND BODY [name=value ...]   KIND: text, bytes, map, object,
+ *        stream, plain; options among the pairs: JMSPriority, JMSTimeToLive (ms), JMSDeliveryMode
+ *        (persistent|non-persistent), JMSCorrelationID, JMSType, JMSReplyTo (queue name); any
+ *        other pair is a string property.
+ *   receive URL USER PASSWORD QUEUE COUNT TIMEOUT_MS           prints each message taken.
+ */
+public final class JmsTool {
+    public static void main(String[] args) throws Exception {
+        ActiveMQConnectionFactory factory = new ActiveMQConnectionFactory(args[1]);
+        factory.setUserName(args[2].isEmpty() ? null : args[2]);
+        factory.setPassword(args[3].isEmpty() ? null : args[3]);
+        Connection connection = factory.createConnection();
+        try {
+            connection.start();
+            Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            switch (args[0]) {
+                case "send":
+                    send(session, args);
+                    break;
+                case "receive":
+                    receive(session, args[4], Integer.parseInt(args[5]), Long.parseLong(args[6]));
+                    break;
+                default:
+                    throw new IllegalArgumentException("unknown command " + args[0]);
+            }
+        } finally {
+            connection.close();
+        }
+    }
+
+    private static void send(Session session, String[] args) throws Exception {
+        Destination queue = session.createQueue(args[4]);
+        String kind = args[5];
+        String body = args[6];
+        Message message = make(session, kind, body);
+        MessageProducer producer = session.createProducer(queue);
+        int priority = Message.DEFAULT_PRIORITY;
+        long ttl = Message.DEFAULT_TIME_TO_LIVE;
+        int mode = DeliveryMode.PERSISTENT;
+        for (int i = 7; i < args.length; i++) {
+            String[] pair = args[i].split("=", 2);
+            switch (pair[0]) {
+                case "JMSPriority": priority = Integer.parseInt(pair[1]); break;
+                case "JMSTimeToLive": ttl = Long.parseLong(pair[1]); break;
+                case "JMSDeliveryMode":
+                    mode = pair[1].equals("persistent") ? DeliveryMode.PERSISTENT
+                                                        : DeliveryMode.NON_PERSISTENT;
+                    break;
+                case "JMSCorrelationID": message.setJMSCorrelationID(pair[1]); break;
+                case "JMSType": message.setJMSType(pair[1]); break;
+                case "JMSReplyTo": message.setJMSReplyTo(session.createQueue(pair[1])); break;
+                default: message.setStringProperty(pair[0], pair[1]);
+            }
+        }
+        producer.send(message, mode, priority, ttl);
+        System.out.println(describe(message));
+    }
+
+    private static Message make(Session session, String kind, String body) throws Exception {
+        switch (kind) {
+            case "text":
+                return session.createTextMessage(body);
+            case "bytes": {
+                BytesMessage m = session.createBytesMessage();
+                m.writeBytes(Base64.getDecoder().decode(body));
+                return m;
+            }
+            case "map": {
+                MapMessage m = session.createMapMessage();
+                m.setString("body", body);
+                return m;
+            }
+            case "object":
+                return session.createObjectMessage(body);
+            case "stream": {
+                StreamMessage m = session.createStreamMessage();
+                m.writeString(body);
+                return m;
+            }
+            case "plain":
+                return session.createMessage();
+            default:
+                throw new IllegalArgumentException("unknown kind " + kind);
+        }
+    }
+
+    private static void receive(Session session, String name, int count, long timeout)
+            throws Exception {
+        MessageConsumer consumer = session.createConsumer(session.createQueue(name));
+        for (int i = 0; i < count; i++) {
+            Message message = consumer.receive(timeout);
+            if (message == null) {
+                System.out.println("{\"timeout\": true}");
+                return;
+            }
+            System.out.println(describe(message));
+        }
+    }
+
+    private static String describe(Message m) throws Exception {
+        Map<String, String> fields = new TreeMap<>();
+        String kind = m instanceof TextMessage ? "text" : m instanceof BytesMessage ? "bytes"
+            : m instanceof MapMessage ? "map" : m instanceof ObjectMessage ? "object"
+            : m instanceof StreamMessage ? "stream" : "plain";
+        fields.put("kind", kind);
+        if (m instanceof TextMessage) {
+            fields.put("text", ((TextMessage) m).getText());
+        } else if (m instanceof BytesMessage) {
+            BytesMessage b = (BytesMessage) m;
+            b.reset();  // a message just sent is write-only until reset
+            byte[] data = new byte[(int) b.getBodyLength()];
+            b.readBytes(data);
+            fields.put("bytes", Base64.getEncoder().encodeToString(data));
+        }
+        fields.put("JMSMessageID", m.getJMSMessageID());
+        fields.put("JMSPriority", Integer.toString(m.getJMSPriority()));
+        fields.put("JMSExpiration", Long.toString(m.getJMSExpiration()));
+        fields.put("JMSDeliveryMode",
+                   m.getJMSDeliveryMode() == DeliveryMode.PERSISTENT ? "persistent" : "non-persistent");
+        fields.put("JMSRedelivered", Boolean.toString(m.getJMSRedelivered()));
+        fields.put("JMSCorrelationID", m.getJMSCorrelationID());
+        fields.put("JMSType", m.getJMSType());
+        fields.put("JMSReplyTo", m.getJMSReplyTo() == null ? null : m.getJMSReplyTo().toString());
+        List<String> props = new ArrayList<>();
+        for (Enumeration<?> e = m.getPropertyNames(); e.hasMoreElements();) {
+            String key = (String) e.nextElement();
+            props.add(json(key) + ": " + json(String.valueOf(m.getObjectProperty(key))));
+        }
+        StringBuilder out = new StringBuilder("{");
+        for (Map.Entry<String, String> f : fields.entrySet()) {
+            out.append(json(f.getKey())).append(": ").append(json(f.getValue())).append(", ");
+        }
+        out.append("\"properties\": {").append(String.join(", ", props)).append("}}");
+        return out.toString();
+    }
+
+    private static String json(String s) {
+        if (s == null) {
+            return "null";
+        }
+        StringBuilder out = new StringBuilder("\"");
+        for (char c : s.toCharArray()) {
+            if (c == '"' || c == '\\') {
+                out.append('\\').append(c);
+            } else if (c < 0x20) {
+                out.append(String.format("\\u%04x", (int) c));
+            } else {
+                out.append(c);
+            }
+        }
+        return out.append('"').toString();
+    }
+}
