@@ -28,12 +28,15 @@ from mdb.message import Message
 from mdb.options import Redelivery
 
 ERROR_TEXT_LIMIT = 4000  # characters of the failure kept in ``mdb_error_message``
+MAX_DELIVERY_COUNT = 1_000_000_000
+"""The highest delivery count read from a header: above any ``Redelivery.limit``, and small
+enough for every span attribute and header that shows it."""
 
 
 def to_message(delivery: Delivery, destination: Destination) -> Message:
     """``delivery`` as the handler sees it: from the listener's logical ``destination``, whatever
     member or re-send queue it came through. Its count is ``mdb_delivery_count`` (1 when absent
-    or not a number)."""
+    or not a whole number; at most ``MAX_DELIVERY_COUNT``)."""
     h = delivery.headers
     count = _count(h.get(headers_.DELIVERY_COUNT))
     return Message(
@@ -47,10 +50,15 @@ def to_message(delivery: Delivery, destination: Destination) -> Message:
 
 
 def _count(text: str | None) -> int:
+    """The count a header says, read as untrusted input: any producer may set it (the count is
+    advisory, docs/security.md), so any text gives a count in ``1..MAX_DELIVERY_COUNT``."""
+    if text is None:
+        return 1
     try:
-        return max(int(text), 1) if text is not None else 1
+        count = int(text)  # ValueError also for more digits than int() reads (sys limit)
     except ValueError:
         return 1
+    return min(max(count, 1), MAX_DELIVERY_COUNT)
 
 
 # -- what happened -----------------------------------------------------------------------------

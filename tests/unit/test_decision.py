@@ -10,6 +10,7 @@ from mdb.broker import Delivery
 from mdb.delivery.batch import BatchFailure, Ready, Step, fall_back, ready_run
 from mdb.delivery.decision import (
     ERROR_TEXT_LIMIT,
+    MAX_DELIVERY_COUNT,
     SETTLE,
     InDoubt,
     MoveToError,
@@ -168,3 +169,48 @@ def test_after_a_held_send_failed_the_whole_batch_runs_again_flagged() -> None:
     run = [Ready(delivery({}), message(1), b"{}") for _ in range(2)]
     steps = fall_back(run, BatchFailure(2, Raised("mdb.errors.ConnectionLost", "down")))
     assert steps == [Step(r.delivery, message(2), None) for r in run]
+
+
+# -- the delivery count is untrusted input (issue 11, finding 3) --------------------------------
+
+GENEROUS = Policy("l", Redelivery(limit=10_000, delay=1.0, backoff=2.0, max_delay=60.0),
+                  REQUEUE, ERRORS)
+
+
+@pytest.mark.parametrize("text", [
+    "1030", "99999", str(10**30), "9" * 5000, "-5", "0", "abc", "3.5", "1e3", " 7 ", "",
+    "\x00", "inf", "nan", "7\n",
+])
+def test_any_delivery_count_header_gives_a_bounded_count_and_a_capped_delay(text: str) -> None:
+    received = to_message(delivery({"mdb_delivery_count": text}), ORDERS)
+    assert 1 <= received.delivery_count <= MAX_DELIVERY_COUNT
+    outcome = decide(received, Raised("E", "boom"), GENEROUS)
+    if isinstance(outcome, Redeliver):
+        assert 0.0 <= outcome.delay <= 60.0
+        assert int(outcome.headers["mdb_delivery_count"]) == received.delivery_count + 1
+    else:
+        assert int(outcome.headers["mdb_delivery_count"]) == received.delivery_count
+
+
+@pytest.mark.parametrize(("text", "count"), [
+    (" 7 ", 7), ("7\n", 7), ("-5", 1), ("3.5", 1), ("abc", 1), (str(10**30), MAX_DELIVERY_COUNT),
+])
+def test_a_count_header_is_read_as_a_whole_number_clamped_to_its_range(text: str,
+                                                                        count: int) -> None:
+    assert to_message(delivery({"mdb_delivery_count": text}), ORDERS).delivery_count == count
+
+
+def test_the_backoff_arithmetic_never_overflows_and_stops_at_max_delay() -> None:
+    steep = Redelivery(limit=10_000, delay=1.0, backoff=10.0, max_delay=60.0)
+    assert [steep.delay_before(n) for n in (1, 2, 3, 1030, MAX_DELIVERY_COUNT, 10**400)] == \
+        [1.0, 10.0, 60.0, 60.0, 60.0, 60.0]
+    assert Redelivery(delay=0.0, backoff=10.0).delay_before(MAX_DELIVERY_COUNT) == 0.0
+    assert Redelivery(delay=5.0, max_delay=2.0).delay_before(1) == 2.0
+    assert Redelivery(delay=1.0, backoff=1.0).delay_before(MAX_DELIVERY_COUNT) == 1.0
+
+
+def test_a_forged_count_past_the_limit_moves_the_message_to_the_error_destination() -> None:
+    forged = to_message(delivery({"mdb_delivery_count": "99999"}), ORDERS)
+    outcome = decide(forged, Raised("E", "boom"), GENEROUS)
+    assert isinstance(outcome, MoveToError)
+    assert outcome.headers["mdb_delivery_count"] == "99999"

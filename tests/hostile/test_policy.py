@@ -1,0 +1,62 @@
+"""Hostile input the delivery policy must survive (issue 11, finding 3), on the embedded
+broker, ActiveMQ and RabbitMQ: a forged ``mdb_delivery_count``. Each case checks that the
+container stays ready, that the next message still flows, and that the hostile message is
+processed or sits intact on the error destination.
+
+The settings and handler shapes of finding 4 are refused before anything runs: see
+tests/unit/test_listener.py and tests/unit/test_options.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from mdb import Container, Context, Producer, Redelivery, listener
+from mdb.message import DELIVERY_COUNT, ID
+from tests.contract.support import Calls, read, running, settings_for, unique
+
+pytestmark = pytest.mark.anyio
+
+async def send(url: str, destination: str, body: object, **headers: str) -> str:
+    async with Producer(settings_for(url)) as producer:
+        return await producer.send(destination, body, headers=headers)
+
+
+async def still_flowing(url: str, container: Container, calls: Calls, queue: str) -> None:
+    """The container is ready and processes the next (harmless) message."""
+    assert container.health().ready
+    await send(url, queue, "after")
+    await calls.wait(lambda c: "after" in c.of("body"))
+    assert container.health().ready
+
+
+async def test_a_forged_delivery_count_crashes_nothing_and_loses_nothing(broker_url: str,
+                                                                         ) -> None:
+    """Finding 3: count 1030 overflowed the backoff arithmetic and killed the container; a
+    count that is not a number is a first delivery; a count past the limit is believed (the
+    count is advisory: docs/security.md), so the message moves to the error destination
+    intact after one run of the handler."""
+    queue, errors = f"queue:{unique('forged')}", f"queue:{unique('forged_errors')}"
+    calls = Calls()
+
+    @listener(queue, error_destination=errors,
+              redelivery=Redelivery(limit=10_000, delay=0.01, backoff=2.0, max_delay=0.01))
+    async def handler(body: str, ctx: Context) -> None:
+        calls.add("body", body)
+        calls.add(body, ctx.delivery_count)
+        if body in ("huge", "past") and ctx.delivery_count in (1030, 99999):
+            raise RuntimeError("fails once")
+
+    async with running(settings_for(broker_url), handler) as container:
+        await send(broker_url, queue, "huge", mdb_delivery_count="1030")
+        await calls.wait(lambda c: c.of("huge") == [1030, 1031])
+        for junk in ("abc", "-5", "3.5", " 2 "):
+            await send(broker_url, queue, f"junk{junk}", mdb_delivery_count=junk)
+        await calls.wait(lambda c: all(c.of(f"junk{j}") for j in ("abc", "-5", "3.5", " 2 ")))
+        assert [calls.of(f"junk{j}") for j in ("abc", "-5", "3.5", " 2 ")] == \
+            [[1], [1], [1], [2]]
+        sent = await send(broker_url, queue, "past", mdb_delivery_count="99999")
+        [moved] = await read(broker_url, errors, 1)
+        assert calls.of("past") == [99999]
+        assert moved.body == b"past" and moved.headers[ID] == sent
+        assert moved.headers[DELIVERY_COUNT] == "99999"
+        await still_flowing(broker_url, container, calls, queue)
