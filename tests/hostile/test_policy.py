@@ -8,10 +8,14 @@ tests/unit/test_listener.py and tests/unit/test_options.py."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from mdb import Container, Context, Producer, Redelivery, listener
-from mdb.message import DELIVERY_COUNT, ID
+from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
 from tests.contract.support import Calls, read, running, settings_for, unique
 
 pytestmark = pytest.mark.anyio
@@ -60,3 +64,36 @@ async def test_a_forged_delivery_count_crashes_nothing_and_loses_nothing(broker_
         assert moved.body == b"past" and moved.headers[ID] == sent
         assert moved.headers[DELIVERY_COUNT] == "99999"
         await still_flowing(broker_url, container, calls, queue)
+
+
+def plain_wrapper(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain decorator around an ``async def``: to mdb the result is a plain ``def``."""
+
+    @functools.wraps(handler)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return handler(*args, **kwargs)
+
+    return wrapper
+
+
+async def test_a_handler_that_returns_a_coroutine_unrun_is_not_acknowledged_as_processed(
+) -> None:
+    """Finding 4's cousin the decorator cannot see: the coroutine a wrapped ``async def``
+    returns was dropped and the message settled as processed. It now fails like a raising
+    handler, so the message ends on the error destination, intact and explained."""
+    url = f"memory://{unique('wrapped')}"
+    queue = f"queue:{unique('wrapped')}"
+    ran = Calls()
+
+    @listener(queue, redelivery=Redelivery(limit=0))
+    @plain_wrapper
+    async def handler(body: str) -> None:
+        ran.add("body", body)
+
+    async with running(settings_for(url), handler) as container:
+        await send(url, queue, "work")
+        [moved] = await read(url, f"{queue}.DLQ", 1)
+        assert container.health().ready
+    assert moved.body == b"work" and ran.of("body") == []
+    assert moved.headers[ERROR_TYPE] == "mdb.errors.ListenerDefinitionError"
+    assert "returned coroutine" in moved.headers[ERROR_MESSAGE]
