@@ -1,7 +1,7 @@
-"""Hostile input the delivery policy must survive (issue 11, finding 3), on the embedded
-broker, ActiveMQ and RabbitMQ: a forged ``mdb_delivery_count``. Each case checks that the
-container stays ready, that the next message still flows, and that the hostile message is
-processed or sits intact on the error destination.
+"""Hostile input the delivery policy must survive (issue 11, findings 3 and 6), on the embedded
+broker, ActiveMQ and RabbitMQ: a forged ``mdb_delivery_count`` and a bad body carrying a
+secret. Each case checks that the container stays ready, that the next message still flows,
+and that the hostile message is processed or sits intact on the error destination.
 
 The settings and handler shapes of finding 4 are refused before anything runs: see
 tests/unit/test_listener.py and tests/unit/test_options.py."""
@@ -9,16 +9,22 @@ tests/unit/test_listener.py and tests/unit/test_options.py."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import BaseModel
 
 from mdb import Container, Context, Producer, Redelivery, listener
 from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
-from tests.contract.support import Calls, read, running, settings_for, unique
+from tests.contract.support import Calls, read, record_spans, running, settings_for, unique
 
 pytestmark = pytest.mark.anyio
+
+SECRET = "4111-1111-1111-1111"
+
 
 async def send(url: str, destination: str, body: object, **headers: str) -> str:
     async with Producer(settings_for(url)) as producer:
@@ -64,6 +70,55 @@ async def test_a_forged_delivery_count_crashes_nothing_and_loses_nothing(broker_
         assert moved.body == b"past" and moved.headers[ID] == sent
         assert moved.headers[DELIVERY_COUNT] == "99999"
         await still_flowing(broker_url, container, calls, queue)
+
+
+class Payment(BaseModel):
+    card: int
+
+
+_SPANS = InMemorySpanExporter()
+
+
+@pytest.fixture(scope="module")
+def spans() -> Iterator[InMemorySpanExporter]:
+    record_spans(_SPANS)
+    yield _SPANS
+
+
+async def test_a_bad_body_never_shows_in_logs_spans_or_error_headers(
+    broker_url: str, spans: InMemorySpanExporter, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Finding 6: pydantic's ``input_value=...`` carried the body into the span status, the
+    WARNING log line and ``mdb_error_message``. The body itself stays intact on the error
+    destination."""
+    monkeypatch.delenv("MDB_TRACE_BODIES", raising=False)
+    caplog.set_level(logging.DEBUG, logger="mdb")
+    queue, errors = f"queue:{unique('secret')}", f"queue:{unique('secret_errors')}"
+    calls = Calls()
+
+    @listener(queue, error_destination=errors, redelivery=Redelivery(limit=1, delay=0))
+    async def handler(payment: Payment, ctx: Context) -> None:
+        calls.add("body", "after" if payment.card == 0 else payment.card)
+
+    async with running(settings_for(broker_url), handler) as container:
+        bad = f'{{"card": "{SECRET}"}}'
+        await send(broker_url, queue, bad)
+        [moved] = await read(broker_url, errors, 1)
+        assert moved.body == bad.encode()
+        assert moved.headers[ERROR_TYPE] == "mdb.DecodeError"
+        assert "card" in moved.headers[ERROR_MESSAGE]
+        assert not [k for k, v in moved.headers.items() if SECRET in v]
+        assert container.health().ready
+        await send(broker_url, queue, {"card": 0})
+        await calls.wait(lambda c: "after" in c.of("body"))
+    assert "card" in caplog.text and SECRET not in caplog.text
+    process = [s for s in spans.get_finished_spans() if s.name == f"process {queue}"]
+    assert process and any(s.status.description for s in process)
+    for span in process:
+        shown = [span.status.description or "", *map(str, (span.attributes or {}).values()),
+                 *(str(e.attributes) for e in span.events)]
+        assert not [text for text in shown if SECRET in text]
 
 
 def plain_wrapper(handler: Callable[..., Any]) -> Callable[..., Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
+from pydantic import BaseModel, ValidationError
 
 from mdb.broker import Delivery
 from mdb.delivery.batch import BatchFailure, Ready, Step, fall_back, ready_run
@@ -21,6 +22,7 @@ from mdb.delivery.decision import (
     Succeeded,
     Undecodable,
     decide,
+    error_text,
     to_message,
 )
 from mdb.destinations import Destination
@@ -214,3 +216,44 @@ def test_a_forged_count_past_the_limit_moves_the_message_to_the_error_destinatio
     outcome = decide(forged, Raised("E", "boom"), GENEROUS)
     assert isinstance(outcome, MoveToError)
     assert outcome.headers["mdb_delivery_count"] == "99999"
+
+
+# -- the failure text copied into the error headers (issue 11, "What to build" 5) ---------------
+
+def test_the_error_text_has_no_nul_nor_control_characters_and_stays_readable() -> None:
+    text = error_text("bad\x00value\x1b[31m red\r\nnext line\ttab\x7f end\u0085")
+    assert text == "bad\\x00value\\x1b[31m red\nnext line\ttab\\x7f end\\x85"
+
+
+def test_the_error_text_is_bounded_in_utf8_bytes_and_stays_valid_utf8() -> None:
+    cut = error_text("é" * ERROR_TEXT_LIMIT)
+    assert len(cut.encode()) <= ERROR_TEXT_LIMIT
+    assert cut == "é" * (ERROR_TEXT_LIMIT // 2)
+    emoji = error_text("x" + "😀" * ERROR_TEXT_LIMIT)
+    assert len(emoji.encode()) <= ERROR_TEXT_LIMIT and emoji.encode().decode() == emoji
+
+
+def test_the_error_text_replaces_what_utf8_cannot_carry() -> None:
+    text = error_text("lone \udcff surrogate")
+    assert text.encode() == "lone \ufffd surrogate".encode()
+
+
+def test_the_error_headers_carry_sanitised_bounded_text() -> None:
+    outcome = decide(message(3), Raised("Weird\x00Type", "line\x00one\r\n" + "é" * 5000), POLICY)
+    assert isinstance(outcome, MoveToError)
+    assert outcome.headers["mdb_error_type"] == "Weird\\x00Type"
+    error = outcome.headers["mdb_error_message"]
+    assert "\x00" not in error and "\r" not in error and error.startswith("line\\x00one\né")
+    assert len(error.encode()) <= ERROR_TEXT_LIMIT
+
+
+def test_a_validation_error_raised_by_a_handler_is_described_without_its_input() -> None:
+    class Card(BaseModel):
+        number: int
+
+    try:
+        Card.model_validate({"number": "4111-1111-1111-1111"})
+    except ValidationError as exc:
+        raised = Raised.of(exc)
+    assert "4111" not in raised.text and "input" not in raised.text
+    assert "number" in raised.text and "valid integer" in raised.text
