@@ -90,10 +90,11 @@ async def test_a_bad_body_never_shows_in_logs_spans_or_error_headers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Finding 6: pydantic's ``input_value=...`` carried the body into the span status, the
-    WARNING log line and ``mdb_error_message``. The body itself stays intact on the error
-    destination."""
+    WARNING log line and ``mdb_error_message``, and stomp.py's DEBUG lines showed every frame's
+    body. The body itself stays intact on the error destination."""
     monkeypatch.delenv("MDB_TRACE_BODIES", raising=False)
     caplog.set_level(logging.DEBUG, logger="mdb")
+    caplog.set_level(logging.DEBUG, logger="stomp.py")  # it logs every frame at DEBUG
     queue, errors = f"queue:{unique('secret')}", f"queue:{unique('secret_errors')}"
     calls = Calls()
 
