@@ -1,4 +1,8 @@
-"""Bodies: decoded from the handler's annotation, encoded from what a handler sends."""
+"""Bodies: decoded from the handler's annotation, encoded from what a handler sends.
+
+A body is never part of an error's text: the text of a ``DecodeError`` (and of any pydantic
+``ValidationError``, through ``describe``) goes to logs, span status and the error
+destination's headers, so it says where and why a body is invalid, never what it holds."""
 
 from __future__ import annotations
 
@@ -41,9 +45,31 @@ def _decoding(parse: Callable[[bytes], Any], errors: type[Exception],
         try:
             return parse(body)
         except errors as exc:
-            raise DecodeError(f"{what}: {exc}") from None
+            raise DecodeError(f"{what}: {describe(exc)}") from None
 
     return decode
+
+
+MAX_ERRORS_SHOWN = 10
+
+
+def describe(exc: BaseException) -> str:
+    """``str(exc)``, except for a pydantic ``ValidationError``: its errors' locations and
+    messages without the input values, their types or pydantic's URLs. A location's part that
+    is not an identifier (a dictionary key taken from the input) shows as ``<key>``."""
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    shown = "; ".join(f"{_location(e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+                      for e in errors[:MAX_ERRORS_SHOWN])
+    more = len(errors) - MAX_ERRORS_SHOWN
+    return (f"{len(errors)} validation error{'s' if len(errors) > 1 else ''} for {exc.title}: "
+            f"{shown}{f'; and {more} more' if more > 0 else ''}")
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) if isinstance(part, int) or (part.isidentifier() and len(part) < 64)
+                    else "<key>" for part in loc)
 
 
 def encode(body: object) -> tuple[bytes, str]:

@@ -6,6 +6,7 @@ returns the function unchanged, so a handler stays a plain function to call in a
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Callable, Mapping
@@ -112,8 +113,9 @@ def listener(
         raise ListenerDefinitionError(str(exc)) from None
 
     def decorate(func: F) -> F:
-        if not callable(func):
-            raise ListenerDefinitionError("@listener must decorate a function")
+        refused = _not_a_handler(func)
+        if refused:
+            raise ListenerDefinitionError(f"@listener({destination!r}): {refused}")
         listener_name = name or func.__name__
         if not listener_name.isidentifier():
             raise ListenerDefinitionError(
@@ -169,6 +171,38 @@ def _check_combination(dest: Destination, options: ListenerOptions, where: str) 
             f"{where}: option 'max_messages_per_transaction' groups messages in a transaction; "
             f"a listener with transacted=False has none: drop one of the two options"
         )
+
+
+_PLAIN = "a handler is a plain function (def or async def)"
+
+
+def _not_a_handler(obj: object) -> str | None:
+    """Why ``obj`` cannot be a handler, or None when it is a function (``def``, ``async def``
+    or a lambda). Only functions are supported: the spec is recorded on the handler itself and
+    the container finds it among its module's attributes, which rules out methods (they take
+    no attribute), callable instances, partials and the like — write a function that calls
+    them. A generator's body would never run (calling it only makes the generator), so it is
+    refused rather than every message acknowledged unprocessed."""
+    if inspect.isasyncgenfunction(obj) or inspect.isgeneratorfunction(obj):
+        kind = "an async generator" if inspect.isasyncgenfunction(obj) else "a generator"
+        return (f"{obj.__qualname__} is {kind} function: calling it never runs its body, so "
+                f"every message would be acknowledged unprocessed; {_PLAIN} that returns, not "
+                "yields")
+    if inspect.isfunction(obj):
+        return None
+    if inspect.iscoroutine(obj):
+        return (f"got a coroutine object ({obj.__qualname__}(...) was called): decorate the "
+                "async def function itself, without calling it")
+    kind = (
+        "a bound method" if inspect.ismethod(obj)
+        else "a functools.partial" if isinstance(obj, functools.partial)
+        else f"a {type(obj).__name__} object" if isinstance(obj, staticmethod | classmethod)
+        else f"a class ({obj.__qualname__})" if inspect.isclass(obj)
+        else "a built-in function" if inspect.isbuiltin(obj)
+        else f"an instance of {type(obj).__qualname__}" if callable(obj)
+        else f"not callable (a {type(obj).__name__})"
+    )
+    return f"got {kind}: {_PLAIN}; to use another callable, write a function that calls it"
 
 
 def _inspect_handler(func: Callable[..., Any], name: str) -> tuple[str | None, Any, str | None]:

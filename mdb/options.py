@@ -7,12 +7,20 @@ change per listener, the deployment descriptor) and the configuration reference
 from __future__ import annotations
 
 import enum
+import math
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
+
+MAX_LIMIT = 10_000
+"""The most redeliveries a listener may ask for."""
+MAX_WAIT = 86_400
+"""The longest redelivery delay, in seconds (a day)."""
+MAX_BACKOFF = 10
+"""The steepest redelivery backoff factor."""
 
 
 class Distribution(enum.StrEnum):
@@ -27,23 +35,36 @@ class Distribution(enum.StrEnum):
 class Redelivery(BaseModel):
     """When a handler raises: wait ``delay`` seconds (times ``backoff`` for each further failure,
     at most ``max_delay``) and deliver again, at most ``limit`` times; then move the message to
-    the error destination."""
+    the error destination. Every number is finite and bounded: a wait holds a pool slot, so an
+    endless one would stall it, and a limit nobody reaches is a poison message looping."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True,
+                              allow_inf_nan=False)
 
-    limit: int = Field(5, ge=0)
+    limit: int = Field(5, ge=0, le=MAX_LIMIT)
     """redeliveries after the first delivery before the message moves to the error
-    destination"""
-    delay: float = Field(1.0, ge=0)
-    """seconds before the first redelivery; the wait holds the message's pool slot"""
-    backoff: float = Field(2.0, ge=1)
-    """factor applied to the delay for each further redelivery"""
-    max_delay: float = Field(60.0, ge=0)
-    """the longest delay, in seconds"""
+    destination (bounded: past a few thousand failures a message is poison, not unlucky)"""
+    delay: float = Field(1.0, ge=0, le=MAX_WAIT)
+    """seconds before the first redelivery; the wait holds the message's pool slot (bounded:
+    a longer wait belongs to a scheduler)"""
+    backoff: float = Field(2.0, ge=1, le=MAX_BACKOFF)
+    """factor applied to the delay for each further redelivery (bounded: 10 turns one second
+    into a day by the sixth redelivery)"""
+    max_delay: float = Field(60.0, ge=0, le=MAX_WAIT)
+    """the longest delay, in seconds (bounded as `delay`)"""
 
     def delay_before(self, delivery_count: int) -> float:
-        """Seconds to wait before delivering again after delivery ``delivery_count`` failed."""
-        return min(self.delay * self.backoff ** (delivery_count - 1), self.max_delay)
+        """Seconds to wait before delivering again after delivery ``delivery_count`` failed:
+        ``delay * backoff ** (delivery_count - 1)``, at most ``max_delay``. Defined for any
+        count (one read from a header may be forged): the arithmetic never overflows."""
+        first = min(self.delay, self.max_delay)
+        steps = min(max(delivery_count - 1, 0), 2**62)  # an int a float can hold
+        if first == 0 or self.backoff == 1 or steps == 0:
+            return first
+        # Compare exponents rather than compute a power that may overflow a float.
+        if steps * math.log(self.backoff) >= math.log(self.max_delay / first):
+            return self.max_delay
+        return min(first * self.backoff ** steps, self.max_delay)
 
 
 class ListenerOptions(BaseModel):

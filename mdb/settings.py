@@ -37,9 +37,10 @@ _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 class BrokerSettings(BaseModel):
-    """One broker the container connects to."""
+    """One broker the container connects to. No number may be inf or nan: an endless timeout
+    or delay hangs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     url: str = Field("memory://", description=(
         "`memory://NAME` (embedded), `stomp+activemq://HOST:PORT` or `stomp+rabbitmq://HOST:PORT`"))
@@ -108,6 +109,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MDB_", env_nested_delimiter="__", env_file=".env",
         env_file_encoding="utf-8", extra="forbid", nested_model_default_partial_update=True,
+        allow_inf_nan=False,  # an endless grace period or interval hangs
     )
 
     app: str = Field("mdb", description="application name; processes of one app share work")

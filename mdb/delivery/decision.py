@@ -20,6 +20,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import ClassVar, overload
 
+from mdb import codec
 from mdb import message as headers_
 from mdb.broker import Delivery
 from mdb.destinations import Destination
@@ -27,13 +28,17 @@ from mdb.errors import error_type
 from mdb.message import Message
 from mdb.options import Redelivery
 
-ERROR_TEXT_LIMIT = 4000  # characters of the failure kept in ``mdb_error_message``
+ERROR_TEXT_LIMIT = 4000  # UTF-8 bytes of the failure kept in ``mdb_error_message``
+ERROR_TYPE_LIMIT = 200  # UTF-8 bytes of the exception type kept in ``mdb_error_type``
+MAX_DELIVERY_COUNT = 1_000_000_000
+"""The highest delivery count read from a header: above any ``Redelivery.limit``, and small
+enough for every span attribute and header that shows it."""
 
 
 def to_message(delivery: Delivery, destination: Destination) -> Message:
     """``delivery`` as the handler sees it: from the listener's logical ``destination``, whatever
     member or re-send queue it came through. Its count is ``mdb_delivery_count`` (1 when absent
-    or not a number)."""
+    or not a whole number; at most ``MAX_DELIVERY_COUNT``)."""
     h = delivery.headers
     count = _count(h.get(headers_.DELIVERY_COUNT))
     return Message(
@@ -47,10 +52,15 @@ def to_message(delivery: Delivery, destination: Destination) -> Message:
 
 
 def _count(text: str | None) -> int:
+    """The count a header says, read as untrusted input: any producer may set it (the count is
+    advisory, docs/security.md), so any text gives a count in ``1..MAX_DELIVERY_COUNT``."""
+    if text is None:
+        return 1
     try:
-        return max(int(text), 1) if text is not None else 1
+        count = int(text)  # ValueError also for more digits than int() reads (sys limit)
     except ValueError:
         return 1
+    return min(max(count, 1), MAX_DELIVERY_COUNT)
 
 
 # -- what happened -----------------------------------------------------------------------------
@@ -92,7 +102,9 @@ class Raised:
 
     @classmethod
     def of(cls, exc: BaseException) -> Raised:
-        return cls(error_type(exc), str(exc))
+        """What ``exc`` says; a pydantic ``ValidationError`` without the values it was given,
+        which are often the body (``codec.describe``)."""
+        return cls(error_type(exc), codec.describe(exc))
 
 
 Failure = InDoubt | Undecodable | Raised
@@ -186,12 +198,12 @@ def redelivery_headers(message: Message, protocol_headers: Set[str]) -> dict[str
 def error_headers(message: Message, failure: Failure, listener: str,
                   protocol_headers: Set[str]) -> dict[str, str]:
     """The headers of ``message``'s copy moved to the error destination: its own, its
-    ``mdb_id``, its count, and what failed where (the text cut at ``ERROR_TEXT_LIMIT``)."""
+    ``mdb_id``, its count, and what failed where (type and text through ``error_text``)."""
     headers = _kept(message, protocol_headers)
     headers[headers_.DELIVERY_COUNT] = str(message.delivery_count)
     headers.update({
-        headers_.ERROR_TYPE: failure.error_type,
-        headers_.ERROR_MESSAGE: failure.text[:ERROR_TEXT_LIMIT],
+        headers_.ERROR_TYPE: error_text(failure.error_type, ERROR_TYPE_LIMIT),
+        headers_.ERROR_MESSAGE: error_text(failure.text),
         headers_.ERROR_LISTENER: listener,
         headers_.ORIGINAL_DESTINATION: str(message.destination),
     })
@@ -205,3 +217,18 @@ def _kept(message: Message, protocol_headers: Set[str]) -> dict[str, str]:
     headers.pop(headers_.REDELIVERY_OF, None)
     headers[headers_.ID] = message.id
     return headers
+
+
+def error_text(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """``text`` fit for a header of any frame: at most ``limit`` bytes of UTF-8 (cut at a
+    character), no NUL nor other control character (each shown as ``\\xNN``) but tab and line
+    feed (a CR LF or lone CR becomes a line feed; STOMP 1.2 escapes it in a header), and no
+    character UTF-8 cannot carry (a lone surrogate becomes U+FFFD)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").translate(_UNFIT)
+    return text.encode()[:limit].decode(errors="ignore")  # "ignore": the cut character
+
+
+_UNFIT: dict[int, str] = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if chr(c) not in "\t\n"},
+    **dict.fromkeys(range(0xD800, 0xE000), "\ufffd"),
+}

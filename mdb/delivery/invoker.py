@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -14,6 +15,7 @@ from mdb import codec, tracing
 from mdb.broker import Delivery
 from mdb.context import Context, SendFunction
 from mdb.delivery.stats import Stats
+from mdb.errors import ListenerDefinitionError
 from mdb.listener import ListenerSpec
 from mdb.message import Message
 from mdb.planning import PlannedSubscription
@@ -62,7 +64,17 @@ class Invoker:
             kwargs[spec.context_parameter] = Context(message, spec.name, send)
         if spec.is_async:
             await spec.handler(**kwargs)
-        else:
-            await anyio.to_thread.run_sync(
-                partial(spec.handler, **kwargs), limiter=self._threads, abandon_on_cancel=True
-            )
+            return
+        result = await anyio.to_thread.run_sync(
+            partial(spec.handler, **kwargs), limiter=self._threads, abandon_on_cancel=True
+        )
+        if inspect.isawaitable(result) or inspect.isgenerator(result) or inspect.isasyncgen(result):
+            # A plain def that hands back work instead of doing it (a sync decorator around an
+            # async def, say): settling the message as processed would lose it unprocessed.
+            if inspect.iscoroutine(result) or inspect.isgenerator(result):
+                result.close()
+            raise ListenerDefinitionError(
+                f"listener {spec.name!r}: the handler returned {type(result).__name__} "
+                "instead of running: the work it stands for never ran. Decorate a function "
+                "that does the work (an async def wrapped by a plain decorator looks like a "
+                "def to mdb: make the wrapper async too)")

@@ -8,6 +8,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import anyio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
 from mdb import Container, Settings
 from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest, broker_for
@@ -47,6 +50,17 @@ def partitioned_settings(urls: Sequence[str], destinations: Iterable[str],
                                                       for b in MEMBER_BROKERS])
                       for d in destinations},
         **values)  # type: ignore[arg-type]
+
+
+def record_spans(exporter: SpanExporter) -> None:
+    """Send every span finished from now on to ``exporter`` too. The global tracer provider can
+    be set once per process: the first caller sets an SDK one and later callers add to it, so
+    test modules that read spans pass in any order."""
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        trace.set_tracer_provider(TracerProvider())
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
 
 
 def specs(*handlers: Callable[..., object]) -> list[ListenerSpec]:

@@ -11,13 +11,12 @@ import pytest
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
 from mdb import Context, Producer, Redelivery, listener
-from tests.contract.support import Calls, running, settings_for, unique
+from tests.contract.support import Calls, record_spans, running, settings_for, unique
 
 pytestmark = pytest.mark.anyio
 
@@ -29,10 +28,8 @@ _METRICS = InMemoryMetricReader()
 
 @pytest.fixture(scope="module", autouse=True)
 def providers() -> Iterator[None]:
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        tracer_provider = TracerProvider()
-        tracer_provider.add_span_processor(SimpleSpanProcessor(_SPANS))
-        trace.set_tracer_provider(tracer_provider)
+    record_spans(_SPANS)
+    if not isinstance(metrics.get_meter_provider(), MeterProvider):
         metrics.set_meter_provider(MeterProvider(metric_readers=[_METRICS]))
     yield
 

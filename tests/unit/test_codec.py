@@ -51,3 +51,23 @@ def test_an_unsendable_body_says_what_can_be_sent() -> None:
     with pytest.raises(TypeError, match="pydantic model") as raised:
         codec.outgoing(object())
     assert isinstance(raised.value, EncodeError) and isinstance(raised.value, MdbError)
+
+
+class Payment(BaseModel):
+    card: int
+
+
+@pytest.mark.parametrize(("annotation", "body"), [
+    (Payment, b'{"card": "4111-1111-1111-1111"}'),
+    (dict[str, int], b'{"card": "4111-1111-1111-1111"}'),
+    (list[int], b'["4111-1111-1111-1111"]'),
+    (int, b'"4111-1111-1111-1111"'),
+])
+def test_a_decode_error_says_where_and_why_but_never_shows_the_body(annotation: object,
+                                                                    body: bytes) -> None:
+    """Issue 11, finding 6: the text goes to logs, span status and error headers."""
+    with pytest.raises(DecodeError) as caught:
+        codec.decoder_for(annotation)(body)
+    text = str(caught.value)
+    assert "4111" not in text and "input_value" not in text and "https://" not in text
+    assert "valid integer" in text

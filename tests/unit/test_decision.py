@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
+from pydantic import BaseModel, ValidationError
 
 from mdb.broker import Delivery
 from mdb.delivery.batch import BatchFailure, Ready, Step, fall_back, ready_run
 from mdb.delivery.decision import (
     ERROR_TEXT_LIMIT,
+    MAX_DELIVERY_COUNT,
     SETTLE,
     InDoubt,
     MoveToError,
@@ -20,6 +22,7 @@ from mdb.delivery.decision import (
     Succeeded,
     Undecodable,
     decide,
+    error_text,
     to_message,
 )
 from mdb.destinations import Destination
@@ -168,3 +171,89 @@ def test_after_a_held_send_failed_the_whole_batch_runs_again_flagged() -> None:
     run = [Ready(delivery({}), message(1), b"{}") for _ in range(2)]
     steps = fall_back(run, BatchFailure(2, Raised("mdb.errors.ConnectionLost", "down")))
     assert steps == [Step(r.delivery, message(2), None) for r in run]
+
+
+# -- the delivery count is untrusted input (issue 11, finding 3) --------------------------------
+
+GENEROUS = Policy("l", Redelivery(limit=10_000, delay=1.0, backoff=2.0, max_delay=60.0),
+                  REQUEUE, ERRORS)
+
+
+@pytest.mark.parametrize("text", [
+    "1030", "99999", str(10**30), "9" * 5000, "-5", "0", "abc", "3.5", "1e3", " 7 ", "",
+    "\x00", "inf", "nan", "7\n",
+])
+def test_any_delivery_count_header_gives_a_bounded_count_and_a_capped_delay(text: str) -> None:
+    received = to_message(delivery({"mdb_delivery_count": text}), ORDERS)
+    assert 1 <= received.delivery_count <= MAX_DELIVERY_COUNT
+    outcome = decide(received, Raised("E", "boom"), GENEROUS)
+    if isinstance(outcome, Redeliver):
+        assert 0.0 <= outcome.delay <= 60.0
+        assert int(outcome.headers["mdb_delivery_count"]) == received.delivery_count + 1
+    else:
+        assert int(outcome.headers["mdb_delivery_count"]) == received.delivery_count
+
+
+@pytest.mark.parametrize(("text", "count"), [
+    (" 7 ", 7), ("7\n", 7), ("-5", 1), ("3.5", 1), ("abc", 1), (str(10**30), MAX_DELIVERY_COUNT),
+])
+def test_a_count_header_is_read_as_a_whole_number_clamped_to_its_range(text: str,
+                                                                        count: int) -> None:
+    assert to_message(delivery({"mdb_delivery_count": text}), ORDERS).delivery_count == count
+
+
+def test_the_backoff_arithmetic_never_overflows_and_stops_at_max_delay() -> None:
+    steep = Redelivery(limit=10_000, delay=1.0, backoff=10.0, max_delay=60.0)
+    assert [steep.delay_before(n) for n in (1, 2, 3, 1030, MAX_DELIVERY_COUNT, 10**400)] == \
+        [1.0, 10.0, 60.0, 60.0, 60.0, 60.0]
+    assert Redelivery(delay=0.0, backoff=10.0).delay_before(MAX_DELIVERY_COUNT) == 0.0
+    assert Redelivery(delay=5.0, max_delay=2.0).delay_before(1) == 2.0
+    assert Redelivery(delay=1.0, backoff=1.0).delay_before(MAX_DELIVERY_COUNT) == 1.0
+
+
+def test_a_forged_count_past_the_limit_moves_the_message_to_the_error_destination() -> None:
+    forged = to_message(delivery({"mdb_delivery_count": "99999"}), ORDERS)
+    outcome = decide(forged, Raised("E", "boom"), GENEROUS)
+    assert isinstance(outcome, MoveToError)
+    assert outcome.headers["mdb_delivery_count"] == "99999"
+
+
+# -- the failure text copied into the error headers (issue 11, "What to build" 5) ---------------
+
+def test_the_error_text_has_no_nul_nor_control_characters_and_stays_readable() -> None:
+    text = error_text("bad\x00value\x1b[31m red\r\nnext line\ttab\x7f end\u0085")
+    assert text == "bad\\x00value\\x1b[31m red\nnext line\ttab\\x7f end\\x85"
+
+
+def test_the_error_text_is_bounded_in_utf8_bytes_and_stays_valid_utf8() -> None:
+    cut = error_text("é" * ERROR_TEXT_LIMIT)
+    assert len(cut.encode()) <= ERROR_TEXT_LIMIT
+    assert cut == "é" * (ERROR_TEXT_LIMIT // 2)
+    emoji = error_text("x" + "😀" * ERROR_TEXT_LIMIT)
+    assert len(emoji.encode()) <= ERROR_TEXT_LIMIT and emoji.encode().decode() == emoji
+
+
+def test_the_error_text_replaces_what_utf8_cannot_carry() -> None:
+    text = error_text("lone \udcff surrogate")
+    assert text.encode() == "lone \ufffd surrogate".encode()
+
+
+def test_the_error_headers_carry_sanitised_bounded_text() -> None:
+    outcome = decide(message(3), Raised("Weird\x00Type", "line\x00one\r\n" + "é" * 5000), POLICY)
+    assert isinstance(outcome, MoveToError)
+    assert outcome.headers["mdb_error_type"] == "Weird\\x00Type"
+    error = outcome.headers["mdb_error_message"]
+    assert "\x00" not in error and "\r" not in error and error.startswith("line\\x00one\né")
+    assert len(error.encode()) <= ERROR_TEXT_LIMIT
+
+
+def test_a_validation_error_raised_by_a_handler_is_described_without_its_input() -> None:
+    class Card(BaseModel):
+        number: int
+
+    try:
+        Card.model_validate({"number": "4111-1111-1111-1111"})
+    except ValidationError as exc:
+        raised = Raised.of(exc)
+    assert "4111" not in raised.text and "input" not in raised.text
+    assert "number" in raised.text and "valid integer" in raised.text

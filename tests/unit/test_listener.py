@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from dependency_injector import containers, providers
 from dependency_injector.wiring import Provide
@@ -62,6 +64,14 @@ def test_a_plain_function_without_annotations_gets_bytes() -> None:
         ({"subscription": "has space"}, "subscription"),
         ({"max_messages_per_transaction": 0}, "max_messages_per_transaction"),
         ({"max_messages_per_transaction": 1001}, "max_messages_per_transaction"),
+        ({"redelivery": {"delay": float("inf")}}, "redelivery.delay"),
+        ({"redelivery": {"delay": float("nan")}}, "redelivery.delay"),
+        ({"redelivery": {"delay": 86_401}}, "redelivery.delay"),
+        ({"redelivery": {"max_delay": float("inf")}}, "redelivery.max_delay"),
+        ({"redelivery": {"backoff": 1e308}}, "redelivery.backoff"),
+        ({"redelivery": {"backoff": float("nan")}}, "redelivery.backoff"),
+        ({"redelivery": {"limit": 10**20}}, "redelivery.limit"),
+        ({"redelivery": {"limit": 1e20}}, "redelivery.limit"),
     ],
 )
 def test_an_invalid_option_fails_at_decoration_naming_it(kwargs: dict[str, object],
@@ -148,3 +158,59 @@ def test_an_invalid_override_names_the_setting() -> None:
     assert spec is not None
     with pytest.raises(ConfigurationError, match=r"listeners\.on_order\.pool"):
         spec.with_settings(ListenerOverrides(), ListenerOverrides.model_validate({"pool": 0}))
+
+
+def _generator(body: bytes):  # type: ignore[no-untyped-def]
+    yield body
+
+
+async def _async_generator(body: bytes):  # type: ignore[no-untyped-def]
+    yield body
+
+
+async def _handler(body: bytes) -> None:
+    pass
+
+
+class _Callable:
+    def __call__(self, body: bytes) -> None:
+        pass
+
+    async def method(self, body: bytes) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("handler", "says"), [
+    (_generator, "generator"),
+    (_async_generator, "async generator"),
+    (_Callable(), "instance of _Callable"),
+    (_Callable().method, "bound method"),
+    (functools.partial(_handler), "functools.partial"),
+    (staticmethod(_handler), "staticmethod"),
+    (classmethod(_handler), "classmethod"),  # type: ignore[arg-type]
+    (_Callable, "class"),
+    (print, "built-in"),
+])
+def test_a_handler_shape_that_cannot_work_is_refused_at_declaration(handler: object,
+                                                                    says: str) -> None:
+    """Issue 11, finding 4: a generator's body never ran while every message was acked; a
+    callable instance crashed startup."""
+    with pytest.raises(ListenerDefinitionError, match=f"{says}.*def or async def"):
+        listener("queue:orders", name="on_order")(handler)  # type: ignore[type-var]
+
+
+def test_a_coroutine_object_is_refused_as_a_call_not_a_function() -> None:
+    coroutine = _handler(b"")
+    try:
+        with pytest.raises(ListenerDefinitionError, match=r"coroutine object.*without calling"):
+            listener("queue:orders", name="on_order")(coroutine)  # type: ignore[type-var,unused-coroutine]
+    finally:
+        coroutine.close()
+
+
+def test_a_lambda_is_a_function_and_needs_a_name() -> None:
+    handler = listener("queue:orders", name="on_order")(lambda body: None)
+    spec = spec_of(handler)
+    assert spec is not None and spec.name == "on_order" and spec.body_parameter == "body"
+    with pytest.raises(ListenerDefinitionError, match="identifier"):
+        listener("queue:orders")(lambda body: None)

@@ -4,15 +4,19 @@ written beside them must agree with that declaration."""
 from __future__ import annotations
 
 import inspect
+import re
 import typing
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from mdb import Distribution, Redelivery, listener, reference
+from mdb.errors import ConfigurationError
 from mdb.listener import spec_of
 from mdb.options import ListenerOptions, ListenerOverrides
+from mdb.settings import load_settings
 
 # A value other than the declared default for every option, valid on a per-server topic.
 SAMPLES: dict[str, Any] = {
@@ -105,6 +109,27 @@ def test_the_reference_shows_each_options_declared_default_range_and_meaning() -
         assert row.endswith(f"| {' '.join(str(info.description).split())} |")
     assert "| `pool` | `1` | 1 to 1024 |" in text
     assert "| `distribution` | `'one-copy-per-app'` |  |" in text
-    assert "| `backoff` | `2.0` | ≥ 1 |" in text
+    assert "| `backoff` | `2.0` | 1 to 10 |" in text
     assert "| `health_port` | none | 0 to 65535 |" in text
     assert "| `broker` | required |" in text
+
+
+@pytest.mark.parametrize(("toml", "setting"), [
+    *((f"[listeners.on_order.redelivery]\n{line}", f"listeners.on_order.redelivery.{name}")
+      for name, line in [("delay", "delay = inf"), ("delay", "delay = nan"),
+                         ("max_delay", "max_delay = inf"), ("backoff", "backoff = 1e308"),
+                         ("limit", "limit = 100001")]),
+    ("shutdown_grace_period = inf", "shutdown_grace_period"),
+    ("[brokers.main]\nconnect_timeout = inf", "brokers.main.connect_timeout"),
+    ("[brokers.main]\nreceipt_timeout = nan", "brokers.main.receipt_timeout"),
+])
+def test_settings_that_would_hang_a_slot_or_loop_a_message_are_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, toml: str, setting: str,
+) -> None:
+    """Issue 11, finding 4: ``delay = inf`` held a pool slot for ever; an endless timeout
+    waits for ever on a hung broker."""
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "mdb.toml"
+    config.write_text(toml + "\n")
+    with pytest.raises(ConfigurationError, match=rf"setting {re.escape(setting)}"):
+        load_settings(config)

@@ -1,0 +1,54 @@
+"""stomp.py's DEBUG frame lines never show a body unless MDB_TRACE_BODIES=true (issue 11,
+finding 6: bodies and validation inputs never reach logs)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from stomp.utils import Frame, clean_lines, convert_frame
+
+from mdb_stomp.frame_logs import STOMP_LOGGER, sent_frame_without_body
+
+SECRET = b"card 4111-1111-1111-1111"
+
+
+def logged(caplog: pytest.LogCaptureFixture, msg: str, *args: object) -> str:
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger=STOMP_LOGGER):
+        logging.getLogger(STOMP_LOGGER).debug(msg, *args)
+    return caplog.text
+
+
+def sent(body: bytes) -> str:
+    return str(clean_lines(convert_frame(Frame("SEND", {"destination": "/queue/q"}, body))))
+
+
+def test_a_received_frame_shows_command_and_headers_not_the_body(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MDB_TRACE_BODIES", raising=False)
+    text = logged(caplog, "received frame: %r, headers=%r, body=%r", "MESSAGE",
+                  {"destination": "/queue/q"}, SECRET)
+    assert "MESSAGE" in text and "/queue/q" in text and f"{len(SECRET)} bytes" in text
+    assert b"4111" not in text.encode()
+
+
+def test_a_sent_frame_shows_command_and_headers_not_the_body(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MDB_TRACE_BODIES", raising=False)
+    text = logged(caplog, "sending frame: %s", sent(SECRET))
+    assert "SEND" in text and "destination:/queue/q" in text
+    assert "4111" not in text and f"{len(SECRET)} bytes" in text
+    assert "4111" not in logged(caplog, "sending frame: %s", "not a frame 4111")
+
+
+def test_a_frame_without_a_body_is_shown_whole() -> None:
+    assert sent_frame_without_body(sent(b"")) == sent(b"")
+
+
+def test_with_mdb_trace_bodies_the_body_is_shown(caplog: pytest.LogCaptureFixture,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MDB_TRACE_BODIES", "true")
+    assert "4111" in logged(caplog, "sending frame: %s", sent(SECRET))
