@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from mdb.message import OutgoingMessage
+from collections.abc import Mapping
+
+from mdb.message import OutgoingMessage, ReplyAddress
 from mdb_stomp.dialect import Dialect
+
+REPLY_TO = "reply-to"
+CORRELATION_ID = "correlation-id"
 
 # Headers that structure a frame or describe one received delivery; the adapter sets its own.
 FRAME_HEADERS = frozenset(
@@ -30,7 +35,18 @@ def send_headers(message: OutgoingMessage, dialect: Dialect) -> dict[str, str]:
         if name not in FRAME_HEADERS
     }
     headers.update(dialect.send_headers(message))
+    # The JMS fields, as ActiveMQ (JMSReplyTo, JMSCorrelationID) and RabbitMQ read them.
+    if message.reply_to is not None:
+        headers[REPLY_TO] = dialect.address(message.reply_to)
+    if message.correlation_id is not None:
+        headers[CORRELATION_ID] = message.correlation_id
     return headers
+
+
+def reply_fields(headers: Mapping[str, str]) -> tuple[ReplyAddress | None, str | None]:
+    """The reply-to and correlation id of a received MESSAGE (``Delivery`` fields)."""
+    reply_to = headers.get(REPLY_TO)
+    return (ReplyAddress(reply_to) if reply_to else None), headers.get(CORRELATION_ID)
 
 
 def escape_name(name: str) -> str:
