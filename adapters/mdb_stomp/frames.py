@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from mdb.destinations import Destination
+from mdb.errors import ConfigurationError
 from mdb.message import OutgoingMessage, ReplyAddress
 from mdb_stomp.dialect import Dialect
 
@@ -36,11 +38,23 @@ def send_headers(message: OutgoingMessage, dialect: Dialect) -> dict[str, str]:
     }
     headers.update(dialect.send_headers(message))
     # The JMS fields, as ActiveMQ (JMSReplyTo, JMSCorrelationID) and RabbitMQ read them.
-    if message.reply_to is not None:
-        headers[REPLY_TO] = dialect.address(message.reply_to)
+    reply_to = message.reply_to or _logical(headers.get(REPLY_TO))
+    if reply_to is not None:
+        headers[REPLY_TO] = dialect.address(reply_to)
     if message.correlation_id is not None:
         headers[CORRELATION_ID] = message.correlation_id
     return headers
+
+
+def _logical(reply_to: str | None) -> Destination | None:
+    """A ``reply-to`` header the application wrote in mdb's syntax (``queue:x``), which the
+    broker would otherwise keep as a plain property; None for one in the broker's form."""
+    if reply_to is None or reply_to.startswith("/"):
+        return None
+    try:
+        return Destination.parse(reply_to)
+    except ConfigurationError:
+        return None
 
 
 def reply_fields(headers: Mapping[str, str]) -> tuple[ReplyAddress | None, str | None]:

@@ -88,3 +88,14 @@ async def test_a_java_named_reply_queue_gets_the_reply(java_broker: JavaBroker) 
         [answer] = await anyio.to_thread.run_sync(lambda: java.receive(replies, 1))
     assert reply_tos == [f"/queue/{replies}"]
     assert (answer["text"], answer["JMSCorrelationID"]) == ("named!", sent["JMSMessageID"])
+
+
+async def test_a_reply_to_header_in_mdb_syntax_is_the_jms_reply_to(
+        java_broker: JavaBroker) -> None:
+    broker, java = java_broker
+    queue, replies = unique("header_to_java"), unique("header_answers")
+    async with Producer(settings_for(broker.url)) as producer:
+        await producer.send(f"queue:{queue}", "answer me", {"reply-to": f"queue:{replies}"})
+    [seen] = java.receive(queue, 1)
+    assert seen["JMSReplyTo"] == f"queue://{replies}"
+    assert "reply-to" not in seen["properties"]
