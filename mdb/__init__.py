@@ -16,6 +16,8 @@ from mdb.errors import (
     EncodeError,
     ListenerDefinitionError,
     MdbError,
+    NoReplyTo,
+    ReplyTimeout,
     SendOutcomeUnknown,
     SubscriptionFailed,
     TransactionRolledBack,
@@ -29,7 +31,7 @@ from mdb.settings import Settings, load_settings
 __all__ = [
     "BrokerError", "BrokerEvent", "ConfigurationError", "ConnectionFailed", "ConnectionLost",
     "Container", "Context", "DecodeError", "Destination", "Distribution", "EncodeError",
-    "EventKind", "ListenerDefinitionError", "ListenerSpec", "MdbError", "Producer", "Redelivery",
-    "SendOutcomeUnknown", "Settings", "SubscriptionFailed", "TransactionRolledBack", "listener",
-    "load_settings", "on_event",
+    "EventKind", "ListenerDefinitionError", "ListenerSpec", "MdbError", "NoReplyTo", "Producer",
+    "Redelivery", "ReplyTimeout", "SendOutcomeUnknown", "Settings", "SubscriptionFailed",
+    "TransactionRolledBack", "listener", "load_settings", "on_event",
 ]

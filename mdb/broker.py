@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
-from mdb.message import OutgoingMessage
+from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +79,10 @@ class Delivery:
     application: the container leaves them off the copy it re-sends for a redelivery or to an
     error destination, where the broker sets its own. Names not present may be listed; the
     same set may be shared by every delivery.
+
+    ``reply_to`` is where the sender asked for a reply (``Transaction.send`` and
+    ``Connection.send`` of the same broker accept it as a target) and ``correlation_id`` the
+    sender's correlation id; None when the message has none.
     """
 
     destination: Destination
@@ -88,6 +92,8 @@ class Delivery:
     broker_redelivered: bool
     token: object
     protocol_headers: frozenset[str] = frozenset()
+    reply_to: ReplyAddress | None = None
+    correlation_id: str | None = None
 
 
 class Subscription(abc.ABC):
@@ -121,14 +127,40 @@ class Subscription(abc.ABC):
         A durable subscription keeps existing. Never raises."""
 
 
+class TemporaryQueue(abc.ABC):
+    """A queue that only its connection reads and that lives at most as long as it: where a
+    requester waits for replies (a JMS ``TemporaryQueue``).
+
+    A message sent with ``reply_to`` set to ``reply_to`` (on this connection) tells its
+    receiver to answer here; the receiver sees its broker's name for it (an ActiveMQ
+    ``/remote-temp-queue/ID:...``, a RabbitMQ ``/reply-queue/...``). Deliveries from it are
+    settled when they arrive: never ack them; a reply that comes after ``close`` is lost.
+    """
+
+    @property
+    @abc.abstractmethod
+    def reply_to(self) -> ReplyAddress:
+        """The ``OutgoingMessage.reply_to`` that sends replies here."""
+
+    @abc.abstractmethod
+    async def receive(self) -> Delivery:
+        """Wait for the next reply. Raises ``ConnectionLost`` once the connection drops or the
+        queue was closed."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Delete the queue (with the replies not yet received). Never raises."""
+
+
 class Transaction(abc.ABC):
     @abc.abstractmethod
     async def ack(self, delivery: Delivery) -> None:
         """Settle ``delivery`` when, and only if, this transaction commits."""
 
     @abc.abstractmethod
-    async def send(self, destination: Destination, message: OutgoingMessage) -> None:
-        """Send ``message`` when, and only if, this transaction commits."""
+    async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
+        """Send ``message`` when, and only if, this transaction commits. ``destination`` may
+        be the ``reply_to`` of a delivery from this broker."""
 
     @abc.abstractmethod
     async def commit(self) -> None:
@@ -157,6 +189,12 @@ class Connection(abc.ABC):
         (saying what to do instead), ``ConnectionLost`` when the connection is down."""
 
     @abc.abstractmethod
+    async def temporary_queue(self) -> TemporaryQueue:
+        """Create a temporary queue for replies to this connection's sends; return once
+        messages sent to it are kept. Raises ``SubscriptionFailed``, or ``ConnectionLost``
+        when the connection is down."""
+
+    @abc.abstractmethod
     async def begin(self) -> Transaction:
         """Start a transaction. Several may be open at once on one connection."""
 
@@ -165,8 +203,9 @@ class Connection(abc.ABC):
         """Settle ``delivery`` outside any transaction."""
 
     @abc.abstractmethod
-    async def send(self, destination: Destination, message: OutgoingMessage) -> None:
+    async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
         """Send outside any transaction; return once the broker confirmed it stored the message.
+        ``destination`` may be the ``reply_to`` of a delivery from this broker.
 
         Raises ``SendOutcomeUnknown`` when no confirmation came, ``ConnectionLost`` when the
         message surely was not sent.

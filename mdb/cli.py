@@ -4,9 +4,10 @@
 runs the container process; ``mdb subscriptions MODULE... [--config FILE]`` prints the
 subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
 NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION BODY
-[--header k=v]... [--key K]`` sends a message by hand; ``mdb status [--config FILE] [--url URL]``
-asks a running container's health endpoint (setting ``health_port``) how it is. ``mdb run``
-re-applies the topology of its ``--config`` file when the file changes or on SIGHUP.
+[--header k=v]... [--key K] [--reply-to DEST] [--correlation-id ID]`` sends a message by hand;
+``mdb status [--config FILE] [--url URL]`` asks a running container's health endpoint
+(setting ``health_port``) how it is. ``mdb run`` re-applies the topology of its ``--config``
+file when the file changes or on SIGHUP.
 
 Exit status: 0 after a clean stop (``mdb status``: the container is ready), 1 when ``mdb
 status`` found the container not ready, 2 for a configuration error, 3 when no broker could be
@@ -154,7 +155,9 @@ def _mtime(path: Path) -> float | None:
 async def send(args: argparse.Namespace, settings: Settings) -> None:
     headers = dict(_header(h) for h in args.header)
     async with Producer(settings) as producer:
-        message_id = await producer.send(args.destination, args.body, headers, key=args.key)
+        message_id = await producer.send(args.destination, args.body, headers, key=args.key,
+                                         reply_to=args.reply_to,
+                                         correlation_id=args.correlation_id)
     print(f"sent {message_id} to {args.destination}")
 
 
@@ -289,6 +292,9 @@ def _parser() -> argparse.ArgumentParser:
     p_send.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
     p_send.add_argument("--key", help="choose the member of a distributed destination by this "
                                       "key (default: round robin)")
+    p_send.add_argument("--reply-to", metavar="DESTINATION",
+                        help="where a reply should go, queue:NAME or topic:NAME (JMSReplyTo)")
+    p_send.add_argument("--correlation-id", metavar="ID", help="the JMSCorrelationID")
     common(p_send)
     p_send.set_defaults(command=send)
 

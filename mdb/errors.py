@@ -9,6 +9,8 @@ ever catches ``MdbError`` subclasses::
     │   └── SelectorError               a selector outside the subset mdb.selector evaluates
     ├── DecodeError                 a message body does not match the handler's annotation
     ├── EncodeError (a TypeError)   a body to send is not bytes, str, a model or JSON data
+    ├── NoReplyTo                   ``Context.reply`` on a message that names no reply-to
+    ├── ReplyTimeout (a TimeoutError) ``Producer.request`` got no reply in time
     └── BrokerError                 anything that went wrong talking to a broker
         ├── ConnectionFailed            could not connect (refused, timed out, bad credentials)
         ├── ConnectionLost              an open connection dropped; its work in flight is stale
@@ -45,6 +47,16 @@ class DecodeError(MdbError):
 class EncodeError(MdbError, TypeError):
     """A body to send cannot be encoded. Also a ``TypeError``: it is a programming error, and
     code that caught the ``TypeError`` ``codec.encode`` raised before keeps working."""
+
+
+class NoReplyTo(MdbError):
+    """``Context.reply`` was called while handling a message that asks for no reply (it has no
+    reply-to). Raised in the handler, it fails the delivery like any handler error."""
+
+
+class ReplyTimeout(MdbError, TimeoutError):
+    """``Producer.request`` got no reply within its timeout. The request was sent: it may
+    still be processed, and its late reply is dropped with the temporary queue."""
 
 
 class BrokerError(MdbError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,27 @@ def new_id() -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplyAddress:
+    """Where a received message asks for its reply, as the broker wrote it.
+
+    It is opaque to the core: the adapter that delivered the message made it, and only an
+    adapter of the same kind reads it, to send a reply on the same broker (a JMS temporary
+    queue, ``/remote-temp-queue/ID:...`` on ActiveMQ; ``/reply-queue/...`` on RabbitMQ; or a
+    plain queue or topic). ``str()`` shows it for logs and spans.
+    """
+
+    address: str
+
+    def __str__(self) -> str:
+        return self.address
+
+
+ReplyTo = Destination | ReplyAddress
+"""A reply-to of an outgoing message: a logical destination (``queue:x``), which the adapter
+maps to its broker's form, or the ``ReplyAddress`` of a received message."""
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     """One delivery of a message, as handed to a handler through its Context."""
 
@@ -33,16 +55,32 @@ class Message:
     headers: Mapping[str, str]
     redelivered: bool
     delivery_count: int
+    reply_to: ReplyAddress | None = None
+    correlation_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class OutgoingMessage:
-    """A message to send. ``headers`` always carries ``mdb_id``."""
+    """A message to send. ``headers`` always carries ``mdb_id``. ``reply_to`` and
+    ``correlation_id`` are the JMS fields of the same names; each adapter maps them to its
+    protocol (STOMP ``reply-to`` and ``correlation-id``), the core never names a header."""
 
     body: bytes
     headers: Mapping[str, str] = field(default_factory=dict)
+    reply_to: ReplyTo | None = None
+    correlation_id: str | None = None
 
     @property
     def content_type(self) -> str | None:
         return self.headers.get(CONTENT_TYPE)
 
+
+def addressed(message: OutgoingMessage, reply_to: str | Destination | None,
+              correlation_id: str | None) -> OutgoingMessage:
+    """``message`` with a reply-to (mdb's destination syntax, ``queue:NAME``) and a
+    correlation id, where given."""
+    if reply_to is None and correlation_id is None:
+        return message
+    return dataclasses.replace(
+        message, reply_to=None if reply_to is None else Destination.parse(reply_to),
+        correlation_id=correlation_id)

@@ -6,14 +6,19 @@ one too, for the sends of handlers that go to another broker than the delivery's
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from types import TracebackType
 
+import anyio
+
 from mdb import codec, tracing
+from mdb.broker import Delivery
 from mdb.brokers import Brokers
 from mdb.destinations import Destination
+from mdb.errors import ReplyTimeout
 from mdb.links import BrokerLink
-from mdb.message import ID, OutgoingMessage
+from mdb.message import ID, Message, OutgoingMessage, ReplyAddress, addressed
 from mdb.settings import Settings
 from mdb.topology import Member, Topology
 
@@ -49,11 +54,54 @@ class Producer:
     async def send(
         self, destination: str | Destination, body: object,
         headers: Mapping[str, str] | None = None, *, key: str | None = None,
+        reply_to: str | Destination | None = None, correlation_id: str | None = None,
     ) -> str:
-        """Send ``body``; return its ``mdb_id``."""
-        message = codec.outgoing(body, headers)
+        """Send ``body``; return its ``mdb_id``. ``reply_to`` (``queue:NAME`` or
+        ``topic:NAME``, on the same broker) and ``correlation_id`` become the message's
+        JMSReplyTo and JMSCorrelationID: a handler's ``ctx.reply`` answers there, with this
+        correlation id or else the returned ``mdb_id``."""
+        message = addressed(codec.outgoing(body, headers), reply_to, correlation_id)
         await self.send_message(Destination.parse(destination), message, key=key)
         return message.headers[ID]
+
+    async def request(
+        self, destination: str | Destination, body: object,
+        headers: Mapping[str, str] | None = None, *, timeout: float, key: str | None = None,
+        correlation_id: str | None = None,
+    ) -> Message:
+        """Send ``body`` as a request and return the reply: JMS request/reply, with Python as
+        the requester.
+
+        The request goes to the first member of ``destination`` (``member_for``; no failover,
+        as the reply can only come back on that broker) with a temporary queue of that
+        connection as its reply-to and ``correlation_id`` (else the request's ``mdb_id``) as
+        its correlation id; the reply is the first message on that queue with the same
+        correlation id (an mdb handler's ``ctx.reply`` sets it; a Java replier copies the
+        request's JMSCorrelationID). Raises ``ReplyTimeout`` when none came within
+        ``timeout`` seconds (the request was sent), and as ``send`` when the request could not
+        be sent. The temporary queue is deleted before it returns."""
+        target = Destination.parse(destination)
+        member = self.member_for(target, key=key)
+        link = self._link(member.broker)
+        connection = await link.connect()
+        replies = await connection.temporary_queue()
+        try:
+            message = codec.outgoing(body, headers)
+            expected = correlation_id or message.headers[ID]
+            message = dataclasses.replace(message, reply_to=replies.reply_to,
+                                          correlation_id=expected)
+            with tracing.sending(link.system, target, message) as traced:
+                await connection.send(member.destination, traced)
+            with anyio.move_on_after(timeout):
+                while True:
+                    delivery = await replies.receive()
+                    if delivery.correlation_id == expected:
+                        return _reply(delivery)
+            raise ReplyTimeout(f"no reply to request {message.headers[ID]} sent to {target} "
+                               f"within {timeout} s")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await replies.close()
 
     def member_for(self, destination: Destination, *, key: str | None = None,
                    prefer: str | None = None) -> Member:
@@ -73,6 +121,15 @@ class Producer:
                 await connection.send(member.destination, traced)
 
         return await self.brokers.failover(destination, attempt, key=key, prefer=prefer)
+
+    async def send_reply(self, broker: str, address: ReplyAddress,
+                         message: OutgoingMessage) -> None:
+        """Send ``message`` to ``address``, the reply-to of a message delivered by ``broker``
+        (no failover: the address exists only there). Raises as ``Connection.send``."""
+        link = self._link(broker)
+        with tracing.sending(link.system, address, message) as traced:
+            connection = await link.connect()
+            await connection.send(address, traced)
 
     def _link(self, broker: str) -> BrokerLink:
         """The link sends to ``broker`` share; one whose broker's settings changed since it
@@ -96,3 +153,12 @@ class Producer:
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
+
+
+def _reply(delivery: Delivery) -> Message:
+    """A reply as ``Producer.request`` returns it."""
+    return Message(id=delivery.headers.get(ID) or delivery.broker_message_id,
+                   destination=delivery.destination, body=delivery.body,
+                   headers=delivery.headers, redelivered=delivery.broker_redelivered,
+                   delivery_count=1, reply_to=delivery.reply_to,
+                   correlation_id=delivery.correlation_id)

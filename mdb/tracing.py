@@ -19,6 +19,7 @@ environment variables only when nobody did. Message bodies are never recorded, u
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
@@ -35,7 +36,7 @@ from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
 
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError, error_type
-from mdb.message import OutgoingMessage
+from mdb.message import OutgoingMessage, ReplyTo
 
 _tracer = trace.get_tracer("mdb")
 _meter = metrics.get_meter("mdb")
@@ -92,14 +93,14 @@ def record_bodies() -> bool:
     return os.environ.get("MDB_TRACE_BODIES", "").lower() in {"1", "true", "yes"}
 
 
-def _attributes(system: str, destination: Destination, operation: str,
+def _attributes(system: str, destination: ReplyTo, operation: str,
                 ) -> dict[str, str | int | bool]:
     return {"messaging.system": system, "messaging.destination.name": str(destination),
             "messaging.operation.name": operation, "messaging.operation.type": operation}
 
 
 @contextmanager
-def sending(system: str, destination: Destination, message: OutgoingMessage,
+def sending(system: str, destination: ReplyTo, message: OutgoingMessage,
             ) -> Iterator[OutgoingMessage]:
     """A ``send <destination>`` PRODUCER span around a send; yields ``message`` with the
     span's trace context in its headers, which is what must be sent."""
@@ -118,7 +119,7 @@ def sending(system: str, destination: Destination, message: OutgoingMessage,
         headers = dict(message.headers)
         propagate.inject(headers)
         try:
-            yield OutgoingMessage(message.body, headers)
+            yield dataclasses.replace(message, headers=headers)
         except Exception as exc:
             span.set_attribute("error.type", error_type(exc))
             raise

@@ -32,13 +32,14 @@ import anyio.lowlevel
 from mdb.broker import Connection, Delivery, SubscriptionRequest
 from mdb.destinations import Destination, Kind
 from mdb.errors import SubscriptionFailed
-from mdb.message import OutgoingMessage
+from mdb.message import OutgoingMessage, ReplyTo
 from mdb.selector import Matcher, SelectorError, compile_selector
 from mdb_memory.exchange import subscription_queue_name
-from mdb_memory.queue import freeze_headers
+from mdb_memory.queue import frozen, target_of
 from mdb_memory.session import Session
 from mdb_memory.state import BrokerState
 from mdb_memory.subscription import MemorySubscription, Token
+from mdb_memory.temporary import MemoryTemporaryQueue, new_name
 from mdb_memory.transaction import MemoryTransaction
 
 # A subscription name becomes one segment of ``Consumer.<name>.VirtualTopic.<topic>``.
@@ -125,6 +126,12 @@ class MemoryConnection(Connection):
                 "stop them first"
             )
 
+    async def temporary_queue(self) -> MemoryTemporaryQueue:
+        name = new_name()
+        subscription = await self.subscribe(SubscriptionRequest(
+            Destination(Kind.QUEUE, name), None, durable=False, selector=None, prefetch=100))
+        return MemoryTemporaryQueue(self, subscription, name, self._session.exchange)
+
     async def begin(self) -> MemoryTransaction:
         await _checkpoint()
         self._session.check_open()
@@ -140,22 +147,22 @@ class MemoryConnection(Connection):
                 and token.subscription.settle(token)):
             self._session.exchange.notify()
 
-    async def send(self, destination: Destination, message: OutgoingMessage) -> None:
+    async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
         await _checkpoint()
         self._session.check_open()
         exchange = self._session.exchange
-        destination = Destination.parse(destination)
+        target = target_of(destination)
         failure = exchange.take_failure()
         if failure is not None:
             error_type, stored = failure
             if stored:
-                exchange.publish(destination, bytes(message.body), freeze_headers(message.headers))
+                exchange.publish(target, frozen(message))
                 exchange.notify()
             raise error_type(
-                f"send to {destination} on memory broker {exchange.name!r} failed (injected); "
+                f"send to {target} on memory broker {exchange.name!r} failed (injected); "
                 f"the message was {'stored' if stored else 'not stored'}"
             )
-        exchange.publish(destination, bytes(message.body), freeze_headers(message.headers))
+        exchange.publish(target, frozen(message))
         exchange.notify()
 
     async def close(self) -> None:

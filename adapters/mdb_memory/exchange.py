@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping
 from typing import Protocol
 
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, SendOutcomeUnknown
+from mdb.message import OutgoingMessage, ReplyAddress
 from mdb_memory.queue import MemoryQueue, StoredMessage
 from mdb_memory.signals import Signal
 
@@ -96,9 +96,13 @@ class Exchange:
             if not subscriptions:
                 self._topics.pop(topic, None)
 
-    def publish(self, destination: Destination, body: bytes, headers: Mapping[str, str]) -> None:
-        """Store a message: in the queue, or a copy in every subscription queue of the topic."""
-        message = StoredMessage(f"ID:memory-{next(_message_ids)}", destination, body, headers)
+    def publish(self, destination: Destination, sent: OutgoingMessage) -> None:
+        """Store a message (``queue.frozen``): in the queue, or a copy in every subscription
+        queue of the topic."""
+        reply_to = sent.reply_to
+        message = StoredMessage(
+            f"ID:memory-{next(_message_ids)}", destination, sent.body, sent.headers,
+            reply_to if isinstance(reply_to, ReplyAddress) else None, sent.correlation_id)
         if destination.kind is Kind.TOPIC:
             for queue in self._topics.get(destination.name, {}).values():
                 queue.put(message)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Protocol
 
 from mdb.destinations import Destination, Kind
+from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -28,11 +29,26 @@ class StoredMessage:
     destination: Destination  # where it was sent: ``topic:X`` for a topic copy
     body: bytes
     headers: Mapping[str, str]
+    reply_to: ReplyAddress | None = None
+    correlation_id: str | None = None
 
 
 def freeze_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
     """A read-only copy of ``headers``, shared by every delivery of the message."""
     return MappingProxyType(dict(headers))
+
+
+def frozen(message: OutgoingMessage) -> OutgoingMessage:
+    """``message`` as sent: its headers a read-only copy, and its reply-to in this broker's
+    form, a ``ReplyAddress`` spelling a logical destination (``queue:x``)."""
+    reply_to = message.reply_to
+    return replace(message, body=bytes(message.body), headers=freeze_headers(message.headers),
+                   reply_to=None if reply_to is None else ReplyAddress(str(reply_to)))
+
+
+def target_of(target: ReplyTo) -> Destination:
+    """Where a send to ``target`` goes: a destination, or what a reply address spells."""
+    return Destination.parse(target.address if isinstance(target, ReplyAddress) else target)
 
 
 Entry = tuple[StoredMessage, bool]  # (message, redelivered)

@@ -93,7 +93,8 @@ class BrokerState:
         queue = self.exchange.find(_queue_name(destination))
         if queue is None:
             return []
-        return [Delivery(m.destination, m.body, m.headers, m.broker_message_id, redelivered, None)
+        return [Delivery(m.destination, m.body, m.headers, m.broker_message_id, redelivered, None,
+                         reply_to=m.reply_to, correlation_id=m.correlation_id)
                 for m, redelivered in queue.messages]
 
     def delete_queue(self, destination: Destination | str) -> bool:

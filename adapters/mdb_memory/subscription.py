@@ -103,7 +103,9 @@ class MemorySubscription(Subscription):
         token = Token(self, message)
         self._unsettled[token] = None
         self._buffer.append(Delivery(message.destination, message.body, message.headers,
-                                     message.broker_message_id, redelivered, token))
+                                     message.broker_message_id, redelivered, token,
+                                     reply_to=message.reply_to,
+                                     correlation_id=message.correlation_id))
         self._arrived.notify()
 
     # --- used by the connection and transactions -----------------------------------------------

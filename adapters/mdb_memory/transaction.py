@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import anyio.lowlevel
 
 from mdb.broker import Delivery, Transaction
 from mdb.destinations import Destination
 from mdb.errors import TransactionRolledBack
-from mdb.message import OutgoingMessage
-from mdb_memory.queue import freeze_headers
+from mdb.message import OutgoingMessage, ReplyTo
+from mdb_memory.queue import frozen, target_of
 from mdb_memory.session import Session
 from mdb_memory.subscription import Token
 
@@ -21,7 +19,7 @@ class MemoryTransaction(Transaction):
         self._session = session
         self._acks: dict[Token, None] = {}
         self._foreign = False  # acked a delivery of another connection
-        self._sends: list[tuple[Destination, bytes, Mapping[str, str]]] = []
+        self._sends: list[tuple[Destination, OutgoingMessage]] = []
         self._status = "open"  # then "committed", "rolled back", "aborted", "closed", "stale"
 
     def __repr__(self) -> str:
@@ -44,13 +42,11 @@ class MemoryTransaction(Transaction):
         token.subscription.hold(token)
         self._session.exchange.notify()
 
-    async def send(self, destination: Destination, message: OutgoingMessage) -> None:
+    async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
         await anyio.lowlevel.checkpoint()
         if self._status != "open":
             return
-        self._sends.append(
-            (Destination.parse(destination), bytes(message.body), freeze_headers(message.headers))
-        )
+        self._sends.append((target_of(destination), frozen(message)))
 
     async def commit(self) -> None:
         await anyio.lowlevel.checkpoint()
@@ -73,8 +69,8 @@ class MemoryTransaction(Transaction):
             )
         for token in self._acks:
             token.subscription.settle(token)
-        for destination, body, headers in self._sends:
-            exchange.publish(destination, body, headers)
+        for destination, message in self._sends:
+            exchange.publish(destination, message)
         self.finish("committed")
         exchange.notify()
         if failure is not None:

@@ -20,11 +20,12 @@ import uuid
 from mdb.broker import Connection, Delivery, SubscriptionRequest
 from mdb.destinations import Destination
 from mdb.errors import BrokerError, SendOutcomeUnknown, SubscriptionFailed
-from mdb.message import OutgoingMessage
+from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp.dialect import Dialect
 from mdb_stomp.frames import send_headers
 from mdb_stomp.receipts import ReceiptErrors
 from mdb_stomp.subscription import StompSubscription, ack_token
+from mdb_stomp.temporary import StompTemporaryQueue
 from mdb_stomp.transaction import StompTransaction
 from mdb_stomp.wire import Wire
 
@@ -66,6 +67,10 @@ class StompConnection(Connection):
         )
         await wire.request("unsubscribe", id=sub_id, headers=deleting, errors=errors)
 
+    async def temporary_queue(self) -> StompTemporaryQueue:
+        """A ``/temp-queue/`` of this connection (``mdb_stomp.temporary``)."""
+        return await StompTemporaryQueue.open(self._wire, self._dialect)
+
     async def begin(self) -> StompTransaction:
         """BEGIN (no receipt: a refused BEGIN fails the COMMIT). ``ConnectionLost`` when down."""
         transaction = StompTransaction(self._wire, self._dialect, uuid.uuid4().hex)
@@ -85,13 +90,13 @@ class StompConnection(Connection):
         token.subscription.unsettled.settle_alone(token.ack_id)
         self._wire.write("ack", id=token.ack_id)
 
-    async def send(self, destination: Destination, message: OutgoingMessage) -> None:
+    async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
         """SEND with a receipt. ``ConnectionLost`` when it surely was not sent (down before or
         during the write); ``SendOutcomeUnknown`` when no receipt came (timeout, or the
         connection dropped after the write); ``BrokerError`` when the broker refused it."""
         await self._wire.request(
             "send",
-            self._dialect.send_path(destination),
+            self._dialect.address(destination),
             message.body,
             headers=send_headers(message, self._dialect),
             errors=ReceiptErrors(

@@ -31,7 +31,7 @@ from typing import ClassVar
 from mdb.broker import SubscriptionRequest
 from mdb.destinations import Destination, Kind
 from mdb.errors import SubscriptionFailed
-from mdb.message import OutgoingMessage
+from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +63,19 @@ class Dialect(abc.ABC):
     #: False when they stay with the connection until it closes (RabbitMQ), so that closing a
     #: subscription holding any also closes its connection (see ``StompSubscription.close``).
     unsubscribe_releases_unacked: ClassVar[bool] = True
+    #: True when a ``/temp-queue/`` is created by subscribing to it (ActiveMQ); False when the
+    #: broker creates it and subscribes the connection at the first SEND naming it in
+    #: ``reply-to`` (RabbitMQ). See ``mdb_stomp.temporary``.
+    subscribes_temporary_queues: ClassVar[bool] = True
 
     @abc.abstractmethod
     def send_path(self, destination: Destination) -> str:
         """The STOMP destination a message for ``destination`` is sent to."""
+
+    def address(self, target: ReplyTo) -> str:
+        """The STOMP destination of a send to ``target``: ``send_path`` of a destination, or
+        a reply address verbatim (the broker wrote it in a delivery's ``reply-to``)."""
+        return target.address if isinstance(target, ReplyAddress) else self.send_path(target)
 
     @abc.abstractmethod
     def send_headers(self, message: OutgoingMessage) -> dict[str, str]:
@@ -237,6 +246,7 @@ class RabbitMQDialect(Dialect):
     broker = "RabbitMQ"
     vhost = "/"
     unsubscribe_releases_unacked = False
+    subscribes_temporary_queues = False
 
     def send_path(self, destination: Destination) -> str:
         if destination.kind is Kind.QUEUE:

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from mdb.message import OutgoingMessage
+from collections.abc import Mapping
+
+from mdb.destinations import Destination
+from mdb.errors import ConfigurationError
+from mdb.message import OutgoingMessage, ReplyAddress
 from mdb_stomp.dialect import Dialect
+
+REPLY_TO = "reply-to"
+CORRELATION_ID = "correlation-id"
 
 # Headers that structure a frame or describe one received delivery; the adapter sets its own.
 FRAME_HEADERS = frozenset(
@@ -30,7 +37,30 @@ def send_headers(message: OutgoingMessage, dialect: Dialect) -> dict[str, str]:
         if name not in FRAME_HEADERS
     }
     headers.update(dialect.send_headers(message))
+    # The JMS fields, as ActiveMQ (JMSReplyTo, JMSCorrelationID) and RabbitMQ read them.
+    reply_to = message.reply_to or _logical(headers.get(REPLY_TO))
+    if reply_to is not None:
+        headers[REPLY_TO] = dialect.address(reply_to)
+    if message.correlation_id is not None:
+        headers[CORRELATION_ID] = message.correlation_id
     return headers
+
+
+def _logical(reply_to: str | None) -> Destination | None:
+    """A ``reply-to`` header the application wrote in mdb's syntax (``queue:x``), which the
+    broker would otherwise keep as a plain property; None for one in the broker's form."""
+    if reply_to is None or reply_to.startswith("/"):
+        return None
+    try:
+        return Destination.parse(reply_to)
+    except ConfigurationError:
+        return None
+
+
+def reply_fields(headers: Mapping[str, str]) -> tuple[ReplyAddress | None, str | None]:
+    """The reply-to and correlation id of a received MESSAGE (``Delivery`` fields)."""
+    reply_to = headers.get(REPLY_TO)
+    return (ReplyAddress(reply_to) if reply_to else None), headers.get(CORRELATION_ID)
 
 
 def escape_name(name: str) -> str:

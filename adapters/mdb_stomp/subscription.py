@@ -19,7 +19,7 @@ from mdb.broker import Delivery, Subscription, SubscriptionRequest
 from mdb.destinations import Destination
 from mdb.errors import ConnectionLost, SubscriptionFailed
 from mdb_stomp.dialect import PROTOCOL_HEADERS, Dialect
-from mdb_stomp.frames import text
+from mdb_stomp.frames import reply_fields, text
 from mdb_stomp.inbox import Inbox
 from mdb_stomp.receipts import ReceiptErrors, Unanswered
 from mdb_stomp.unsettled import Unsettled
@@ -180,6 +180,7 @@ class StompSubscription(Subscription):
             log.warning("MESSAGE without an ack header on subscription %s dropped", self._id)
             return
         self.unsettled.dispatched(ack_id)
+        reply_to, correlation_id = reply_fields(headers)
         self._inbox.put(
             Delivery(
                 destination=self._destination,
@@ -189,6 +190,8 @@ class StompSubscription(Subscription):
                 broker_redelivered=headers.get("redelivered") == "true",
                 token=AckToken(ack_id, self),
                 protocol_headers=PROTOCOL_HEADERS,
+                reply_to=reply_to,
+                correlation_id=correlation_id,
             )
         )
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 
 from mdb.broker import Delivery, Transaction
-from mdb.destinations import Destination
 from mdb.errors import ConnectionLost, TransactionRolledBack
-from mdb.message import OutgoingMessage
+from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp.dialect import Dialect
 from mdb_stomp.frames import send_headers
 from mdb_stomp.receipts import ReceiptErrors
@@ -45,7 +44,7 @@ class StompTransaction(Transaction):
             self._doomed = self._doomed or str(error)
             raise
 
-    async def send(self, destination: Destination, message: OutgoingMessage) -> None:
+    async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
         """Transacted SEND, no receipt (the COMMIT's receipt covers it). ``ConnectionLost``
         when the connection is down: nothing was sent."""
         headers = send_headers(message, self._dialect)
@@ -53,7 +52,7 @@ class StompTransaction(Transaction):
         try:
             self._check_usable()
             self._wire.write(
-                "send", self._dialect.send_path(destination), message.body, headers=headers
+                "send", self._dialect.address(destination), message.body, headers=headers
             )
         except ConnectionLost as error:
             self._doomed = self._doomed or str(error)

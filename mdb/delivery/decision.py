@@ -48,6 +48,8 @@ def to_message(delivery: Delivery, destination: Destination) -> Message:
         headers=h,
         redelivered=count > 1 or delivery.broker_redelivered,
         delivery_count=count,
+        reply_to=delivery.reply_to,
+        correlation_id=delivery.correlation_id,
     )
 
 

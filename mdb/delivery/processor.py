@@ -186,8 +186,11 @@ class Processor:
         span.failed(failure.error_type, failure.text)
         target = outcome.destination
         tx = await connection.begin()
-        with tracing.sending(self._system, target,
-                             OutgoingMessage(message.body, outcome.headers)) as traced:
+        # The copy keeps the request's reply-to and correlation id, for a ``ctx.reply`` of
+        # a later delivery.
+        copy = OutgoingMessage(message.body, outcome.headers, reply_to=message.reply_to,
+                               correlation_id=message.correlation_id)
+        with tracing.sending(self._system, target, copy) as traced:
             await commit(tx, [delivery], sends=[(target, traced)])
         if isinstance(outcome, Redeliver):
             span.redelivery(outcome.delivery_count)

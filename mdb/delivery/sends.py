@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import anyio
 
-from mdb import codec, tracing
+from mdb import tracing
 from mdb.broker import Connection, Delivery, Transaction
 from mdb.delivery.stats import Stats
 from mdb.destinations import Destination
 from mdb.errors import BrokerError
-from mdb.message import OutgoingMessage
+from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 from mdb.producer import Producer
 
 
@@ -36,18 +36,24 @@ class TransactedSends:
         self._begun: Transaction | None = None
         self._held: list[tuple[Destination, OutgoingMessage, str | None]] = []
 
-    async def send(self, destination: Destination, body: object,
-                   headers: Mapping[str, str] | None, key: str | None) -> None:
-        """``Context.send`` of the handler (a ``mdb.context.SendFunction``)."""
-        message = codec.outgoing(body, headers)
-        member = self._producer.member_for(destination, key=key, prefer=self._broker)
-        if member.broker != self._broker:
-            self._held.append((destination, message, key))
+    async def send(self, target: ReplyTo, message: OutgoingMessage, key: str | None) -> None:
+        """``Context.send`` and ``Context.reply`` of the handler (a
+        ``mdb.context.SendFunction``); a reply address is on the delivery's broker."""
+        if isinstance(target, ReplyAddress):
+            await self._in_transaction(target, target, message)
             return
+        member = self._producer.member_for(target, key=key, prefer=self._broker)
+        if member.broker != self._broker:
+            self._held.append((target, message, key))
+            return
+        await self._in_transaction(target, member.destination, message)
+
+    async def _in_transaction(self, logical: ReplyTo, physical: ReplyTo,
+                              message: OutgoingMessage) -> None:
         if self._begun is None:
             self._begun = await self._connection.begin()
-        with tracing.sending(self._system, destination, message) as traced:
-            await self._begun.send(member.destination, traced)
+        with tracing.sending(self._system, logical, message) as traced:
+            await self._begun.send(physical, traced)
 
     async def flushed(self) -> BrokerError | None:
         """Make the held sends of a handler that succeeded; return the error of one that was
@@ -85,16 +91,17 @@ class TransactedSends:
 
 class DirectSends:
     """``Context.send`` of a non-transacted handler: each send is made at once, with a receipt,
-    a member on the delivery's broker preferred."""
+    a member on the delivery's broker preferred (a reply goes to the delivery's broker)."""
 
     def __init__(self, producer: Producer, broker: str) -> None:
         self._producer = producer
         self._broker = broker
 
-    async def send(self, destination: Destination, body: object,
-                   headers: Mapping[str, str] | None, key: str | None) -> None:
-        await self._producer.send_message(destination, codec.outgoing(body, headers), key=key,
-                                          prefer=self._broker)
+    async def send(self, target: ReplyTo, message: OutgoingMessage, key: str | None) -> None:
+        if isinstance(target, ReplyAddress):
+            await self._producer.send_reply(self._broker, target, message)
+            return
+        await self._producer.send_message(target, message, key=key, prefer=self._broker)
 
 
 async def commit(

@@ -73,6 +73,23 @@ class JmsTool:
         seen = self._run("receive", queue, str(count), str(int(timeout * 1000)))
         return [m for m in seen if not m.get("timeout")]
 
+    def request(self, queue: str, text: str, timeout: float = 30.0,
+                **options: object) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Send a TextMessage whose JMSReplyTo is a TemporaryQueue (``options`` as for
+        ``send``) and wait at most ``timeout`` seconds for the reply; return the request as
+        Java sent it and the reply (None when none came)."""
+        sent, reply = self._run("request", queue, text, str(int(timeout * 1000)),
+                                *(f"{key}={value}" for key, value in options.items()))
+        return sent, None if reply.get("timeout") else reply
+
+    def reply_server(self, queue: str, count: int,
+                     timeout: float = 30.0) -> list[dict[str, Any]]:
+        """Answer ``count`` requests from ``queue`` as a JMS replier (a TextMessage "reply to
+        <text>" to the JMSReplyTo, with the request's JMSCorrelationID, else its JMSMessageID),
+        waiting at most ``timeout`` seconds for each; return the requests answered."""
+        seen = self._run("reply-server", queue, str(count), str(int(timeout * 1000)))
+        return [m for m in seen if not m.get("timeout")]
+
     def _run(self, command: str, *args: str) -> list[dict[str, Any]]:
         done = subprocess.run(
             ["java", "-cp", _classpath(_compiled()), "JmsTool", command, self.url, self.user,

@@ -103,6 +103,21 @@ def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> Non
     assert result.stdout.startswith(f"sent {delivery.headers['mdb_id']} to {queue}")
 
 
+def test_mdb_send_sets_reply_to_and_correlation_id(activemq: object) -> None:
+    import anyio
+
+    from tests.contract.support import read, unique
+
+    url = str(activemq.url)  # type: ignore[attr-defined]
+    queue, replies = f"queue:{unique('ask')}", unique("replies")
+    env = {**os.environ, "MDB_BROKERS__DEFAULT__URL": url}
+    result = mdb("send", queue, "hello", "--reply-to", f"queue:{replies}",
+                 "--correlation-id", "c-7", cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr
+    [delivery] = anyio.run(read, url, queue, 1)
+    assert (str(delivery.reply_to), delivery.correlation_id) == (f"/queue/{replies}", "c-7")
+
+
 def test_mdb_subscriptions_prints_the_plan_without_connecting(tmp_path: Path) -> None:
     (tmp_path / "topic_listeners.py").write_text(
         "from mdb import Distribution, listener\n\n"

@@ -29,6 +29,13 @@ import org.apache.activemq.ActiveMQConnectionFactory;
  *        (persistent|non-persistent), JMSCorrelationID, JMSType, JMSReplyTo (queue name); any
  *        other pair is a string property.
  *   receive URL USER PASSWORD QUEUE COUNT TIMEOUT_MS           prints each message taken.
+ *   request URL USER PASSWORD QUEUE TEXT TIMEOUT_MS [name=value ...]   sends a TextMessage
+ *        whose JMSReplyTo is a TemporaryQueue (options as for send), prints it, then prints the
+ *        reply (or a timeout) taken from the temporary queue.
+ *   reply-server URL USER PASSWORD QUEUE COUNT TIMEOUT_MS    answers COUNT requests from QUEUE
+ *        as a JMS replier does: a TextMessage "reply to " + the request's text, sent to its
+ *        JMSReplyTo with JMSCorrelationID set to the request's JMSCorrelationID, or its
+ *        JMSMessageID when it has none; prints each request.
  */
 public final class JmsTool {
     public static void main(String[] args) throws Exception {
@@ -46,6 +53,13 @@ public final class JmsTool {
                 case "receive":
                     receive(session, args[4], Integer.parseInt(args[5]), Long.parseLong(args[6]));
                     break;
+                case "request":
+                    request(session, args);
+                    break;
+                case "reply-server":
+                    replyServer(session, args[4], Integer.parseInt(args[5]),
+                                Long.parseLong(args[6]));
+                    break;
                 default:
                     throw new IllegalArgumentException("unknown command " + args[0]);
             }
@@ -55,15 +69,49 @@ public final class JmsTool {
     }
 
     private static void send(Session session, String[] args) throws Exception {
-        Destination queue = session.createQueue(args[4]);
-        String kind = args[5];
-        String body = args[6];
-        Message message = make(session, kind, body);
+        Message message = make(session, args[5], args[6]);
+        sendWithOptions(session, session.createQueue(args[4]), message, args, 7);
+        System.out.println(describe(message));
+    }
+
+    private static void request(Session session, String[] args) throws Exception {
+        Message message = session.createTextMessage(args[5]);
+        Destination replies = session.createTemporaryQueue();
+        message.setJMSReplyTo(replies);
+        sendWithOptions(session, session.createQueue(args[4]), message, args, 7);
+        System.out.println(describe(message));
+        Message reply = session.createConsumer(replies).receive(Long.parseLong(args[6]));
+        System.out.println(reply == null ? "{\"timeout\": true}" : describe(reply));
+    }
+
+    private static void replyServer(Session session, String name, int count, long timeout)
+            throws Exception {
+        MessageConsumer consumer = session.createConsumer(session.createQueue(name));
+        MessageProducer producer = session.createProducer(null);
+        for (int i = 0; i < count; i++) {
+            Message request = consumer.receive(timeout);
+            if (request == null) {
+                System.out.println("{\"timeout\": true}");
+                return;
+            }
+            String text = request instanceof TextMessage ? ((TextMessage) request).getText() : "";
+            Message reply = session.createTextMessage("reply to " + text);
+            String correlation = request.getJMSCorrelationID();
+            reply.setJMSCorrelationID(correlation != null ? correlation
+                                                          : request.getJMSMessageID());
+            producer.send(request.getJMSReplyTo(), reply);
+            System.out.println(describe(request));
+        }
+    }
+
+    /** Sends the message to the queue with the name=value options of args from index first. */
+    private static void sendWithOptions(Session session, Destination queue, Message message,
+                                        String[] args, int first) throws Exception {
         MessageProducer producer = session.createProducer(queue);
         int priority = Message.DEFAULT_PRIORITY;
         long ttl = Message.DEFAULT_TIME_TO_LIVE;
         int mode = DeliveryMode.PERSISTENT;
-        for (int i = 7; i < args.length; i++) {
+        for (int i = first; i < args.length; i++) {
             String[] pair = args[i].split("=", 2);
             switch (pair[0]) {
                 case "JMSPriority": priority = Integer.parseInt(pair[1]); break;
@@ -79,7 +127,6 @@ public final class JmsTool {
             }
         }
         producer.send(message, mode, priority, ttl);
-        System.out.println(describe(message));
     }
 
     private static Message make(Session session, String kind, String body) throws Exception {
