@@ -28,7 +28,7 @@ from types import ModuleType
 import anyio
 from dependency_injector import containers
 
-from mdb import tracing
+from mdb import logs, tracing
 from mdb.brokers import Brokers
 from mdb.container import Container
 from mdb.destinations import Destination, Kind
@@ -53,12 +53,7 @@ log = logging.getLogger("mdb")
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("MDB_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s%(trace)s",
-    )
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(tracing.TraceIds())
+    logs.configure()
     try:
         settings = load_settings(args.config, app=args.app, server=args.server)
         try:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from mdb.brokers import connections_for
 from mdb.health import Health
 from mdb.planning import Planned, slots_per_broker
+from mdb.redaction import redact_url
 from mdb.settings import Settings
 
 
@@ -25,7 +26,7 @@ def plan_table(settings: Settings, plans: Sequence[Planned]) -> str:
                 ", durable" if p.request.name and p.request.durable else "")
             rows.append((spec.name, str(spec.destination), str(p.request.destination),
                          p.name, kind, str(spec.options.pool),
-                         f"{p.broker} ({settings.brokers[p.broker].url}, "
+                         f"{p.broker} ({redact_url(settings.brokers[p.broker].url)}, "
                          f"{connections_for(slots[p.broker])} connections)"))
     return _table(rows)
 

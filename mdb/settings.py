@@ -243,12 +243,12 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
 
 
 def describe_errors(exc: ValidationError) -> str:
+    """One line per invalid setting, naming it and what is wrong, never the value given: a
+    misspelt or mistyped password key would otherwise print the password."""
     lines = ["invalid settings:"]
-    for err in exc.errors():
+    for err in exc.errors(include_input=False, include_url=False):
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        got = err.get("input")
-        shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
         unknown = err["type"] == "extra_forbidden"
         hint = " — unknown setting; see docs/configuration.md" if unknown else ""
-        lines.append(f"  setting {where}: {err['msg']}{shown}{hint}")
+        lines.append(f"  setting {where}: {err['msg']}{hint}")
     return "\n".join(lines)
