@@ -3,15 +3,24 @@
 ``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]``
 runs the container process; ``mdb subscriptions MODULE... [--config FILE]`` prints the
 subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
-NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION BODY
-[--header k=v]... [--key K]`` sends a message by hand; ``mdb status [--config FILE] [--url URL]``
-asks a running container's health endpoint (setting ``health_port``) how it is. ``mdb run``
-re-applies the topology of its ``--config`` file when the file changes or on SIGHUP.
+NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION (BODY | --file
+PATH) [--header k=v]... [--key K]`` sends a message by hand (BODY as text; ``--file`` sends the
+bytes of PATH, ``-`` for stdin); ``mdb status [--config FILE] [--url URL]`` asks a running
+container's health endpoint (setting ``health_port``) how it is. ``mdb run`` re-applies the
+topology of its ``--config`` file when the file changes or on SIGHUP.
 
-Exit status: 0 after a clean stop (``mdb status``: the container is ready), 1 when ``mdb
-status`` found the container not ready, 2 for a configuration error, 3 when no broker could be
-reached at startup (``mdb status``: when the health endpoint could not be reached), 128+N after
-a second signal N.
+Exit status (a failure is one line on stderr, ``mdb: configuration error: ...`` or ``mdb: broker
+error: ...``, never a traceback):
+
+- 0: a clean stop; ``mdb status``: the container is ready;
+- 1: ``mdb status``: the container answered and is not ready (or not live);
+- 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
+  a listener module that does not import or raises at import, an invalid selector, a
+  ``health_port`` that cannot be bound, a ``--file`` that cannot be read;
+- 3: a broker error: no broker could be reached at startup, or a broker refused what mdb asked
+  (a subscription, ``mdb send``'s message, ...); ``mdb status``: the health endpoint could not
+  be reached;
+- 128+N: a second signal N.
 """
 
 from __future__ import annotations
@@ -148,8 +157,9 @@ def _mtime(path: Path) -> float | None:
 
 async def send(args: argparse.Namespace, settings: Settings) -> None:
     headers = dict(_header(h) for h in args.header)
+    body = _body(args.body, args.file)
     async with Producer(settings) as producer:
-        message_id = await producer.send(args.destination, args.body, headers, key=args.key)
+        message_id = await producer.send(args.destination, body, headers, key=args.key)
     print(f"sent {message_id} to {args.destination}")
 
 
@@ -247,6 +257,20 @@ def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return group
 
 
+def _body(text: str | None, file: str | None) -> str | bytes:
+    """The body of ``mdb send``: BODY as text, or the bytes of ``--file`` (``-``: stdin)."""
+    if text is not None and file is None:
+        return text
+    if text is not None or file is None:
+        raise ConfigurationError("mdb send: give the BODY or --file PATH (- for stdin), not both")
+    if file == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(file).read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"mdb send --file {file}: {exc.strerror or exc}") from None
+
+
 def _header(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -280,7 +304,10 @@ def _parser() -> argparse.ArgumentParser:
 
     p_send = sub.add_parser("send", help="send one message")
     p_send.add_argument("destination", help="queue:NAME or topic:NAME")
-    p_send.add_argument("body")
+    p_send.add_argument("body", nargs="?", help="the body, as text (or give --file)")
+    p_send.add_argument("--file", metavar="PATH",
+                        help="send the bytes of PATH as the body (-: read stdin), for a body "
+                             "too large or too binary for the command line")
     p_send.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
     p_send.add_argument("--key", help="choose the member of a distributed destination by this "
                                       "key (default: round robin)")

@@ -33,7 +33,7 @@ from mdb.errors import ConfigurationError
 from mdb.options import ListenerOverrides
 from mdb.topology import Member, Topology
 
-_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+_NAME = re.compile(r"[A-Za-z0-9_]+")
 
 
 class BrokerSettings(BaseModel):
@@ -143,7 +143,7 @@ class Settings(BaseSettings):
     @field_validator("app", "server")
     @classmethod
     def _simple_name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError("may contain only letters, digits and '_' (it becomes part of "
                              "subscription names, where '-' separates the parts)")
         return value
