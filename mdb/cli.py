@@ -30,9 +30,10 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import TextIO
 
 import anyio
 from dependency_injector import containers
@@ -47,7 +48,7 @@ from mdb.links import adapter
 from mdb.listener import ListenerSpec
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.producer import Producer
-from mdb.report import plan_table, status_report
+from mdb.report import plan_table, status_line, status_report
 from mdb.settings import Settings, load_settings
 from mdb.wiring import (
     find_container,
@@ -107,14 +108,16 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
                     await running.start(container.run)
                     print(f"mdb: ready (app {settings.app}, server {settings.server})",
                           flush=True)
-                    helpers.start_soon(_print_status, container, settings.status_interval)
+                    helpers.start_soon(
+                        print_status, lambda: status_line(d.stats for d in container.deployed),
+                        settings.status_interval, sys.stdout)
                     if args.config is not None:
                         helpers.start_soon(_reload_on_change, container, args)
                 helpers.cancel_scope.cancel()
         finally:
             if health is not None:
                 health.close()
-    print(f"mdb: stopped; {status_line(container)}", flush=True)
+    print(f"mdb: stopped; {status_line(d.stats for d in container.deployed)}", flush=True)
 
 
 # How often ``mdb run`` looks at its --config file for a changed topology.
@@ -223,20 +226,18 @@ def _health_url(settings: Settings) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{settings.health_port}"
 
 
-def status_line(container: Container) -> str:
-    stats = [d.stats for d in container.deployed]
-    return (f"processed {sum(s.processed for s in stats)}, "
-            f"in flight {sum(s.in_flight for s in stats)}, "
-            f"redelivered {sum(s.redelivered for s in stats)}, "
-            f"to error destination {sum(s.to_error_destination for s in stats)}, "
-            f"rolled back {sum(s.rolled_back for s in stats)}, "
-            f"filtered {sum(s.filtered for s in stats)}")
-
-
-async def _print_status(container: Container, interval: float) -> None:
+async def print_status(line: Callable[[], str], interval: float, out: TextIO) -> None:
+    """Every ``interval`` seconds print ``mdb: <line()>`` to ``out``: every time on a terminal,
+    where it is watched; elsewhere (a log collector) only when the line changed, so an idle
+    container's log does not grow by a line every few seconds."""
+    last = None
+    terminal = out.isatty()
     while True:
         await anyio.sleep(interval)
-        print(f"mdb: {status_line(container)}", flush=True)
+        now = line()
+        if terminal or now != last:
+            print(f"mdb: {now}", file=out, flush=True)
+        last = now
 
 
 async def _stop_on_signals(container: Container) -> None:

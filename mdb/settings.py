@@ -132,7 +132,8 @@ class Settings(BaseSettings):
     shutdown_grace_period: Annotated[float, Field(ge=0)] = Field(
         30.0, description="seconds in-flight handlers may take to finish on shutdown")
     status_interval: Annotated[float, Field(gt=0)] = Field(
-        5.0, description="seconds between the status lines `mdb run` prints")
+        5.0, description="seconds between the status lines `mdb run` prints (when stdout is "
+                         "not a terminal: printed only when the line changed)")
     health_port: Annotated[int, Field(ge=0, le=65535)] | None = Field(
         None, description="serve /health/live, /health/ready and /status over HTTP on this port "
                           "(default: off; 0: any free port); `mdb status` reads it")
