@@ -64,8 +64,13 @@ def test_a_broker_outage_is_one_line_when_it_starts_and_one_when_it_ends(
         stderr: queue.Queue[str] = queue.Queue()
         lines: list[str] = []
         assert process.stdout is not None and process.stderr is not None
-        reader = threading.Thread(
-            target=lambda: [stderr.put(line) for line in process.stderr], daemon=True)
+        pipe = process.stderr
+
+        def read() -> None:
+            for line in pipe:
+                stderr.put(line)
+
+        reader = threading.Thread(target=read, daemon=True)
         reader.start()
 
         def wait_for(text: str) -> None:
