@@ -26,7 +26,6 @@ error: ...``, never a traceback):
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
@@ -48,6 +47,7 @@ from mdb.links import adapter
 from mdb.listener import ListenerSpec
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.producer import Producer
+from mdb.reload import reload_on_change
 from mdb.report import plan_table, status_line, status_report
 from mdb.settings import Settings, load_settings
 from mdb.wiring import (
@@ -57,8 +57,6 @@ from mdb.wiring import (
     import_modules,
     wired,
 )
-
-log = logging.getLogger("mdb")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -112,50 +110,13 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
                         print_status, lambda: status_line(d.stats for d in container.deployed),
                         settings.status_interval, sys.stdout)
                     if args.config is not None:
-                        helpers.start_soon(_reload_on_change, container, args)
+                        helpers.start_soon(reload_on_change, container, args.config,
+                                           args.app, args.server)
                 helpers.cancel_scope.cancel()
         finally:
             if health is not None:
                 health.close()
     print(f"mdb: stopped; {status_line(d.stats for d in container.deployed)}", flush=True)
-
-
-# How often ``mdb run`` looks at its --config file for a changed topology.
-CONFIG_POLL_INTERVAL = 2.0
-
-
-async def _reload_on_change(container: Container, args: argparse.Namespace) -> None:
-    """Apply the --config file's topology when it changes (polled) or on SIGHUP; a bad one is
-    rejected with a message and the running one stays."""
-    path: Path = args.config
-    seen = _mtime(path)
-
-    async def reload(why: str) -> None:
-        try:
-            settings = load_settings(path, app=args.app, server=args.server)
-            await container.apply(settings)
-        except ConfigurationError as exc:
-            log.error("%s: topology change rejected, the running one stays: %s", why, exc)
-
-    async def on_sighup() -> None:
-        with anyio.open_signal_receiver(signal.SIGHUP) as signals:
-            async for _ in signals:
-                await reload("SIGHUP")
-
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(on_sighup)
-        while True:
-            await anyio.sleep(CONFIG_POLL_INTERVAL)
-            if (now := _mtime(path)) != seen:
-                seen = now
-                await reload(f"{path} changed")
-
-
-def _mtime(path: Path) -> float | None:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return None
 
 
 async def send(args: argparse.Namespace, settings: Settings) -> None:
