@@ -3,6 +3,7 @@ value and a CONNECT frame's passcode stay out of plan tables, errors and logs, D
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -101,4 +102,29 @@ async def test_debug_logging_never_shows_the_passcode(
     connection = await broker.connect()
     await connection.close()
     assert any("CONNECT" in r.getMessage() for r in caplog.records), "stomp.py logged no frame"
+    assert not [r.getMessage() for r in caplog.records if SECRET in r.getMessage()]
+
+
+@pytest.mark.anyio
+async def test_status_events_and_logs_of_a_down_broker_never_show_its_password(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from tests.contract.support import partitioned_settings, running, unique
+
+    caplog.set_level(logging.DEBUG)
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]  # nothing listens there once closed
+    settings = partitioned_settings(
+        [f"memory://{unique('a')}", f"stomp+activemq://admin:{SECRET}@127.0.0.1:{port}",
+         f"memory://{unique('c')}"], ["topic:prices"])
+    settings.brokers["b"] = settings.brokers["b"].model_copy(update={"connect_timeout": 1})
+
+    @listener("topic:prices")
+    async def on_price(body: bytes) -> None:
+        pass
+
+    async with running(settings, on_price) as container:
+        health = container.health()
+    assert [b.state for b in health.brokers] == ["up", "down", "up"]
+    assert SECRET not in json.dumps(health.to_json())
+    assert any("connection-lost: broker b" in r.getMessage() for r in caplog.records)
     assert not [r.getMessage() for r in caplog.records if SECRET in r.getMessage()]
