@@ -34,10 +34,11 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-# A password in a URL's user-info (``scheme://user:PASSWORD@host``) and a STOMP ``passcode``
-# header as a frame is logged (``passcode:PASSWORD`` up to the line's end or a quote).
+# A password in a URL's user-info (``scheme://user:PASSWORD@host``), and a STOMP ``passcode``
+# header as a frame is logged: up to the end of its line, a newline or, in the repr of the
+# frame's lines that stomp.py logs, an escaped one (quotes may be part of the password).
 _URL_PASSWORD = re.compile(r"(://[^/:@\s'\"]*:)[^@\s'\"]*(@)")
-_PASSCODE = re.compile(r"(passcode:)[^\\\n'\"]*")
+_PASSCODE = re.compile(r"(passcode:).*?(?=\\n|\n|$)")
 
 
 def mask_secrets(text: str) -> str:

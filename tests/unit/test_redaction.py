@@ -24,3 +24,10 @@ def test_mask_secrets_masks_url_passwords_and_passcodes_in_free_text() -> None:
     assert "s3cr3t" not in masked
     assert "passcode:***" in masked and "stomp+activemq://u:***@host:61613" in masked
     assert "http://plain.example/" in masked
+
+
+def test_mask_secrets_masks_a_passcode_with_quotes_up_to_its_line_end() -> None:
+    logged = str([b"CONNECT\n", b"passcode:it's \"s3cr3t\"\n", b"\n"])
+    masked = mask_secrets(logged)
+    assert "passcode:***" in masked and "s3cr3t" not in masked and "it's" not in masked
+    assert mask_secrets("passcode:s3cr3t\nlogin:u") == "passcode:***\nlogin:u"
