@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
+from mdb.redaction import redact_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +245,7 @@ def broker_for(options: ConnectionOptions) -> Broker:
     found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     if scheme not in found:
         raise ConfigurationError(
-            f"broker url {options.url!r}: no adapter for scheme {scheme!r}; "
+            f"broker url {redact_url(options.url)!r}: no adapter for scheme {scheme!r}; "
             f"installed: {', '.join(sorted(found)) or 'none'}"
         )
     factory: type[Broker] = found[scheme].load()

@@ -3,33 +3,42 @@
 ``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]``
 runs the container process; ``mdb subscriptions MODULE... [--config FILE]`` prints the
 subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
-NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION BODY
-[--header k=v]... [--key K] [--reply-to DEST] [--correlation-id ID]`` sends a message by hand;
-``mdb status [--config FILE] [--url URL]`` asks a running container's health endpoint
-(setting ``health_port``) how it is. ``mdb run`` re-applies the topology of its ``--config``
-file when the file changes or on SIGHUP.
+NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION (BODY | --file
+PATH) [--header k=v]... [--key K] [--reply-to DEST] [--correlation-id ID]`` sends a message by
+hand (BODY as text; ``--file`` sends the bytes of PATH, ``-`` for stdin); ``mdb status [--config
+FILE] [--url URL]`` asks a running container's health endpoint (setting ``health_port``) how it
+is. ``mdb run`` re-applies the topology of its ``--config`` file when the file changes or on
+SIGHUP.
 
-Exit status: 0 after a clean stop (``mdb status``: the container is ready), 1 when ``mdb
-status`` found the container not ready, 2 for a configuration error, 3 when no broker could be
-reached at startup (``mdb status``: when the health endpoint could not be reached), 128+N after
-a second signal N.
+Exit status (a failure is one line on stderr, ``mdb: configuration error: ...`` or ``mdb: broker
+error: ...``, never a traceback):
+
+- 0: a clean stop; ``mdb status``: the container is ready;
+- 1: ``mdb status``: the container answered and is not ready (or not live);
+- 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
+  a listener module that does not import or raises at import, an invalid selector, a
+  ``health_port`` that cannot be bound, a ``--file`` that cannot be read;
+- 3: a broker error: no broker could be reached at startup, or a broker refused what mdb asked
+  (a subscription, ``mdb send``'s message, ...); ``mdb status``: the health endpoint could not
+  be reached;
+- 128+N: a second signal N.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import TextIO
 
 import anyio
 from dependency_injector import containers
 
-from mdb import tracing
+from mdb import logs, tracing
 from mdb.brokers import Brokers
 from mdb.container import Container
 from mdb.destinations import Destination, Kind
@@ -39,7 +48,8 @@ from mdb.links import adapter
 from mdb.listener import ListenerSpec
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.producer import Producer
-from mdb.report import plan_table, status_report
+from mdb.reload import reload_on_change
+from mdb.report import plan_table, status_line, status_report
 from mdb.settings import Settings, load_settings
 from mdb.wiring import (
     find_container,
@@ -49,17 +59,10 @@ from mdb.wiring import (
     wired,
 )
 
-log = logging.getLogger("mdb")
-
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("MDB_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s%(trace)s",
-    )
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(tracing.TraceIds())
+    logs.configure()
     try:
         settings = load_settings(args.config, app=args.app, server=args.server)
         try:
@@ -104,58 +107,24 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
                     await running.start(container.run)
                     print(f"mdb: ready (app {settings.app}, server {settings.server})",
                           flush=True)
-                    helpers.start_soon(_print_status, container, settings.status_interval)
+                    helpers.start_soon(
+                        print_status, lambda: status_line(d.stats for d in container.deployed),
+                        settings.status_interval, sys.stdout)
                     if args.config is not None:
-                        helpers.start_soon(_reload_on_change, container, args)
+                        helpers.start_soon(reload_on_change, container, args.config,
+                                           args.app, args.server)
                 helpers.cancel_scope.cancel()
         finally:
             if health is not None:
                 health.close()
-    print(f"mdb: stopped; {status_line(container)}", flush=True)
-
-
-# How often ``mdb run`` looks at its --config file for a changed topology.
-CONFIG_POLL_INTERVAL = 2.0
-
-
-async def _reload_on_change(container: Container, args: argparse.Namespace) -> None:
-    """Apply the --config file's topology when it changes (polled) or on SIGHUP; a bad one is
-    rejected with a message and the running one stays."""
-    path: Path = args.config
-    seen = _mtime(path)
-
-    async def reload(why: str) -> None:
-        try:
-            settings = load_settings(path, app=args.app, server=args.server)
-            await container.apply(settings)
-        except ConfigurationError as exc:
-            log.error("%s: topology change rejected, the running one stays: %s", why, exc)
-
-    async def on_sighup() -> None:
-        with anyio.open_signal_receiver(signal.SIGHUP) as signals:
-            async for _ in signals:
-                await reload("SIGHUP")
-
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(on_sighup)
-        while True:
-            await anyio.sleep(CONFIG_POLL_INTERVAL)
-            if (now := _mtime(path)) != seen:
-                seen = now
-                await reload(f"{path} changed")
-
-
-def _mtime(path: Path) -> float | None:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return None
+    print(f"mdb: stopped; {status_line(d.stats for d in container.deployed)}", flush=True)
 
 
 async def send(args: argparse.Namespace, settings: Settings) -> None:
     headers = dict(_header(h) for h in args.header)
+    body = _body(args.body, args.file)
     async with Producer(settings) as producer:
-        message_id = await producer.send(args.destination, args.body, headers, key=args.key,
+        message_id = await producer.send(args.destination, body, headers, key=args.key,
                                          reply_to=args.reply_to,
                                          correlation_id=args.correlation_id)
     print(f"sent {message_id} to {args.destination}")
@@ -221,20 +190,18 @@ def _health_url(settings: Settings) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{settings.health_port}"
 
 
-def status_line(container: Container) -> str:
-    stats = [d.stats for d in container.deployed]
-    return (f"processed {sum(s.processed for s in stats)}, "
-            f"in flight {sum(s.in_flight for s in stats)}, "
-            f"redelivered {sum(s.redelivered for s in stats)}, "
-            f"to error destination {sum(s.to_error_destination for s in stats)}, "
-            f"rolled back {sum(s.rolled_back for s in stats)}, "
-            f"filtered {sum(s.filtered for s in stats)}")
-
-
-async def _print_status(container: Container, interval: float) -> None:
+async def print_status(line: Callable[[], str], interval: float, out: TextIO) -> None:
+    """Every ``interval`` seconds print ``mdb: <line()>`` to ``out``: every time on a terminal,
+    where it is watched; elsewhere (a log collector) only when the line changed, so an idle
+    container's log does not grow by a line every few seconds."""
+    last = None
+    terminal = out.isatty()
     while True:
         await anyio.sleep(interval)
-        print(f"mdb: {status_line(container)}", flush=True)
+        now = line()
+        if terminal or now != last:
+            print(f"mdb: {now}", file=out, flush=True)
+        last = now
 
 
 async def _stop_on_signals(container: Container) -> None:
@@ -253,6 +220,20 @@ def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
     while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
         group = group.exceptions[0]  # type: ignore[assignment]
     return group
+
+
+def _body(text: str | None, file: str | None) -> str | bytes:
+    """The body of ``mdb send``: BODY as text, or the bytes of ``--file`` (``-``: stdin)."""
+    if text is not None and file is None:
+        return text
+    if text is not None or file is None:
+        raise ConfigurationError("mdb send: give the BODY or --file PATH (- for stdin), not both")
+    if file == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(file).read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"mdb send --file {file}: {exc.strerror or exc}") from None
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -288,7 +269,10 @@ def _parser() -> argparse.ArgumentParser:
 
     p_send = sub.add_parser("send", help="send one message")
     p_send.add_argument("destination", help="queue:NAME or topic:NAME")
-    p_send.add_argument("body")
+    p_send.add_argument("body", nargs="?", help="the body, as text (or give --file)")
+    p_send.add_argument("--file", metavar="PATH",
+                        help="send the bytes of PATH as the body (-: read stdin), for a body "
+                             "too large or too binary for the command line")
     p_send.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
     p_send.add_argument("--key", help="choose the member of a distributed destination by this "
                                       "key (default: round robin)")

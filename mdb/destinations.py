@@ -16,7 +16,7 @@ class Kind(enum.StrEnum):
 
 # Letters, digits and . _ - only: every broker accepts these in a destination name, and they
 # survive being embedded in subscription names and STOMP paths.
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class Destination:
             raise ConfigurationError(
                 f"destination {text!r} must be written 'queue:NAME' or 'topic:NAME'"
             )
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise ConfigurationError(
                 f"destination {text!r}: the name may contain only letters, digits, '.', '_' and '-'"
             )

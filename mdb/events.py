@@ -84,9 +84,11 @@ class Events:
         self.callbacks: list[Callback] = list(callbacks or [])
         self.counts: Counter[EventKind] = Counter()
 
-    def emit(self, event: BrokerEvent) -> None:
+    def emit(self, event: BrokerEvent, *, quiet: bool = False) -> None:
+        """Count, log and call back ``event``; ``quiet``: log it at DEBUG only, because a line
+        already logged says it (a broker's outage names the members it affects)."""
         self.counts[event.kind] += 1
-        log.log(_LEVELS[event.kind], "%s", event)
+        log.log(logging.DEBUG if quiet else _LEVELS[event.kind], "%s", event)
         for callback in self.callbacks:
             try:
                 callback(event)

@@ -31,6 +31,8 @@ from typing import Any, cast
 import anyio.from_thread
 import anyio.lowlevel
 
+from mdb.errors import ConfigurationError
+
 Answer = tuple[HTTPStatus, dict[str, object]]
 
 
@@ -143,8 +145,15 @@ class HealthServer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Bind (OSError when the port is taken) and start serving."""
-        server = _Server((self.host, self.port), _Handler)
+        """Bind and start serving; ConfigurationError naming the setting when the address
+        cannot be bound (the port is taken, the host is not this machine's, ...)."""
+        try:
+            server = _Server((self.host, self.port), _Handler)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"health_port {self.port}: cannot listen on {self.host}:{self.port}: "
+                f"{exc.strerror or exc}; choose another port (0: any free one) or health_host"
+            ) from None
         server.answer = self._answer
         self._server = server
         self.port = server.server_address[1]

@@ -48,7 +48,14 @@ def backed_off(delay: float, settings: BrokerSettings) -> float:
 
 
 class BrokerStatus:
-    """One broker's availability. ``members`` names what goes with it (for member events)."""
+    """One broker's availability. ``members`` names what goes with it (for member events).
+
+    An outage is logged as one line when it starts (``connection-lost``, naming the members it
+    makes unavailable) and one when it ends (``connection-restored``, with how long it lasted
+    and how many connection attempts failed meanwhile), however many connections serve the
+    broker; the member events of an outage are still emitted, counted and called back, but
+    logged only at DEBUG, since the broker's line names them.
+    """
 
     def __init__(self, name: str, settings: BrokerSettings, events: Events,
                  members: Callable[[], list[Member]] = list) -> None:
@@ -56,18 +63,29 @@ class BrokerStatus:
         self.settings = settings
         self.state = "unknown"  # then "up", "down", "failed"
         self.since = time.time()
+        self.failed_attempts = 0
+        """Connection attempts that failed since the broker was last up."""
         self._events = events
         self._members = members
 
     def up(self) -> None:
         if self.state == "up":
             return
-        was = self.state
+        was, down_for, attempts = self.state, time.time() - self.since, self.failed_attempts
         self._set("up")
+        self.failed_attempts = 0
         if was != "unknown":
-            self._emit(EventKind.CONNECTION_RESTORED)
-            for member in self._members():
-                self._emit(EventKind.MEMBER_AVAILABLE, member)
+            members = self._members()
+            self._emit(EventKind.CONNECTION_RESTORED, detail=(
+                f"down for {down_for:.1f}s, {attempts} failed attempts"
+                + _listed("; members available again", members)))
+            for member in members:
+                self._emit(EventKind.MEMBER_AVAILABLE, member, quiet=True)
+
+    def attempt_failed(self, reason: str) -> None:
+        """A connection attempt failed: counted, and the broker is down (see ``down``)."""
+        self.failed_attempts += 1
+        self.down(reason)
 
     def down(self, reason: str) -> None:
         if self.state in ("down", "failed"):
@@ -79,16 +97,23 @@ class BrokerStatus:
                            detail=f"unreachable for {give_up:g}s: {reason}; still retrying")
             return
         self._set("down")
-        self._emit(EventKind.CONNECTION_LOST, detail=reason)
-        for member in self._members():
-            self._emit(EventKind.MEMBER_UNAVAILABLE, member)
+        members = self._members()
+        self._emit(EventKind.CONNECTION_LOST,
+                   detail=reason + _listed("; members unavailable", members))
+        for member in members:
+            self._emit(EventKind.MEMBER_UNAVAILABLE, member, quiet=True)
 
     def _set(self, state: str) -> None:
         self.state = state
         self.since = time.time()
 
-    def _emit(self, kind: EventKind, member: Member | None = None, detail: str = "") -> None:
-        self._events.emit(BrokerEvent(kind, self.name, member, detail))
+    def _emit(self, kind: EventKind, member: Member | None = None, detail: str = "",
+              quiet: bool = False) -> None:
+        self._events.emit(BrokerEvent(kind, self.name, member, detail), quiet=quiet)
+
+
+def _listed(label: str, members: list[Member]) -> str:
+    return f"{label}: {', '.join(map(str, members))}" if members else ""
 
 
 class BrokerLink:
@@ -116,7 +141,7 @@ class BrokerLink:
                 try:
                     self._current = await self._broker.connect()
                 except ConnectionFailed as exc:
-                    self.status.down(str(exc))
+                    self.status.attempt_failed(str(exc))
                     raise
                 self.status.up()
             assert self._current is not None
@@ -133,9 +158,10 @@ class BrokerLink:
                 try:
                     self._current = await self._broker.connect()
                 except ConnectionFailed as exc:
-                    self.status.down(str(exc))
-                    log.info("broker %s: reconnect failed (%s); next try in %.1fs",
-                             self.name, exc, delay)
+                    self.status.attempt_failed(str(exc))
+                    # The outage is logged once by the status; each attempt only at DEBUG.
+                    log.debug("broker %s: reconnect failed (%s); next try in %.1fs",
+                              self.name, exc, delay)
                     await anyio.sleep(delay * random.uniform(0.8, 1.2))
                     delay = backed_off(delay, self.settings)
                 else:

@@ -37,6 +37,7 @@ from mdb.errors import ConfigurationError
 from mdb.listener import ListenerSpec
 from mdb.options import Distribution
 from mdb.selector import Matcher, SelectorError, compile_selector
+from mdb.selector_check import check_broker_selector
 from mdb.settings import Settings
 from mdb.topology import Member, Topology
 
@@ -86,6 +87,8 @@ def plan(spec: ListenerSpec, topology: Topology, *, app: str,
     selector = spec.options.selector if spec.options.selector and spec.options.selector.strip() \
         else None
     matcher = _compiled(spec, selector) if topic and selector else None
+    if selector and not topic:
+        _checked(spec, selector)
     return tuple(
         PlannedSubscription(
             listener=spec.name,
@@ -111,6 +114,17 @@ def _compiled(spec: ListenerSpec, selector: str) -> Matcher:
         raise ConfigurationError(
             f"listener {spec.name!r}: selector {selector!r} is not valid: {exc} (topic "
             "listeners' selectors are evaluated by mdb; see mdb.selector for what it supports)"
+        ) from None
+
+
+def _checked(spec: ListenerSpec, selector: str) -> None:
+    try:
+        check_broker_selector(selector)
+    except SelectorError as exc:
+        raise ConfigurationError(
+            f"listener {spec.name!r}: selector {selector!r} is not valid: {exc} (queue "
+            "listeners' selectors are evaluated by the broker; mdb checks what it can first, "
+            "see mdb.selector_check)"
         ) from None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
@@ -31,3 +32,16 @@ def redact_url(url: str) -> str:
     if port is not None:
         netloc += f":{port}"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+# A password in a URL's user-info (``scheme://user:PASSWORD@host``), and a STOMP ``passcode``
+# header as a frame is logged: up to the end of its line, a newline or, in the repr of the
+# frame's lines that stomp.py logs, an escaped one (quotes may be part of the password).
+_URL_PASSWORD = re.compile(r"(://[^/:@\s'\"]*:)[^@\s'\"]*(@)")
+_PASSCODE = re.compile(r"(passcode:).*?(?=\\n|\n|$)")
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with every URL password and STOMP passcode in it replaced by ``***``: for text
+    mdb did not write itself (a library's log line, a frame)."""
+    return _PASSCODE.sub(rf"\g<1>{MASK}", _URL_PASSWORD.sub(rf"\g<1>{MASK}\g<2>", text))

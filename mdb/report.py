@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from mdb.brokers import connections_for
+from mdb.delivery import Stats
 from mdb.health import Health
 from mdb.planning import Planned, slots_per_broker
+from mdb.redaction import redact_url
 from mdb.settings import Settings
 
 
@@ -25,9 +27,20 @@ def plan_table(settings: Settings, plans: Sequence[Planned]) -> str:
                 ", durable" if p.request.name and p.request.durable else "")
             rows.append((spec.name, str(spec.destination), str(p.request.destination),
                          p.name, kind, str(spec.options.pool),
-                         f"{p.broker} ({settings.brokers[p.broker].url}, "
+                         f"{p.broker} ({redact_url(settings.brokers[p.broker].url)}, "
                          f"{connections_for(slots[p.broker])} connections)"))
     return _table(rows)
+
+
+def status_line(stats: Iterable[Stats]) -> str:
+    """The container's counters, summed over its listeners: ``mdb run``'s status line."""
+    every = list(stats)
+    return (f"processed {sum(s.processed for s in every)}, "
+            f"in flight {sum(s.in_flight for s in every)}, "
+            f"redelivered {sum(s.redelivered for s in every)}, "
+            f"to error destination {sum(s.to_error_destination for s in every)}, "
+            f"rolled back {sum(s.rolled_back for s in every)}, "
+            f"filtered {sum(s.filtered for s in every)}")
 
 
 def status_report(health: Health, url: str, now: float | None = None) -> str:

@@ -33,7 +33,7 @@ from mdb.errors import ConfigurationError
 from mdb.options import ListenerOverrides
 from mdb.topology import Member, Topology
 
-_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+_NAME = re.compile(r"[A-Za-z0-9_]+")
 
 
 class BrokerSettings(BaseModel):
@@ -134,7 +134,8 @@ class Settings(BaseSettings):
     shutdown_grace_period: Annotated[float, Field(ge=0)] = Field(
         30.0, description="seconds in-flight handlers may take to finish on shutdown")
     status_interval: Annotated[float, Field(gt=0)] = Field(
-        5.0, description="seconds between the status lines `mdb run` prints")
+        5.0, description="seconds between the status lines `mdb run` prints (when stdout is "
+                         "not a terminal: printed only when the line changed)")
     health_port: Annotated[int, Field(ge=0, le=65535)] | None = Field(
         None, description="serve /health/live, /health/ready and /status over HTTP on this port "
                           "(default: off; 0: any free port); `mdb status` reads it")
@@ -145,7 +146,7 @@ class Settings(BaseSettings):
     @field_validator("app", "server")
     @classmethod
     def _simple_name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError("may contain only letters, digits and '_' (it becomes part of "
                              "subscription names, where '-' separates the parts)")
         return value
@@ -245,12 +246,12 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
 
 
 def describe_errors(exc: ValidationError) -> str:
+    """One line per invalid setting, naming it and what is wrong, never the value given: a
+    misspelt or mistyped password key would otherwise print the password."""
     lines = ["invalid settings:"]
-    for err in exc.errors():
+    for err in exc.errors(include_input=False, include_url=False):
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        got = err.get("input")
-        shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
         unknown = err["type"] == "extra_forbidden"
         hint = " — unknown setting; see docs/configuration.md" if unknown else ""
-        lines.append(f"  setting {where}: {err['msg']}{shown}{hint}")
+        lines.append(f"  setting {where}: {err['msg']}{hint}")
     return "\n".join(lines)

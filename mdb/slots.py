@@ -159,9 +159,9 @@ class Slots:
                         # Brokers keep an unsettled delivery with its live subscription; closing
                         # the subscription (below) hands it back for redelivery, flagged.
                         break
-            except ConnectionLost as exc:
-                log.warning("listener %s: connection to broker %s lost (%s); resubscribing",
-                            deployed.spec.name, link.name, exc)
+            except ConnectionLost as exc:  # the broker's status logs the outage once
+                log.debug("listener %s: connection to broker %s lost (%s); resubscribing",
+                          deployed.spec.name, link.name, exc)
             except BrokerError as exc:
                 log.error("listener %s: cannot resubscribe on broker %s: %s",
                           deployed.spec.name, link.name, exc)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+import traceback
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -33,7 +34,21 @@ def import_modules(names: Sequence[str]) -> list[ModuleType]:
                 f"cannot import listener module {name!r}: {exc}; give a dotted module name "
                 "importable from the current directory, e.g. examples.orders.listeners"
             ) from None
+        except Exception as exc:  # the application's code: one line, not a traceback
+            raise ConfigurationError(
+                f"listener module {name!r} raised at import: {_where(exc)}"
+                f"{type(exc).__name__}: {exc}"
+            ) from None
     return modules
+
+
+def _where(exc: BaseException) -> str:
+    """``FILE, line N: `` of the application's deepest frame in ``exc``'s traceback (the
+    interpreter's and installed libraries' frames are skipped); empty when there is none."""
+    library = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(library) and not f.filename.startswith("<frozen")]
+    return f"{frames[-1].filename}, line {frames[-1].lineno}: " if frames else ""
 
 
 def find_listeners(modules: Sequence[ModuleType]) -> list[ListenerSpec]:

@@ -8,6 +8,7 @@ import anyio.lowlevel
 
 from mdb.broker import ConnectionOptions
 from mdb.errors import ConfigurationError, ConnectionFailed
+from mdb.redaction import redact_url
 from mdb_memory.connection import MemoryConnection
 from mdb_memory.state import DEFAULT_NAME, BrokerState, broker_state
 
@@ -22,7 +23,7 @@ class MemoryBroker:
         parts = urlsplit(options.url)
         if parts.scheme != "memory":
             raise ConfigurationError(
-                f"broker url {options.url!r}: the memory broker takes 'memory://NAME'"
+                f"broker url {redact_url(options.url)!r}: the memory broker takes 'memory://NAME'"
             )
         self.options = options
         self.name = parts.netloc or parts.path.strip("/") or DEFAULT_NAME

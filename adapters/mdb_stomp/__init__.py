@@ -7,11 +7,18 @@ pure header work; ``dialect`` holds what differs per broker; and ``activemq.xml`
 file) is the reference ActiveMQ Classic configuration.
 """
 
+from mdb.logs import quiet_library
 from mdb_stomp.broker import StompBroker
 from mdb_stomp.connection import StompConnection
 from mdb_stomp.dialect import ActiveMQDialect, Dialect, RabbitMQDialect
+from mdb_stomp.frame_logs import STOMP_LOGGER, HiddenBodies
 from mdb_stomp.subscription import StompSubscription
 from mdb_stomp.transaction import StompTransaction
+
+# stomp.py's log repeats, once per connection and attempt, what mdb says once per broker, and
+# its frames carry the passcode and bodies: shown only at DEBUG, masked (mdb.logs), with each
+# body's size instead of the body (mdb_stomp.frame_logs).
+quiet_library(STOMP_LOGGER, HiddenBodies())
 
 __all__ = [
     "ActiveMQDialect",

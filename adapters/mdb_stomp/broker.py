@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from mdb.broker import ConnectionOptions
 from mdb.errors import ConfigurationError
+from mdb.redaction import redact_url
 from mdb_stomp.connection import StompConnection
 from mdb_stomp.dialect import DIALECTS
 from mdb_stomp.wire import Wire
@@ -28,15 +29,17 @@ class StompBroker:
         dialect = DIALECTS.get(parts.scheme)
         if dialect is None:
             raise ConfigurationError(
-                f"broker url {options.url!r}: mdb_stomp serves {', '.join(sorted(DIALECTS))}"
+                f"broker url {redact_url(options.url)!r}: mdb_stomp serves "
+                f"{', '.join(sorted(DIALECTS))}"
             )
         try:
             port = parts.port or DEFAULT_PORT
         except ValueError:
-            raise ConfigurationError(f"broker url {options.url!r}: invalid port") from None
+            raise ConfigurationError(
+                f"broker url {redact_url(options.url)!r}: invalid port") from None
         if not parts.hostname:
             raise ConfigurationError(
-                f"broker url {options.url!r} must be written '{parts.scheme}://HOST:PORT'"
+                f"broker url {redact_url(options.url)!r} must be written '{parts.scheme}://HOST:PORT'"
             )
         self._options = options
         self._dialect = dialect()

@@ -3,8 +3,9 @@
 At DEBUG, stomp.py logs every frame it receives (``received frame: cmd, headers=..., body=...``)
 and sends (``sending frame: [...]``, the frame's pieces with the body last). mdb promises that
 bodies reach logs only with ``MDB_TRACE_BODIES=true`` (docs/security.md), so ``HiddenBodies``,
-added to stomp.py's logger when this module is imported, rewrites those lines to show the
-body's size instead. The command and headers stay: they are what a DEBUG log is read for.
+which the package puts on stomp.py's logger (``mdb.logs.quiet_library``), rewrites those lines
+to show the body's size instead. The command and headers stay: they are what a DEBUG log is
+read for.
 """
 
 from __future__ import annotations
@@ -53,5 +54,3 @@ def sent_frame_without_body(pieces: str) -> str:
 def _size(body: object) -> str:
     return f"<body of {len(body) if isinstance(body, bytes | str) else '?'} bytes not shown>"
 
-
-logging.getLogger(STOMP_LOGGER).addFilter(HiddenBodies())

@@ -32,7 +32,6 @@ import stomp
 
 from mdb.broker import ConnectionOptions
 from mdb.errors import ConnectionFailed, ConnectionLost
-from mdb_stomp import frame_logs  # noqa: F401  (hides bodies in stomp.py's DEBUG lines)
 from mdb_stomp.frames import text
 from mdb_stomp.listener import Listener
 from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered

@@ -57,6 +57,44 @@ def test_a_module_that_does_not_import_is_named(app: Path) -> None:
     assert result.returncode == 2 and "'no_such_module'" in result.stderr
 
 
+def one_line(stderr: str) -> str:
+    """The sole line of ``stderr``: a startup failure is one line, never a traceback."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_a_module_that_raises_at_import_is_one_line_exit_2(app: Path) -> None:
+    (app / "broken.py").write_text("import json\n\nSETTING = json.loads('{')\n")
+    result = mdb("run", "broken", cwd=app)
+    assert result.returncode == 2
+    line = one_line(result.stderr)
+    assert "listener module 'broken'" in line and "JSONDecodeError" in line
+    assert "broken.py, line 3" in line
+
+
+def test_a_health_port_in_use_is_one_line_exit_2(app: Path) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        env = {**os.environ, "MDB_HEALTH_PORT": str(port), "MDB_LOG_LEVEL": "WARNING"}
+        result = mdb("run", "app_listeners", cwd=app, env=env)
+    assert result.returncode == 2
+    assert f"health_port {port}" in one_line(result.stderr)
+
+
+@pytest.mark.parametrize("command", ["subscriptions", "run"])
+def test_an_invalid_queue_selector_is_found_by_subscriptions_and_run(
+        app: Path, command: str) -> None:
+    (app / "sel.toml").write_text(
+        "[brokers.main]\nurl = 'stomp+activemq://127.0.0.1:9'\nconnect_timeout = 2\n"
+        "[listeners.on_order]\nselector = \"region = 'eu\"\n")
+    result = mdb(command, "app_listeners", "--config", "sel.toml", cwd=app)
+    assert result.returncode == 2
+    assert "listener 'on_order': selector" in one_line(result.stderr)
+
+
 def test_a_module_without_listeners_is_named(app: Path) -> None:
     (app / "empty.py").write_text("x = 1\n")
     result = mdb("run", "empty", cwd=app)
@@ -101,6 +139,34 @@ def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> Non
     [delivery] = anyio.run(read, url, queue, 1)
     assert delivery.body == b"hello" and delivery.headers["region"] == "eu"
     assert result.stdout.startswith(f"sent {delivery.headers['mdb_id']} to {queue}")
+    assert result.stderr == ""  # nothing of stomp.py's ("established connection ...")
+
+
+def test_mdb_send_takes_the_body_from_a_file_or_stdin(activemq: object, tmp_path: Path) -> None:
+    import anyio
+
+    from tests.contract.support import read, unique
+
+    url = str(activemq.url)  # type: ignore[attr-defined]
+    env = {**os.environ, "MDB_BROKERS__DEFAULT__URL": url}
+    big = bytes(range(256)) * 1024  # 256 KB: more than one command-line argument may hold
+    (tmp_path / "body.bin").write_bytes(big)
+    queue = f"queue:{unique('file')}"
+    result = mdb("send", queue, "--file", str(tmp_path / "body.bin"), cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr
+    piped = subprocess.run([sys.executable, "-m", "mdb.cli", "send", queue, "--file", "-"],
+                           cwd=ROOT, env=env, input=b"from stdin", capture_output=True,
+                           timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    first, second = anyio.run(read, url, queue, 2)
+    assert first.body == big and second.body == b"from stdin"
+
+
+def test_mdb_send_wants_one_body(app: Path) -> None:
+    both = mdb("send", "queue:q", "x", "--file", "body.bin", cwd=app)
+    assert both.returncode == 2 and "give the BODY or --file" in one_line(both.stderr)
+    missing = mdb("send", "queue:q", "--file", "nothing.bin", cwd=app)
+    assert missing.returncode == 2 and "nothing.bin" in one_line(missing.stderr)
 
 
 def test_mdb_send_sets_reply_to_and_correlation_id(activemq: object) -> None:

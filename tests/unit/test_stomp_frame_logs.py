@@ -8,6 +8,7 @@ import logging
 import pytest
 from stomp.utils import Frame, clean_lines, convert_frame
 
+import mdb_stomp  # noqa: F401  (puts its filters on stomp.py's logger)
 from mdb_stomp.frame_logs import STOMP_LOGGER, sent_frame_without_body
 
 SECRET = b"card 4111-1111-1111-1111"
@@ -15,7 +16,9 @@ SECRET = b"card 4111-1111-1111-1111"
 
 def logged(caplog: pytest.LogCaptureFixture, msg: str, *args: object) -> str:
     caplog.clear()
-    with caplog.at_level(logging.DEBUG, logger=STOMP_LOGGER):
+    # stomp.py's records show only while mdb logs at DEBUG (mdb.logs.quiet_library)
+    with caplog.at_level(logging.DEBUG, logger="mdb"), \
+            caplog.at_level(logging.DEBUG, logger=STOMP_LOGGER):
         logging.getLogger(STOMP_LOGGER).debug(msg, *args)
     return caplog.text
 

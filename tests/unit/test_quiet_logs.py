@@ -1,0 +1,59 @@
+"""Quiet logs under broker faults (issue 11, "What to build" 6): a broker outage is one line
+when it starts and one when it ends (with the failed attempts and how long it lasted), however
+many connections and reconnect attempts the container has."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+
+from mdb import Container, EventKind, listener
+from mdb.settings import BrokerSettings, Settings
+from mdb_memory import broker_state
+from tests.contract.support import WAIT, specs, unique
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_an_outage_is_one_line_when_it_starts_and_one_when_it_ends(
+        caplog: pytest.LogCaptureFixture) -> None:
+    name = unique("quiet")
+    settings = Settings(brokers={"main": BrokerSettings(
+        url=f"memory://{name}", reconnect_delay=0.01, reconnect_max_delay=0.02)})
+
+    @listener("queue:orders", pool=4)
+    async def on_order(body: bytes) -> None:
+        pass
+
+    @listener("topic:prices", pool=2)
+    async def on_price(body: bytes) -> None:
+        pass
+
+    caplog.set_level(logging.DEBUG)  # every record is captured; the INFO+ ones are what shows
+    container = Container(settings, specs(on_order, on_price))
+    status = container.brokers.status("main")
+    async with anyio.create_task_group() as tg:
+        await tg.start(container.run)
+        broker_state(name).refuse_connections()
+        broker_state(name).drop_connections()
+        with anyio.fail_after(WAIT):
+            while status.failed_attempts < 12:  # every slot has tried more than once
+                await anyio.sleep(0.01)
+        broker_state(name).refuse_connections(False)
+        with anyio.fail_after(WAIT):
+            while not container.health().ready:
+                await anyio.sleep(0.01)
+        container.request_stop()
+    shown = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO
+             and not r.getMessage().startswith("container ready")]
+    lost = [m for m in shown if "lost" in m]
+    restored = [m for m in shown if "restored" in m]
+    assert len(lost) == 1 and lost[0].startswith("connection-lost: broker main"), lost
+    assert "queue:orders@main" in lost[0] and "topic:prices@main" in lost[0]  # what is affected
+    assert len(restored) == 1, restored
+    assert "failed attempts" in restored[0] and "down for" in restored[0]
+    assert [m for m in shown if m not in lost + restored] == []  # nothing per connection
+    assert container.events.counts[EventKind.MEMBER_UNAVAILABLE] == 2  # still counted, and
+    assert container.events.counts[EventKind.MEMBER_AVAILABLE] == 2    # still called back
