@@ -10,7 +10,8 @@ ever catches ``MdbError`` subclasses::
     ├── DecodeError                 a message body does not match the handler's annotation
     ├── EncodeError (a TypeError)   a body to send is not bytes, str, a model or JSON data
     └── BrokerError                 anything that went wrong talking to a broker
-        ├── ConnectionFailed            could not connect (refused, timed out, bad credentials)
+        ├── ConnectionFailed            could not connect (refused, timed out, TLS, ...)
+        │   └── CredentialsRefused          the broker refused the login (user, password, vhost)
         ├── ConnectionLost              an open connection dropped; its work in flight is stale
         ├── SubscriptionFailed          the broker refused a subscription (bad selector, ...)
         ├── TransactionRolledBack       a commit did not happen; the broker redelivers what it held
@@ -53,6 +54,11 @@ class BrokerError(MdbError):
 
 class ConnectionFailed(BrokerError):
     """A connection could not be opened."""
+
+
+class CredentialsRefused(ConnectionFailed):
+    """The broker refused the login. Waiting for it does not help; new credentials may (the
+    container still retries a running connection: a password rotation is normal)."""
 
 
 class ConnectionLost(BrokerError):
