@@ -38,12 +38,31 @@ from mdb.redaction import redact_url
 
 
 @dataclass(frozen=True, slots=True)
+class TlsOptions:
+    """TLS for a connection: file paths (PEM) and the lowest TLS version. ``ca_file`` None
+    means the system's trusted CAs; ``cert_file``/``key_file`` a client certificate (mutual
+    TLS). The broker's certificate is always verified, its host name included."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    min_version: str = "1.2"
+
+
+@dataclass(frozen=True, slots=True)
 class ConnectionOptions:
-    """What the container tells an adapter about the connection it wants."""
+    """What the container tells an adapter about the connection it wants.
+
+    ``broker`` is the broker's name in settings, for messages (``brokers.<broker>.url``);
+    ``tls`` None means plaintext; an adapter that cannot do TLS refuses it (ConfigurationError).
+    Credentials given here take precedence over those in the URL.
+    """
 
     url: str
     username: str | None = None
     password: str | None = None
+    broker: str = "default"
+    tls: TlsOptions | None = None
     client_id: str = "mdb"
     heartbeat_ms: int = 4000
     connect_timeout: float = 10.0

@@ -17,7 +17,7 @@ from functools import partial
 import anyio
 
 from mdb.destinations import Destination
-from mdb.errors import ConnectionFailed, ConnectionLost
+from mdb.errors import ConnectionFailed, ConnectionLost, CredentialsRefused
 from mdb.events import Events
 from mdb.links import BrokerLink, BrokerStatus, backed_off
 from mdb.settings import BrokerSettings, Settings
@@ -176,8 +176,8 @@ class Brokers:
                 return member
             assert failure is not None  # a destination has at least one member
             left = deadline - time.monotonic()
-            if left <= 0:
-                raise failure
+            if left <= 0 or isinstance(failure, CredentialsRefused):
+                raise failure  # a refused login is not a broker coming back
             # Stop the world for this send, as a JMS producer does during a reconnect.
             await anyio.sleep(min(pause, left))
             pause = min(pause * 2, max(b.reconnect_max_delay for b in brokers))

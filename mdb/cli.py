@@ -140,7 +140,7 @@ async def subscriptions(args: argparse.Namespace, settings: Settings) -> None:
     plans = plan_listeners(settings, find_listeners(import_modules(args.modules)))
     # Refuse what a container would refuse: a broker URL no adapter serves (nothing connects).
     for name in slots_per_broker((spec, p) for spec, planned in plans for p in planned):
-        adapter(settings.brokers[name], f"{settings.app}.{settings.server}")
+        adapter(name, settings.brokers[name], f"{settings.app}.{settings.server}")
     print(plan_table(settings, plans))
 
 

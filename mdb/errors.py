@@ -12,7 +12,8 @@ ever catches ``MdbError`` subclasses::
     ├── NoReplyTo                   ``Context.reply`` on a message that names no reply-to
     ├── ReplyTimeout (a TimeoutError) ``Producer.request`` got no reply in time
     └── BrokerError                 anything that went wrong talking to a broker
-        ├── ConnectionFailed            could not connect (refused, timed out, bad credentials)
+        ├── ConnectionFailed            could not connect (refused, timed out, TLS, ...)
+        │   └── CredentialsRefused          the broker refused the login (user, password, vhost)
         ├── ConnectionLost              an open connection dropped; its work in flight is stale
         ├── SubscriptionFailed          the broker refused a subscription (bad selector, ...)
         ├── TransactionRolledBack       a commit did not happen; the broker redelivers what it held
@@ -65,6 +66,11 @@ class BrokerError(MdbError):
 
 class ConnectionFailed(BrokerError):
     """A connection could not be opened."""
+
+
+class CredentialsRefused(ConnectionFailed):
+    """The broker refused the login. Waiting for it does not help; new credentials may (the
+    container still retries a running connection: a password rotation is normal)."""
 
 
 class ConnectionLost(BrokerError):

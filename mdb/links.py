@@ -15,10 +15,11 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 
-from mdb.broker import Broker, Connection, ConnectionOptions, broker_for
+from mdb.broker import Broker, Connection, ConnectionOptions, TlsOptions, broker_for
 from mdb.errors import ConnectionFailed
 from mdb.events import BrokerEvent, EventKind, Events
 from mdb.settings import BrokerSettings
@@ -27,18 +28,31 @@ from mdb.topology import Member
 log = logging.getLogger("mdb.links")
 
 
-def adapter(settings: BrokerSettings, client_id: str) -> Broker:
-    """The adapter's ``Broker`` for ``settings``, connecting to nothing yet. Raises
-    ConfigurationError when no adapter serves the URL, or the adapter refuses it."""
+def adapter(name: str, settings: BrokerSettings, client_id: str) -> Broker:
+    """The adapter's ``Broker`` for broker ``name`` with ``settings``, connecting to nothing
+    yet: the one place where settings become ``ConnectionOptions``. Raises ConfigurationError
+    when no adapter serves the URL, or the adapter refuses it."""
+    tls = settings.tls
     return broker_for(ConnectionOptions(
         url=settings.url,
         username=settings.username,
         password=settings.password.get_secret_value() if settings.password else None,
+        broker=name,
+        tls=None if tls is None else TlsOptions(
+            ca_file=_path(tls.ca_file),
+            cert_file=_path(tls.cert_file),
+            key_file=_path(tls.key_file),
+            min_version=tls.min_version,
+        ),
         client_id=client_id,
         heartbeat_ms=settings.heartbeat_ms,
         connect_timeout=settings.connect_timeout,
         receipt_timeout=settings.receipt_timeout,
     ))
+
+
+def _path(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 def backed_off(delay: float, settings: BrokerSettings) -> float:
@@ -125,7 +139,7 @@ class BrokerLink:
         self.status = status
         self.name = status.name
         self.settings = status.settings
-        self._broker = adapter(self.settings, client_id)
+        self._broker = adapter(self.name, self.settings, client_id)
         self.system = self._broker.system  # messaging.system on its spans
         self._current: Connection | None = None
         self._lock = anyio.Lock()
@@ -149,7 +163,9 @@ class BrokerLink:
 
     async def connection(self) -> Connection:
         """The open connection, reconnecting with backoff and jitter until it succeeds (or the
-        caller is cancelled). Callers that lost the connection at once share one attempt."""
+        caller is cancelled). Callers that lost the connection at once share one attempt.
+        A refused login (``CredentialsRefused``) is retried too: rotating a password is
+        normal, and the broker status reports it (down, then failed) meanwhile."""
         async with self._lock:
             delay = self.settings.reconnect_delay
             if not self.is_open and self._current is not None:

@@ -10,10 +10,16 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.harness.process import BrokerProcess, started_together
+
+if TYPE_CHECKING:
+    from tests.harness.activemq import ActiveMQ
+    from tests.harness.certificates import Certificates
+    from tests.harness.rabbitmq import RabbitMQ
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
@@ -86,3 +92,37 @@ def member_urls(request: pytest.FixtureRequest) -> list[str]:
     if request.param == "memory":
         return [f"memory://{uuid.uuid4().hex[:8]}" for _ in range(3)]
     return [str(broker.url) for broker in request.getfixturevalue(request.param)]
+
+
+@pytest.fixture(scope="session")
+def tls_certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    """A test CA and the certificates signed by it (``tests.harness.certificates``)."""
+    from tests.harness.certificates import Certificates, tools_available
+
+    if not tools_available():
+        missing("openssl and keytool (from the JDK)")
+    return Certificates.make(tmp_path_factory.mktemp("certificates"))
+
+
+@pytest.fixture(scope="session")
+def activemq_tls(tls_certificates: Certificates) -> Iterator[ActiveMQ]:
+    """An ActiveMQ broker with a ``stomp+ssl`` connector wanting a client certificate, and a
+    user ``outsider`` (password ``outsider-pw``) who may connect and do nothing else."""
+    from tests.harness.activemq import ActiveMQ, activemq_available
+
+    if not activemq_available():
+        missing("ActiveMQ Classic")
+    with ActiveMQ(tls=tls_certificates, outsiders={"outsider": "outsider-pw"}) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_tls(tls_certificates: Certificates) -> Iterator[RabbitMQ]:
+    """A RabbitMQ node with a STOMP TLS listener (server certificate only); the transport
+    tests also make their vhosts and users on it."""
+    from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
+
+    if not rabbitmq_available():
+        missing("RabbitMQ with the STOMP plugin")
+    with RabbitMQ(tls=tls_certificates) as broker:
+        yield broker

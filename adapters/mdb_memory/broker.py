@@ -25,6 +25,11 @@ class MemoryBroker:
             raise ConfigurationError(
                 f"broker url {redact_url(options.url)!r}: the memory broker takes 'memory://NAME'"
             )
+        if options.tls is not None:
+            raise ConfigurationError(
+                f"setting brokers.{options.broker}.tls: the memory broker is in this process; "
+                "it has no TLS"
+            )
         self.options = options
         self.name = parts.netloc or parts.path.strip("/") or DEFAULT_NAME
 

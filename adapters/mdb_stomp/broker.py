@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from urllib.parse import urlsplit
+from typing import NoReturn
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from mdb.broker import ConnectionOptions
 from mdb.errors import ConfigurationError
@@ -12,48 +13,85 @@ from mdb_stomp.connection import StompConnection
 from mdb_stomp.dialect import DIALECTS
 from mdb_stomp.wire import Wire
 
-DEFAULT_PORT = 61613
+# STOMP 1.2 does not escape CONNECT headers (login, passcode, host): these would inject one.
+_CONNECT_UNSAFE = ("\r", "\n", "\x00")
 
 
 class StompBroker:
-    """``Broker`` for ``stomp+<dialect>://host[:port]`` URLs (``stomp+activemq``,
-    ``stomp+rabbitmq``).
+    """``Broker`` for ``stomp+<dialect>://[USER[:PASSWORD]@]HOST:PORT[/VHOST]`` URLs
+    (``stomp+activemq``, ``stomp+rabbitmq``).
 
-    Construction validates the URL (``ConfigurationError``); ``connect`` opens one STOMP 1.2
-    connection with heartbeats of ``heartbeat_ms`` both ways. No ``client-id`` is sent: ActiveMQ
-    refuses a second connection with the same one, and the container opens several.
+    Construction validates the URL and raises ``ConfigurationError`` naming the setting for
+    anything it does not understand, rather than ignoring it: a query (``?ssl=true``: TLS is
+    the ``tls`` setting), a fragment, a path on a broker without virtual hosts, a missing port
+    (a TLS port and a plaintext one differ: mdb does not guess), or a login, passcode or vhost
+    that would inject a CONNECT header. User-info and the vhost are percent-decoded; the
+    options' ``username``/``password`` take precedence over the URL's.
+
+    ``connect`` opens one STOMP 1.2 connection with heartbeats of ``heartbeat_ms`` both ways,
+    over TLS when ``options.tls`` says so. No ``client-id`` is sent: ActiveMQ refuses a second
+    connection with the same one, and the container opens several.
     """
 
     def __init__(self, options: ConnectionOptions) -> None:
+        self.options = options
         parts = urlsplit(options.url)
         dialect = DIALECTS.get(parts.scheme)
         if dialect is None:
-            raise ConfigurationError(
-                f"broker url {redact_url(options.url)!r}: mdb_stomp serves "
-                f"{', '.join(sorted(DIALECTS))}"
-            )
-        try:
-            port = parts.port or DEFAULT_PORT
-        except ValueError:
-            raise ConfigurationError(
-                f"broker url {redact_url(options.url)!r}: invalid port") from None
-        if not parts.hostname:
-            raise ConfigurationError(
-                f"broker url {redact_url(options.url)!r} must be written '{parts.scheme}://HOST:PORT'"
-            )
-        self._options = options
+            self._refuse(f"mdb_stomp serves {', '.join(sorted(DIALECTS))}")
         self._dialect = dialect()
         self.system = dialect.broker.lower()  # messaging.system: activemq, rabbitmq
+        if not parts.hostname:
+            self._refuse(f"must be written '{parts.scheme}://HOST:PORT'")
+        if parts.query or options.url.endswith("?"):
+            self._refuse("a query is not understood (for TLS, set the broker's `tls` settings)")
+        if parts.fragment or "#" in options.url:
+            self._refuse("a fragment is not understood")
+        try:
+            port = parts.port
+        except ValueError:
+            self._refuse("invalid port")
+        if port is None:
+            self._refuse(f"the port is required ('{parts.scheme}://HOST:PORT')")
         self._host: str = parts.hostname
         self._port: int = port
-        self._username = options.username if options.username is not None else parts.username
-        self._password = options.password if options.password is not None else parts.password
+        self.vhost = self._vhost(parts)
+        self.username = self._credential("username", options.username, parts.username)
+        self.password = self._credential("password", options.password, parts.password)
+
+    def _credential(self, field: str, given: str | None, in_url: str | None) -> str | None:
+        """The options' ``field`` if given, else the URL's (percent-decoded)."""
+        if given is not None:
+            return self._safe(given, f"the {field}", field)
+        return self._safe(None if in_url is None else unquote(in_url), f"the {field}")
+
+    def _vhost(self, parts: SplitResult) -> str | None:
+        """The CONNECT ``host`` header: the URL's path where the dialect has virtual hosts."""
+        path = parts.path
+        if not self._dialect.has_vhosts:
+            if path not in ("", "/"):
+                self._refuse(f"a path is not understood ({self._dialect.broker} has no "
+                             "virtual hosts)")
+            return self._dialect.vhost
+        if path.count("/") > 1:
+            self._refuse("the path must be one virtual host: '/VHOST' (write a '/' inside "
+                         "its name as %2F)")
+        return self._safe(unquote(path[1:]) or "/", "the virtual host")
+
+    def _safe(self, value: str | None, what: str, setting: str = "url") -> str | None:
+        if value is not None and any(c in value for c in _CONNECT_UNSAFE):
+            self._refuse(f"{what} may not contain a newline, carriage return or NUL (it would "
+                         "inject a header into the STOMP CONNECT frame)", setting)
+        return value
+
+    def _refuse(self, why: str, setting: str = "url") -> NoReturn:
+        shown = f" ({redact_url(self.options.url)})" if setting == "url" else ""
+        raise ConfigurationError(f"setting brokers.{self.options.broker}.{setting}{shown}: {why}")
 
     async def connect(self) -> StompConnection:
-        """Open a connection; raises ``ConnectionFailed`` (refused, bad credentials, or no
-        CONNECTED frame within ``connect_timeout``)."""
-        wire = Wire(
-            self._options, self._host, self._port, self._dialect.vhost, asyncio.get_running_loop()
-        )
-        await wire.open(self._username, self._password)
+        """Open a connection; raises ``ConnectionFailed`` (refused, a TLS failure, or no
+        CONNECTED frame within ``connect_timeout``), ``CredentialsRefused`` when the broker
+        refuses the login or the vhost."""
+        wire = Wire(self.options, self._host, self._port, self.vhost, asyncio.get_running_loop())
+        await wire.open(self.username, self.password)
         return StompConnection(wire, self._dialect)

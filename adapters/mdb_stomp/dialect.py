@@ -59,6 +59,9 @@ class Dialect(abc.ABC):
     broker: ClassVar[str]
     #: Value for the CONNECT frame's ``host`` header; None lets stomp.py send the host name.
     vhost: ClassVar[str | None] = None
+    #: True when the broker has virtual hosts, named by the URL's path (the CONNECT ``host``
+    #: header; ``vhost`` is the default): a URL path is refused where this is False.
+    has_vhosts: ClassVar[bool] = False
     #: True when an UNSUBSCRIBE hands the subscription's unacked deliveries back to the broker;
     #: False when they stay with the connection until it closes (RabbitMQ), so that closing a
     #: subscription holding any also closes its connection (see ``StompSubscription.close``).
@@ -206,8 +209,11 @@ class RabbitMQDialect(Dialect):
     Measured on RabbitMQ 3.10.8 (Debian ``rabbitmq-server``, STOMP plugin, stomp.py 9, STOMP
     1.2), with raw stomp.py against a private node of ``tests.harness.rabbitmq``:
 
-    * CONNECT must name vhost ``/``: stomp.py otherwise sends the host name as the vhost and
-      the broker answers ``ERROR Bad CONNECT: Virtual host '127.0.0.1' access denied``.
+    * CONNECT must name a vhost (``/`` unless the URL's path names another, see
+      ``StompBroker``): stomp.py otherwise sends the host name as the vhost and the broker
+      answers ``ERROR Bad CONNECT: Virtual host '127.0.0.1' access denied``. A SUBSCRIBE the
+      user may not make is answered by an ERROR ``access_refused`` naming no receipt, then
+      the receipt, then the connection closes (``Wire.confirm`` makes it a refusal).
     * ``SUBSCRIBE /topic/T`` with ``durable:true``, ``auto-delete:false`` and ``x-queue-name:Q``
       binds the durable queue Q to ``amq.topic`` with key T; every subscriber naming Q shares it
       (prefetch 1 each, two messages: one each). ``SEND /queue/Q`` and ``SEND /amq/queue/Q``
@@ -245,6 +251,7 @@ class RabbitMQDialect(Dialect):
     scheme = "stomp+rabbitmq"
     broker = "RabbitMQ"
     vhost = "/"
+    has_vhosts = True
     unsubscribe_releases_unacked = False
     subscribes_temporary_queues = False
 

@@ -31,7 +31,8 @@ import anyio.to_thread
 import stomp
 
 from mdb.broker import ConnectionOptions
-from mdb.errors import ConnectionFailed, ConnectionLost
+from mdb.errors import ConnectionLost
+from mdb_stomp import connect_failure, tls
 from mdb_stomp.frames import text
 from mdb_stomp.listener import Listener
 from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
@@ -83,6 +84,9 @@ class Wire:
             vhost=vhost,
             auto_decode=False,  # bodies stay bytes
         )
+        self._host, self._port = host, port
+        if options.tls is not None:
+            tls.enable(self._stomp, host, port, options.tls)
         self._stomp.set_listener("mdb", Listener(loop, self))
         self._connected: asyncio.Future[None] = loop.create_future()
         self._connecting = Request("CONNECT", self.address, options.connect_timeout)
@@ -90,6 +94,8 @@ class Wire:
         self._subscribers: dict[str, Subscriber] = {}
         self._ids = itertools.count(1)
         self._lost_reason: str | None = None
+        self._stray_errors = 0  # ERROR frames that named no receipt, and the last one's text
+        self._last_stray_error = ""
         self._gone = asyncio.Event()
         self._closed = False
 
@@ -171,7 +177,12 @@ class Wire:
         request = Request(frame.upper(), self.address, timeout)
         if self._lost_reason is not None:
             raise Unanswered("lost", request, self._lost_reason)
+        strays = self._stray_errors
         await self._receipts.wait(receipt, request)
+        if frame == "subscribe" and self._stray_errors > strays:
+            # RabbitMQ refuses a SUBSCRIBE the user may not make (access_refused) with an ERROR
+            # frame naming no receipt, then answers the receipt and closes the connection.
+            raise Unanswered("refused", request, self._last_stray_error)
 
     def unsubscribe_quietly(self, sub_id: str) -> None:
         """UNSUBSCRIBE without a receipt if still connected; never raises."""
@@ -184,10 +195,12 @@ class Wire:
     # -- opening and closing ----------------------------------------------------------------
 
     async def open(self, username: str | None, password: str | None) -> None:
-        """Connect and wait for the CONNECTED frame; ``ConnectionFailed`` (refused, bad
-        credentials, or no CONNECTED frame within ``connect_timeout``)."""
+        """Connect and wait for the CONNECTED frame; ``ConnectionFailed`` (refused, a TLS
+        failure, or no CONNECTED frame within ``connect_timeout``), ``CredentialsRefused``
+        for a refused login (``mdb_stomp.connect_failure``)."""
         timeout = self.options.connect_timeout
         failure: str | None = None
+        refused = False
         # stomp.py's own wait never returns from a hung broker, and its TCP connect blocks: do
         # the TCP part in a worker thread and put our own deadline on the CONNECTED frame.
         with anyio.move_on_after(timeout) as deadline:
@@ -197,7 +210,7 @@ class Wire:
                 )
                 await self._connected
             except Unanswered as error:
-                failure = str(error)
+                failure, refused = str(error), error.why == "refused"
             except Exception as error:  # stomp.py and socket errors from the TCP connect
                 failure = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         if deadline.cancelled_caught:
@@ -207,12 +220,16 @@ class Wire:
                 self._connected.cancel()  # nobody awaits it any more
             self.lose(failure)
             self._shutdown_transport()
-            raise ConnectionFailed(f"could not connect to {self.address}: {failure}")
+            raise await connect_failure.explain(
+                self.options, self._host, self._port, failure, refused, username)
         socket = self._stomp.transport.socket
         if socket is not None:
-            # The connect timeout also applies to reads on this socket; from now on liveness is
-            # the heartbeats' job (a read timeout would drop an idle connection without them).
-            socket.settimeout(None)
+            if self.options.tls is None:
+                # The connect timeout also applies to reads on this socket; from now on
+                # liveness is the heartbeats' job (a read timeout would drop an idle
+                # connection without them). A TLS socket stays non-blocking: stomp.py's
+                # receiver thread then also writes, from a queue.
+                socket.settimeout(None)
             socket.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
         log.debug("connected to %s, heartbeats %s", self.address, self._stomp.heartbeats)
 
@@ -274,12 +291,18 @@ class Wire:
 
     def on_error(self, headers: Mapping[str, str], body: bytes | str | None) -> None:
         """An ERROR frame: it refuses the receipt it names, else the CONNECT, else is logged."""
-        message = headers.get("message") or text(body).split("\n", 1)[0] or "ERROR frame"
+        first_line = text(body).strip().split("\n", 1)[0]
+        message = headers.get("message") or first_line or "ERROR frame"
         if self._receipts.refuse(headers.get("receipt-id", ""), message):
             return
+        # RabbitMQ says why in the body ("Bad CONNECT" / "Access refused for user 'x'").
+        if first_line and first_line != message:
+            message = f"{message}: {first_line}"
         if not self._connected.done():
             self._connected.set_exception(Unanswered("refused", self._connecting, message))
             return
+        self._stray_errors += 1
+        self._last_stray_error = message
         log.warning("broker %s reported an error: %s", self.address, message)
 
     def lose(self, reason: str) -> None:

@@ -453,13 +453,13 @@ class _Browser(stomp.ConnectionListener):  # type: ignore[misc]
             self.ids.append(frame.headers.get(ID, ""))
 
 
-def browse(host: str, port: int, queue_name: str, timeout: float = WAIT) -> list[str]:
+def browse(broker: BrokerProcess, queue_name: str, timeout: float = WAIT) -> list[str]:
     """The ``mdb_id`` of every message stored in ActiveMQ queue ``queue_name`` (a STOMP queue
     browser: the broker sends what the queue holds, then a ``browser:end`` frame)."""
-    connection = stomp.Connection([(host, port)])
+    connection = stomp.Connection([(broker.host, broker.port)])
     browser = _Browser()
     connection.set_listener("browser", browser)
-    connection.connect(wait=True)
+    connection.connect(broker.username, broker.password, wait=True)
     try:
         connection.subscribe(f"/queue/{queue_name}", id="browse", ack="auto",
                              headers={"browser": "true"})
@@ -489,7 +489,7 @@ def left_behind(brokers: Iterable[BrokerProcess], fleet_: Fleet, told: Collectio
     found: dict[str, list[str]] = {}
     for broker in brokers:
         for name in [*subscription_queues(fleet_), "ActiveMQ.DLQ"]:
-            stored = [i for i in browse(broker.host, broker.port, name) if i in told_set]
+            stored = [i for i in browse(broker, name) if i in told_set]
             if stored:
                 found[f"{broker.port} {name}"] = stored
     return found

@@ -5,10 +5,15 @@ configuration shipped in ``mdb_stomp/activemq.xml`` copied into a per-instance `
 directory::
 
     broker = ActiveMQ().start()          # blocks until the STOMP port answers a CONNECT
-    broker.url                           # 'stomp+activemq://127.0.0.1:PORT'
+    broker.url                           # 'stomp+activemq://mdb:PASSWORD@127.0.0.1:PORT'
     broker.kill(); broker.restart()      # same data directory and port: messages survive
     broker.pause(); broker.resume()      # SIGSTOP / SIGCONT: a hung broker
     broker.close()                       # stop and delete the temporary directory
+
+The broker requires a login (the reference configuration's ``mdb.user``/``mdb.password``,
+written to ``conf/credentials.properties``): ``url`` carries it. ``ActiveMQ(tls=Certificates)``
+adds a ``stomp+ssl`` connector that wants a client certificate (``tls_url``);
+``ActiveMQ(outsiders={user: password})`` adds users who may connect and nothing else.
 
 Signals go to the broker's PID only. The lifecycle is ``tests.harness.process.BrokerProcess``'s.
 Readiness is polled with a STOMP CONNECT against a
@@ -24,11 +29,11 @@ from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
+from tests.harness.certificates import STORE_PASSWORD, Certificates
 from tests.harness.process import BrokerProcess, free_port
-from tests.harness.process import stomp_answers as _stomp_answers
 
 __all__ = ["ACTIVEMQ_HOME", "ACTIVEMQ_JAR", "ActiveMQ", "activemq_available", "free_port",
-           "reference_config", "stomp_answers"]
+           "reference_config"]
 
 ACTIVEMQ_HOME = Path(os.environ.get("MDB_ACTIVEMQ_HOME", "/usr/share/activemq"))
 ACTIVEMQ_JAR = ACTIVEMQ_HOME / "bin" / "activemq.jar"
@@ -47,9 +52,6 @@ log4j.appender.logfile.layout=org.apache.log4j.PatternLayout
 log4j.appender.logfile.layout.ConversionPattern=%d | %-5p | %m | %c | %t%n
 """
 
-_STOMP_CONNECT = b"CONNECT\naccept-version:1.2\nhost:127.0.0.1\n\n\x00"
-
-
 def activemq_available() -> bool:
     """True when the ActiveMQ jar and a ``java`` executable exist on this machine."""
     return ACTIVEMQ_JAR.is_file() and shutil.which("java") is not None
@@ -64,11 +66,6 @@ def reference_config() -> Path:
     return Path(str(resources.files("mdb_stomp") / "activemq.xml"))
 
 
-def stomp_answers(host: str, port: int, timeout: float = 2.0) -> bool:
-    """True if ``host:port`` answers a STOMP CONNECT with CONNECTED within ``timeout``."""
-    return _stomp_answers(host, port, _STOMP_CONNECT, timeout)
-
-
 class ActiveMQ(BrokerProcess):
     """One private broker process (a JVM; signals go to its PID only). Not thread-safe; meant
     for test fixtures.
@@ -79,7 +76,7 @@ class ActiveMQ(BrokerProcess):
 
     name = "ActiveMQ"
     scheme = "stomp+activemq"
-    stomp_connect = _STOMP_CONNECT
+    vhost = "127.0.0.1"
 
     def __init__(
         self,
@@ -90,6 +87,8 @@ class ActiveMQ(BrokerProcess):
         heap_mb: int = 256,
         startup_timeout: float = 60.0,
         jvm_args: tuple[str, ...] = (),
+        tls: Certificates | None = None,
+        outsiders: dict[str, str] | None = None,
     ) -> None:
         super().__init__(
             base_dir, port=port, startup_timeout=startup_timeout, dir_prefix="mdb-activemq-"
@@ -100,12 +99,48 @@ class ActiveMQ(BrokerProcess):
         self._config = Path(config) if config is not None else reference_config()
         self._heap_mb = heap_mb
         self._jvm_args = jvm_args
+        self.tls = tls
+        self.outsiders = dict(outsiders or {})
+        self.tls_port = free_port(self.host) if tls is not None else None
+
+    @property
+    def tls_url(self) -> str:
+        """``url`` for the ``stomp+ssl`` connector (mutual TLS), when started with ``tls``."""
+        if self.tls_port is None:
+            raise RuntimeError("this broker has no TLS connector (ActiveMQ(tls=...))")
+        return f"{self.scheme}://{self.username}:{self.password}@{self.host}:{self.tls_port}"
 
     def _prepare(self) -> None:
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(self._config, self.conf_dir / "activemq.xml")
+        config = self._config.read_text()
+        if self.tls is not None:
+            config = self._with_tls(config, self.tls)
+        config = _replace_once(config, "</users>", "".join(
+            f'<authenticationUser username="{user}" password="{password}" groups="outsiders"/>'
+            for user, password in self.outsiders.items()) + "</users>")
+        (self.conf_dir / "activemq.xml").write_text(config)
         (self.conf_dir / "log4j.properties").write_text(_LOG4J_PROPERTIES)
+        # The reference config reads the user from here (kept out of the process list).
+        (self.conf_dir / "credentials.properties").write_text(
+            f"mdb.user={self.username}\nmdb.password={self.password}\n")
+
+    def _with_tls(self, config: str, tls: Certificates) -> str:
+        """``config`` plus a ``stomp+ssl`` connector on ``tls_port`` that requires a client
+        certificate signed by the test CA (the snippet of docs/security.md)."""
+        keystore, truststore = tls.java_stores()
+        context = (
+            f'<sslContext><sslContext keyStore="file:{keystore}" '
+            f'keyStorePassword="{STORE_PASSWORD}" keyStoreType="pkcs12" '
+            f'trustStore="file:{truststore}" trustStorePassword="{STORE_PASSWORD}" '
+            f'trustStoreType="pkcs12"/></sslContext>\n        <transportConnectors>'
+        )
+        connector = (
+            f'<transportConnector name="stomp+ssl" uri="stomp+ssl://{self.host}:{self.tls_port}'
+            '?needClientAuth=true&amp;transport.tcpNoDelay=true"/>\n        </transportConnectors>'
+        )
+        config = _replace_once(config, "<transportConnectors>", context)
+        return _replace_once(config, "</transportConnectors>", connector)
 
     def _command(self) -> tuple[list[str], dict[str, str] | None]:
         return [
@@ -127,3 +162,9 @@ class ActiveMQ(BrokerProcess):
 
     def _log_paths(self) -> Iterable[Path]:
         return (self.console_path, self.log_path)
+
+
+def _replace_once(config: str, old: str, new: str) -> str:
+    if config.count(old) != 1:
+        raise RuntimeError(f"the ActiveMQ config has not exactly one {old}")
+    return config.replace(old, new)

@@ -5,7 +5,7 @@ against the JMS client jars of Debian's ``activemq`` package, and run with ``jav
 sends or receives over OpenWire and returns what Java saw, one dict per message (its JMS type as
 ``kind``, ``text`` or base64 ``bytes``, the JMS headers, and ``properties``)::
 
-    tool = JmsTool(openwire_url(broker))
+    tool = JmsTool("tcp://127.0.0.1:PORT", broker.username, broker.password)
     tool.send("orders", "text", "hello", JMSPriority=8)
     [seen] = tool.receive("orders.DLQ", 1)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -93,7 +94,8 @@ class BrokerProcess:
     host = "127.0.0.1"
     name: ClassVar[str]  # for messages: "ActiveMQ"
     scheme: ClassVar[str]  # of ``url``: "stomp+activemq"
-    stomp_connect: ClassVar[bytes]  # the CONNECT frame readiness is polled with
+    vhost: ClassVar[str]  # the CONNECT frame's host header
+    username: ClassVar[str] = "mdb"  # every broker requires a login: this one may do anything
     poll_interval: ClassVar[float] = 0.05
     signal_group: ClassVar[bool] = False  # pause/resume the process group, not the PID only
 
@@ -109,6 +111,7 @@ class BrokerProcess:
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix=dir_prefix))
         self.console_path = self.base_dir / "console.log"
         self.port = port or free_port(self.host)
+        self.password = secrets.token_hex(8)
         self._startup_timeout = startup_timeout
         self._process: subprocess.Popen[bytes] | None = None
         self._paused = False
@@ -142,7 +145,19 @@ class BrokerProcess:
 
     @property
     def url(self) -> str:
+        """The URL mdb connects with, the credentials of ``username`` included."""
+        return f"{self.scheme}://{self.username}:{self.password}@{self.host}:{self.port}"
+
+    @property
+    def anonymous_url(self) -> str:
+        """``url`` without credentials (the broker refuses it)."""
         return f"{self.scheme}://{self.host}:{self.port}"
+
+    @property
+    def stomp_connect(self) -> bytes:
+        """The CONNECT frame readiness is polled with."""
+        return (f"CONNECT\naccept-version:1.2\nhost:{self.vhost}\nlogin:{self.username}\n"
+                f"passcode:{self.password}\n\n\x00").encode()
 
     @property
     def pid(self) -> int:

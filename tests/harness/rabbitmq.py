@@ -5,7 +5,7 @@ location and port taken from environment variables pointing into a per-instance 
 and only the STOMP plugin enabled::
 
     broker = RabbitMQ().start()          # blocks until the STOMP port answers a CONNECT
-    broker.url                           # 'stomp+rabbitmq://127.0.0.1:PORT'
+    broker.url                           # 'stomp+rabbitmq://mdb:PASSWORD@127.0.0.1:PORT'
     broker.kill(); broker.restart()      # same data directory and ports: durable queues survive
     broker.pause(); broker.resume()      # SIGSTOP / SIGCONT of the Erlang VM: a hung broker
     broker.close()                       # stop and delete the temporary directory
@@ -18,6 +18,10 @@ of ``stop`` send SIGKILL to that process group only. Each node gets its own ``ep
 port (``ERL_EPMD_PORT``), started here as a foreground child and stopped by its PID, so nothing
 is registered with, or left behind in, a system-wide epmd (a system RabbitMQ may run on 5672
 and 4369: this node uses neither).
+
+The node's one user (``username``, with a password of its own, in ``url``) may do anything on
+vhost ``/``; there is no ``guest``. ``ctl`` runs ``rabbitmqctl`` against the node (vhosts, users,
+permissions). ``RabbitMQ(tls=Certificates)`` adds a STOMP TLS listener (``tls_url``).
 
 Readiness is polled with a STOMP CONNECT (``host:/``, RabbitMQ's vhost) against a deadline,
 never a fixed sleep. The node logs to ``<base>/log/`` and its console goes to
@@ -37,17 +41,12 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+from tests.harness.certificates import Certificates
 from tests.harness.process import BrokerProcess, free_port
-from tests.harness.process import stomp_answers as _stomp_answers
 
 RABBITMQ_SERVER = Path(
     os.environ.get("MDB_RABBITMQ_SERVER", "/usr/lib/rabbitmq/bin/rabbitmq-server")
 )
-
-_STOMP_CONNECT = (
-    b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\x00"
-)
-
 
 def rabbitmq_available() -> bool:
     """True when the ``rabbitmq-server`` script, ``epmd`` and the STOMP plugin exist here."""
@@ -58,11 +57,6 @@ def rabbitmq_available() -> bool:
         found = list(Path("/usr/lib/rabbitmq/lib").glob("rabbitmq_server-*/plugins"))
         plugins = found[0] if found else plugins
     return any(plugins.glob("rabbitmq_stomp-*"))
-
-
-def stomp_answers(host: str, port: int, timeout: float = 2.0) -> bool:
-    """True if ``host:port`` answers a STOMP CONNECT to vhost ``/`` with CONNECTED in time."""
-    return _stomp_answers(host, port, _STOMP_CONNECT, timeout)
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -86,7 +80,7 @@ class RabbitMQ(BrokerProcess):
 
     name = "RabbitMQ"
     scheme = "stomp+rabbitmq"
-    stomp_connect = _STOMP_CONNECT
+    vhost = "/"
     poll_interval = 0.1
     signal_group = True
 
@@ -96,6 +90,7 @@ class RabbitMQ(BrokerProcess):
         *,
         port: int | None = None,
         startup_timeout: float = 90.0,
+        tls: Certificates | None = None,
     ) -> None:
         super().__init__(
             base_dir, port=port, startup_timeout=startup_timeout, dir_prefix="mdb-rabbitmq-"
@@ -110,6 +105,28 @@ class RabbitMQ(BrokerProcess):
         self.epmd_port = free_port(self.host)
         self.nodename = f"mdbtest-{uuid.uuid4().hex[:10]}@localhost"
         self._epmd: subprocess.Popen[bytes] | None = None
+        self.tls = tls
+        self.tls_port = free_port(self.host) if tls is not None else None
+
+    @property
+    def tls_url(self) -> str:
+        """``url`` for the STOMP TLS listener (server certificate only), when started with
+        ``tls``."""
+        if self.tls_port is None:
+            raise RuntimeError("this node has no TLS listener (RabbitMQ(tls=...))")
+        return f"{self.scheme}://{self.username}:{self.password}@{self.host}:{self.tls_port}"
+
+    def ctl(self, *args: str) -> str:
+        """Run ``rabbitmqctl ARGS`` against this node; its output. ``RuntimeError`` if it
+        fails."""
+        _, env = self._command()
+        assert env is not None
+        done = subprocess.run(
+            [str(RABBITMQ_SERVER.parent / "rabbitmqctl"), "-n", self.nodename, *args],
+            env=env, capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stdout}{done.stderr}")
+        return done.stdout
 
     def _prepare(self) -> None:
         self.mnesia_dir.mkdir(parents=True, exist_ok=True)
@@ -119,10 +136,11 @@ class RabbitMQ(BrokerProcess):
                 [
                     f"listeners.tcp.1 = {self.host}:{self.amqp_port}",
                     f"stomp.listeners.tcp.1 = {self.host}:{self.port}",
-                    # A CONNECT without login uses guest, who may connect from loopback only.
-                    "stomp.default_user = guest",
-                    "stomp.default_pass = guest",
-                    "loopback_users.guest = true",
+                    # The node's only user, made on first boot (there is no guest); STOMP
+                    # has no default user: a CONNECT without login is refused.
+                    f"default_user = {self.username}",
+                    f"default_pass = {self.password}",
+                    *self._tls_config(),
                     "log.console = false",
                     "log.file.level = info",
                     # Test machines are small; do not block publishers on free disk.
@@ -133,6 +151,18 @@ class RabbitMQ(BrokerProcess):
         )
         self.plugins_path.write_text("[rabbitmq_stomp].\n")
         self.env_path.write_text("")  # keeps /etc/rabbitmq/rabbitmq-env.conf out
+
+    def _tls_config(self) -> list[str]:
+        if self.tls is None:
+            return []
+        return [
+            f"stomp.listeners.ssl.1 = {self.host}:{self.tls_port}",
+            f"ssl_options.cacertfile = {self.tls.ca}",
+            f"ssl_options.certfile = {self.tls.server_cert}",
+            f"ssl_options.keyfile = {self.tls.server_key}",
+            "ssl_options.verify = verify_none",
+            "ssl_options.fail_if_no_peer_cert = false",
+        ]
 
     def _command(self) -> tuple[list[str], dict[str, str] | None]:
         env = {

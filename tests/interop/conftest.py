@@ -21,4 +21,4 @@ def java_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Acti
         missing("javac and ActiveMQ's JMS client jars")
     port = free_port()
     with ActiveMQ(config=openwire_config(tmp_path_factory.mktemp("openwire"), port)) as broker:
-        yield broker, JmsTool(f"tcp://127.0.0.1:{port}")
+        yield broker, JmsTool(f"tcp://127.0.0.1:{port}", broker.username, broker.password)

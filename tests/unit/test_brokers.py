@@ -34,11 +34,11 @@ def _quick(url: str, wait: float = 0.0) -> BrokerSettings:
 
 
 def test_each_adapter_declares_its_messaging_system() -> None:
-    assert adapter(BrokerSettings(url="memory://x"), "c").system == "memory"
-    assert adapter(BrokerSettings(url="stomp+activemq://h:1"), "c").system == "activemq"
-    assert adapter(BrokerSettings(url="stomp+rabbitmq://h:1"), "c").system == "rabbitmq"
+    assert adapter("b", BrokerSettings(url="memory://x"), "c").system == "memory"
+    assert adapter("b", BrokerSettings(url="stomp+activemq://h:1"), "c").system == "activemq"
+    assert adapter("b", BrokerSettings(url="stomp+rabbitmq://h:1"), "c").system == "rabbitmq"
     with pytest.raises(ConfigurationError, match="no adapter for scheme 'kafka'"):
-        adapter(BrokerSettings(url="kafka://h:1"), "c")
+        adapter("b", BrokerSettings(url="kafka://h:1"), "c")
 
 
 def test_connections_per_broker_one_per_four_slots_at_most_eight() -> None:
