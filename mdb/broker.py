@@ -79,6 +79,11 @@ class Delivery:
     application: the container leaves them off the copy it re-sends for a redelivery or to an
     error destination, where the broker sets its own. Names not present may be listed; the
     same set may be shared by every delivery.
+
+    ``damage`` is set (saying what was wrong) when the adapter received the message in a
+    damaged or inconsistent form, e.g. a frame cut at a NUL byte in a header: ``headers`` and
+    ``body`` are what could be read of it, NUL bytes in headers replaced by U+FFFD. The
+    container never hands such a delivery to a handler; it moves it to the error destination.
     """
 
     destination: Destination
@@ -88,6 +93,7 @@ class Delivery:
     broker_redelivered: bool
     token: object
     protocol_headers: frozenset[str] = frozenset()
+    damage: str | None = None
 
 
 class Subscription(abc.ABC):

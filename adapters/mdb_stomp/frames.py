@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mdb.message import OutgoingMessage
+from mdb.message import OutgoingMessage, refuse_nul
 from mdb_stomp.dialect import Dialect
 
 # Headers that structure a frame or describe one received delivery; the adapter sets its own.
@@ -23,7 +23,9 @@ FRAME_HEADERS = frozenset(
 def send_headers(message: OutgoingMessage, dialect: Dialect) -> dict[str, str]:
     """The headers of a SEND of ``message``: its own (names escaped, the frame's structural
     ones left out) with the dialect's added over them. The caller adds ``receipt`` or
-    ``transaction``."""
+    ``transaction``. ``EncodeError`` for a header holding a NUL byte, which would end the
+    frame early: nothing is written then."""
+    refuse_nul(message.headers)
     headers = {
         escape_name(name): str(value)
         for name, value in message.headers.items()
