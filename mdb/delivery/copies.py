@@ -35,11 +35,13 @@ def line_bytes(name: str, value: str) -> int:
 
 
 def bounded(headers: Mapping[str, str]) -> tuple[dict[str, str], int]:
-    """``headers`` cut to the bounds above, and how many were left out.
+    """``headers`` cut to the bounds above, and how many were left out. A NUL byte left in
+    one (an exception's text) becomes U+FFFD: no frame can carry it, and a copy must be sent.
 
     mdb's own headers come first and are kept, a too-long value cut short (the error text);
     the others are kept in their order while they fit, and a header that does not fit is left
     out. When any is left out, ``mdb_headers_dropped`` says how many."""
+    headers = {k.replace("\0", "\ufffd"): v.replace("\0", "\ufffd") for k, v in headers.items()}
     own = {k: _cut(k, v) for k, v in headers.items() if k in OWN}
     kept = dict(own)
     total = sum(line_bytes(k, v) for k, v in own.items())

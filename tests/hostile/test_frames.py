@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import anyio
 import pytest
 
-from mdb import Container, Producer, listener
+from mdb import Container, Producer, Redelivery, listener
 from mdb.broker import ConnectionOptions, SubscriptionRequest, broker_for
 from mdb.delivery.copies import MAX_HEADER_BYTES, MAX_HEADERS, bounded, line_bytes
 from mdb.destinations import Destination
@@ -121,6 +121,26 @@ async def test_a_frame_split_at_a_nul_ends_intact_on_the_error_destination(
     assert moved.headers["a"] == "b\ufffdc"
 
 
+async def test_a_failure_text_with_a_nul_still_reaches_the_error_destination(
+    broker_url: str,
+) -> None:
+    """The exception text is copied into ``mdb_error_message``: its NUL must not stop the copy
+    (the adapter refuses a NUL, so the copy replaces it)."""
+    queue = f"queue:{unique('nultext')}"
+
+    @listener(queue, pool=1, redelivery=Redelivery(limit=0))
+    async def handler(body: str) -> None:
+        raise ValueError("bad\x00text")
+
+    async with Producer(settings_for(broker_url)) as producer:
+        await producer.send(queue, "payload")
+    async with running(settings_for(broker_url), handler) as container:
+        [moved] = await read(broker_url, f"{queue}.DLQ", 1, timeout=WAIT)
+        assert container.health().ready
+    assert moved.body == b"payload"
+    assert "\x00" not in moved.headers[ERROR_MESSAGE]
+
+
 # -- finding 2: too many or too large headers ------------------------------------------------------
 
 @pytest.mark.activemq
@@ -157,8 +177,8 @@ async def test_a_refused_transacted_send_is_never_followed_by_its_ack(
 async def test_a_message_with_too_many_headers_ends_on_the_error_destination(
     broker_url: str,
 ) -> None:
-    """A message that fails with as many headers as ActiveMQ takes from a Producer (994): its
-    error copy adds mdb's, and used to be refused, again and again, until the message was lost."""
+    """A message that fails with nearly as many headers as ActiveMQ takes (996): its error
+    copy adds mdb's, and used to be refused, again and again, until the message was lost."""
     name = unique("manyheaders")
     queue = f"queue:{name}"
     calls = Calls()
@@ -167,9 +187,13 @@ async def test_a_message_with_too_many_headers_ends_on_the_error_destination(
     async def handler(body: dict[str, int]) -> None:
         calls.add("body", body)
 
-    many = {f"h{n:03}": "x" for n in range(994)}
+    many = {f"h{n:03}": "x" for n in range(996)}
     async with Producer(settings_for(broker_url)) as producer:
-        await producer.send(queue, "not json", headers=many)
+        if broker_url.startswith("memory"):
+            await producer.send(queue, "not json", headers=many)
+        else:  # a Producer adds its own headers: ActiveMQ would refuse this many from it
+            raw_send(broker_url, f"/queue/{name}",
+                     "".join(f"{k}:{v}\n" for k, v in many.items()).encode(), b"not json")
         await producer.send(queue, {"n": 1})
     async with running(settings_for(broker_url), handler) as container:
         await calls.wait(lambda c: bool(c.of("body")), timeout=WAIT)
@@ -179,8 +203,8 @@ async def test_a_message_with_too_many_headers_ends_on_the_error_destination(
     assert moved.body == b"not json"
     assert moved.headers[ERROR_TYPE] == "mdb.DecodeError"
     kept = [k for k in moved.headers if k.startswith("h")]
-    assert 0 < len(kept) < 994
-    assert int(moved.headers[HEADERS_DROPPED]) == 994 - len(kept)
+    assert 0 < len(kept) < 996
+    assert int(moved.headers[HEADERS_DROPPED]) == 996 - len(kept)
 
 
 # -- the pure pieces -------------------------------------------------------------------------------
