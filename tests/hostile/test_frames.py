@@ -62,8 +62,9 @@ def raw_send(url: str, path: str, header_lines: bytes, body: bytes) -> None:
         assert answer.startswith(b"RECEIPT"), answer
 
 
-def container_of(stats_of: Container, name: str) -> int:
-    [deployed] = [d for d in stats_of.deployed if d.spec.name == name]
+def damaged_count(container: Container, listener_name: str) -> int:
+    """``Stats.damaged`` of one listener of ``container``."""
+    [deployed] = [d for d in container.deployed if d.spec.name == listener_name]
     return deployed.stats.damaged
 
 
@@ -114,7 +115,7 @@ async def test_a_frame_split_at_a_nul_ends_intact_on_the_error_destination(
         await calls.wait(lambda c: b"next" in c.of("body"), timeout=WAIT)
         [moved] = await read(stomp_url, f"{queue}.DLQ", 1, timeout=WAIT)
         assert container.health().ready
-        assert container_of(container, handler.__name__) == 1
+        assert damaged_count(container, handler.__name__) == 1
     assert calls.of("body") == [b"next"]
     assert moved.body == b"the real body"
     assert moved.headers[ERROR_TYPE] == "mdb.DamagedFrame"
