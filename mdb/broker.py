@@ -103,6 +103,10 @@ class Delivery:
     ``reply_to`` is where the sender asked for a reply (``Transaction.send`` and
     ``Connection.send`` of the same broker accept it as a target) and ``correlation_id`` the
     sender's correlation id; None when the message has none.
+    ``damage`` is set (saying what was wrong) when the adapter received the message in a
+    damaged or inconsistent form, e.g. a frame cut at a NUL byte in a header: ``headers`` and
+    ``body`` are what could be read of it, NUL bytes in headers replaced by U+FFFD. The
+    container never hands such a delivery to a handler; it moves it to the error destination.
     """
 
     destination: Destination
@@ -114,6 +118,7 @@ class Delivery:
     protocol_headers: frozenset[str] = frozenset()
     reply_to: ReplyAddress | None = None
     correlation_id: str | None = None
+    damage: str | None = None
 
 
 class Subscription(abc.ABC):

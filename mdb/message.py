@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mdb.destinations import Destination
+from mdb.errors import EncodeError
 
 # Header names use '_' rather than '-' so that ActiveMQ selectors can refer to them.
 ID = "mdb_id"  # the framework's message id: stable across redeliveries and re-sends
@@ -17,6 +18,7 @@ ORIGINAL_DESTINATION = "mdb_original_destination"  # on a message moved to an er
 ERROR_TYPE = "mdb_error_type"
 ERROR_MESSAGE = "mdb_error_message"
 ERROR_LISTENER = "mdb_error_listener"
+HEADERS_DROPPED = "mdb_headers_dropped"  # on a copy: how many of the original's headers it lacks
 CONTENT_TYPE = "content-type"
 
 
@@ -84,3 +86,12 @@ def addressed(message: OutgoingMessage, reply_to: str | Destination | None,
     return dataclasses.replace(
         message, reply_to=None if reply_to is None else Destination.parse(reply_to),
         correlation_id=correlation_id)
+def refuse_nul(headers: Mapping[str, str]) -> None:
+    """Raise ``EncodeError`` naming the first header whose name or value holds a NUL byte.
+
+    mdb refuses such a header rather than encoding it: STOMP ends a frame at a NUL and its
+    header escapes (``\\r \\n \\c \\\\``) have none for it, so a broker would hand
+    consumers a frame cut in two (see docs/security.md)."""
+    for name, value in headers.items():
+        if "\0" in name or "\0" in value:
+            raise EncodeError(f"header {name!r}: a NUL byte cannot be sent in a header")

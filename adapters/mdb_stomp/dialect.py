@@ -70,6 +70,11 @@ class Dialect(abc.ABC):
     #: broker creates it and subscribes the connection at the first SEND naming it in
     #: ``reply-to`` (RabbitMQ). See ``mdb_stomp.temporary``.
     subscribes_temporary_queues: ClassVar[bool] = True
+    #: True when the broker runs each frame of a transaction as it reads it and answers a
+    #: receipt on a transacted SEND at once: then such a SEND waits for its receipt before the
+    #: transaction writes anything more (see ``StompTransaction.send``). False when it runs
+    #: them only at the COMMIT and answers their receipts then (RabbitMQ).
+    confirms_transacted_sends: ClassVar[bool] = True
 
     @abc.abstractmethod
     def send_path(self, destination: Destination) -> str:
@@ -246,6 +251,9 @@ class RabbitMQDialect(Dialect):
       container evaluates topic listeners' selectors itself and never asks for one.)
     * A SEND with ``persistent:false`` to a ``/queue/X`` nobody declared yet makes X
       exclusive; every SEND here is ``persistent:true``.
+    * A receipt asked on a transacted SEND is answered only at the COMMIT (the frames of a
+      transaction run then): ``confirms_transacted_sends = False``. No header limit was met:
+      a SEND with 2,000 headers, or one of 200 KB, was stored.
     """
 
     scheme = "stomp+rabbitmq"
@@ -254,6 +262,7 @@ class RabbitMQDialect(Dialect):
     has_vhosts = True
     unsubscribe_releases_unacked = False
     subscribes_temporary_queues = False
+    confirms_transacted_sends = False
 
     def send_path(self, destination: Destination) -> str:
         if destination.kind is Kind.QUEUE:

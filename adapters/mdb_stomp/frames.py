@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
-from mdb.message import OutgoingMessage, ReplyAddress
+from mdb.message import OutgoingMessage, ReplyAddress, refuse_nul
 from mdb_stomp.dialect import Dialect
 
 REPLY_TO = "reply-to"
@@ -30,7 +30,9 @@ FRAME_HEADERS = frozenset(
 def send_headers(message: OutgoingMessage, dialect: Dialect) -> dict[str, str]:
     """The headers of a SEND of ``message``: its own (names escaped, the frame's structural
     ones left out) with the dialect's added over them. The caller adds ``receipt`` or
-    ``transaction``."""
+    ``transaction``. ``EncodeError`` for a header holding a NUL byte, which would end the
+    frame early: nothing is written then."""
+    refuse_nul(message.headers)
     headers = {
         escape_name(name): str(value)
         for name, value in message.headers.items()

@@ -173,8 +173,10 @@ class StompSubscription(Subscription):
 
     # -- called by the wire, on the loop ----------------------------------------------------
 
-    def deliver(self, headers: dict[str, str], body: bytes | str | None) -> None:
-        """A MESSAGE frame of this subscription: buffered as a delivery, unsettled."""
+    def deliver(self, headers: dict[str, str], body: bytes | str | None,
+                damage: str | None = None) -> None:
+        """A MESSAGE frame of this subscription: buffered as a delivery, unsettled; ``damage``
+        says what was wrong with a frame the wire found damaged (``Delivery.damage``)."""
         ack_id = headers.get("ack")
         if ack_id is None:
             log.warning("MESSAGE without an ack header on subscription %s dropped", self._id)
@@ -192,6 +194,7 @@ class StompSubscription(Subscription):
                 protocol_headers=PROTOCOL_HEADERS,
                 reply_to=reply_to,
                 correlation_id=correlation_id,
+                damage=damage,
             )
         )
 

@@ -76,8 +76,10 @@ class StompTemporaryQueue(TemporaryQueue):
 
     # -- called by the wire, on the loop ----------------------------------------------------
 
-    def deliver(self, headers: dict[str, str], body: bytes | str | None) -> None:
-        """A MESSAGE frame (already settled: ``ack:auto``)."""
+    def deliver(self, headers: dict[str, str], body: bytes | str | None,
+                damage: str | None = None) -> None:
+        """A MESSAGE frame (already settled: ``ack:auto``); ``damage`` as for a subscription's
+        (``Delivery.damage``)."""
         reply_to, correlation_id = reply_fields(headers)
         self._inbox.put(Delivery(
             destination=Destination(Kind.QUEUE, self._name),
@@ -89,6 +91,7 @@ class StompTemporaryQueue(TemporaryQueue):
             protocol_headers=PROTOCOL_HEADERS,
             reply_to=reply_to,
             correlation_id=correlation_id,
+            damage=damage,
         ))
 
     def connection_lost(self, why: str) -> None:

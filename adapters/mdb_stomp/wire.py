@@ -19,6 +19,7 @@ write, ``close``) every pending receipt fails and every attached ``Subscriber`` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import socket as _socket
@@ -34,7 +35,7 @@ from mdb.broker import ConnectionOptions
 from mdb.errors import ConnectionLost
 from mdb_stomp import connect_failure, tls
 from mdb_stomp.frames import text
-from mdb_stomp.listener import Listener
+from mdb_stomp.listener import FrameReader, Listener
 from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
 
 log = logging.getLogger("mdb_stomp")
@@ -46,14 +47,15 @@ HEARTBEAT_RECEIVE_SCALE = 2.5
 CLOSE_GRACE = 2.0
 
 # The frames written through stomp.py's methods of the same names.
-Frame = Literal["subscribe", "unsubscribe", "send", "ack", "begin", "commit", "abort"]
+Frame = Literal["subscribe", "unsubscribe", "send", "ack", "nack", "begin", "commit", "abort"]
 
 
 class Subscriber(Protocol):
     """What the wire needs from a subscription: where its MESSAGE frames go, and being told
     once that the connection is lost. Both are called on the loop."""
 
-    def deliver(self, headers: dict[str, str], body: bytes | str | None) -> None: ...
+    def deliver(self, headers: dict[str, str], body: bytes | str | None,
+                damage: str | None = None) -> None: ...
 
     def connection_lost(self, why: str) -> None: ...
 
@@ -87,7 +89,12 @@ class Wire:
         self._host, self._port = host, port
         if options.tls is not None:
             tls.enable(self._stomp, host, port, options.tls)
-        self._stomp.set_listener("mdb", Listener(loop, self))
+        listener = Listener(loop, self)
+        self._stomp.set_listener("mdb", listener)
+        # Every frame read is checked first: see ``FrameReader`` (a NUL byte in a header cuts
+        # a frame in two, and stomp.py would drop or misread both pieces).
+        transport = self._stomp.transport
+        transport.process_frame = FrameReader(transport.process_frame, listener)
         self._connected: asyncio.Future[None] = loop.create_future()
         self._connecting = Request("CONNECT", self.address, options.connect_timeout)
         self._receipts = Receipts(loop)
@@ -284,6 +291,31 @@ class Wire:
         subscriber = self._subscribers.get(headers.get("subscription", ""))
         if subscriber is not None:
             subscriber.deliver(headers, body)
+
+    def on_damaged(self, headers: dict[str, str], body: bytes, why: str) -> None:
+        """A damaged MESSAGE frame (``FrameReader``): to its subscriber, marked damaged, with
+        NUL bytes in its headers replaced by U+FFFD (a copy of it can then be sent). One that
+        names no subscription of this connection is NACKed (the broker dead-letters it, see
+        docs/security.md) if it names its ``ack``, else the connection is dropped, so that the
+        broker redelivers it rather than a slot waiting for ever."""
+        clean = {k.replace("\0", "\ufffd"): v.replace("\0", "\ufffd")
+                 for k, v in headers.items()}
+        subscriber = self._subscribers.get(clean.get("subscription", ""))
+        ack_id = clean.get("ack")
+        if subscriber is not None and ack_id is not None:
+            subscriber.deliver(clean, body, damage=why)
+            return
+        if ack_id is not None:
+            log.error("broker %s: %s, of no subscription here, NACKed (to the broker's "
+                      "dead-letter queue): message-id %s", self.address, why,
+                      clean.get("message-id"))
+            with contextlib.suppress(ConnectionLost):  # lost: the broker redelivers it
+                self.write("nack", id=ack_id)
+            return
+        log.error("broker %s: %s, with no ack header; closing the connection so that the "
+                  "broker redelivers it", self.address, why)
+        self.lose(f"{why}, with no ack header")
+        self._shutdown_transport()
 
     def on_receipt(self, receipt: str | None) -> None:
         """A RECEIPT frame."""

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import anyio
 
 from mdb import tracing
 from mdb.broker import Connection, Delivery, Subscription
 from mdb.delivery.batch import Ready, Step, fall_back, ready_run, run_in_one_transaction
+from mdb.delivery.copies import fitted
 from mdb.delivery.decision import (
     Failure,
     InDoubt,
@@ -31,6 +34,15 @@ from mdb.planning import PlannedSubscription
 from mdb.producer import Producer
 
 log = logging.getLogger("mdb.delivery")
+
+
+@dataclass(frozen=True, slots=True)
+class Damaged(Undecodable):
+    """The adapter received the message damaged (``Delivery.damage``): like a body that does
+    not decode, it is never retried nor given to the handler; it moves to the error
+    destination at once."""
+
+    error_type: ClassVar[str] = "mdb.DamagedFrame"
 
 
 class Processor:
@@ -70,7 +82,8 @@ class Processor:
         while start < len(deliveries):
             if start and self._stopping():
                 return True
-            run = ready_run(deliveries[start:], destination, self._selected, self._invoker.decode)
+            run = ready_run(deliveries[start:], destination, self._batchable,
+                            self._invoker.decode)
             if len(run) < 2:
                 delivery = deliveries[start]
                 if not await self._process(connection, subscription,
@@ -119,6 +132,8 @@ class Processor:
         error), in which case the broker redelivers it once its subscription is closed."""
         delivery, message = step.delivery, step.message
         failure: Failure | None = step.failure
+        if failure is None and delivery.damage is not None:
+            failure = Damaged(delivery.damage)
         try:
             if failure is None and not self._selected(delivery):
                 # Not this subscription's message: settled unseen (see mdb.planning).
@@ -137,6 +152,9 @@ class Processor:
 
     def _selected(self, delivery: Delivery) -> bool:
         return self._selector is None or self._selector(delivery.headers)
+
+    def _batchable(self, delivery: Delivery) -> bool:
+        return delivery.damage is None and self._selected(delivery)
 
     async def _run(self, connection: Connection, delivery: Delivery,
                    message: Message) -> Failure | None:
@@ -180,7 +198,8 @@ class Processor:
         spec = self._spec
         policy = Policy(spec.name, spec.options.redelivery, subscription.requeue_destination,
                         spec.error_destination)
-        outcome = decide(message, failure, policy, delivery.protocol_headers)
+        outcome = fitted(decide(message, failure, policy, delivery.protocol_headers),
+                         message, failure, policy, delivery.protocol_headers)
         if isinstance(outcome, Redeliver):
             await anyio.sleep(outcome.delay)
         span.failed(failure.error_type, failure.text)
@@ -201,6 +220,8 @@ class Processor:
         else:
             span.moved(target)
             self._stats.to_error_destination += 1
+            if isinstance(failure, Damaged):
+                self._stats.damaged += 1
             log.warning("listener %s: message %s moved to %s after %d deliveries (%s: %s)",
                         spec.name, message.id, target, message.delivery_count,
                         failure.error_type, failure.text)
@@ -210,3 +231,4 @@ class Processor:
         log.warning("listener %s: %s not settled (%s); redelivered once the subscription closes",
                     self._spec.name, what, exc)
         return False
+

@@ -14,4 +14,5 @@ class Stats:
     to_error_destination: int = 0
     rolled_back: int = 0
     in_flight: int = 0
+    damaged: int = 0  # arrived as an inconsistent frame; moved to an error destination unseen
     filtered: int = 0  # not selected by a topic listener's selector, settled unseen

@@ -1,0 +1,243 @@
+"""Hostile frames (issue 11, findings 1 and 2): NUL bytes in headers, frames split at a NUL,
+and headers too many or too large for the broker to take back in an error-destination copy.
+
+Each case checks that the container stays ready, that the message behind the hostile one is
+processed, and that the hostile message ends intact on an error destination: never lost, never
+acked as an empty body, never looping.
+"""
+
+from __future__ import annotations
+
+import socket
+from urllib.parse import urlsplit
+
+import anyio
+import pytest
+
+from mdb import Container, Producer, Redelivery, listener
+from mdb.broker import ConnectionOptions, SubscriptionRequest, broker_for
+from mdb.delivery.copies import MAX_HEADER_BYTES, MAX_HEADERS, bounded, line_bytes
+from mdb.destinations import Destination
+from mdb.errors import BrokerError, EncodeError
+from mdb.events import EventKind
+from mdb.message import ERROR_MESSAGE, ERROR_TYPE, HEADERS_DROPPED, ID, OutgoingMessage
+from mdb_stomp.listener import body_of
+from mdb_stomp.reassembly import Joiner
+from tests.contract.support import Calls, read, running, settings_for, unique
+from tests.harness.process import BrokerProcess
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 20.0
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("activemq", marks=pytest.mark.activemq),
+        pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
+    ]
+)
+def stomp_url(request: pytest.FixtureRequest) -> str:
+    """The STOMP brokers only: what a raw frame does there."""
+    return str(request.getfixturevalue(request.param).url)
+
+
+def raw_send(url: str, path: str, header_lines: bytes, body: bytes) -> None:
+    """SEND a frame as another producer might write it (header lines given raw, NULs and all),
+    persistent, and wait for its receipt."""
+    parts = urlsplit(url)
+    rabbit = parts.scheme.endswith("rabbitmq")
+    login = f"login:{parts.username or 'guest'}\npasscode:{parts.password or 'guest'}\n"
+    connect = (f"CONNECT\naccept-version:1.2\nhost:{'/' if rabbit else 'localhost'}\n"
+               f"heart-beat:0,0\n{login if rabbit or parts.username else ''}\n").encode()
+    with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 61613),
+                                  timeout=WAIT) as sock:
+        sock.sendall(connect + b"\x00")
+        assert sock.recv(4096).startswith(b"CONNECTED")
+        sock.sendall(b"SEND\ndestination:" + path.encode() + b"\npersistent:true\nreceipt:r\n"
+                     + header_lines + b"\n" + body + b"\x00")
+        answer = b""
+        while b"\x00" not in answer:
+            answer += sock.recv(4096)
+        assert answer.startswith(b"RECEIPT"), answer
+
+
+def damaged_count(container: Container, listener_name: str) -> int:
+    """``Stats.damaged`` of one listener of ``container``."""
+    [deployed] = [d for d in container.deployed if d.spec.name == listener_name]
+    return deployed.stats.damaged
+
+
+# -- finding 1: NUL bytes -------------------------------------------------------------------------
+
+async def test_a_header_with_a_nul_is_refused_before_anything_is_sent(broker_url: str) -> None:
+    queue = f"queue:{unique('nulsend')}"
+    async with Producer(settings_for(broker_url)) as producer:
+        with pytest.raises(EncodeError, match="NUL"):
+            await producer.send(queue, "x", headers={"a": "b\x00c"})
+        with pytest.raises(EncodeError, match="NUL"):
+            await producer.send(queue, "x", headers={"a\x00": "b"})
+        await producer.send(queue, "after")
+    [only] = await read(broker_url, queue, 1)
+    assert only.body == b"after"
+
+
+async def test_the_stomp_adapter_never_writes_a_nul(stomp_url: str) -> None:
+    """The last line of defence, below the codec: a message built by hand."""
+    connection = await broker_for(ConnectionOptions(url=stomp_url)).connect()
+    try:
+        with pytest.raises(EncodeError, match="NUL"):
+            await connection.send(Destination.parse(f"queue:{unique('nul')}"),
+                                  OutgoingMessage(b"x", {"mdb_id": "1", "a": "b\x00c"}))
+        assert connection.is_open
+    finally:
+        await connection.close()
+
+
+async def test_a_frame_split_at_a_nul_ends_intact_on_the_error_destination(
+    stomp_url: str,
+) -> None:
+    """Another producer's header holds a NUL: stomp.py cuts the MESSAGE frame there. The slot
+    must not stall (ActiveMQ: the head has no ``subscription``) nor ack an empty body
+    (RabbitMQ: the head has no body)."""
+    name = unique("split")
+    queue = f"queue:{name}"
+    calls = Calls()
+
+    @listener(queue, pool=1)
+    async def handler(body: bytes) -> None:
+        calls.add("body", body)
+
+    async with running(settings_for(stomp_url), handler) as container:
+        raw_send(stomp_url, f"/queue/{name}", b"a:b\x00c\n", b"the real body")
+        async with Producer(settings_for(stomp_url)) as producer:
+            await producer.send(queue, b"next")
+        await calls.wait(lambda c: b"next" in c.of("body"), timeout=WAIT)
+        [moved] = await read(stomp_url, f"{queue}.DLQ", 1, timeout=WAIT)
+        assert container.health().ready
+        assert damaged_count(container, handler.__name__) == 1
+    assert calls.of("body") == [b"next"]
+    assert moved.body == b"the real body"
+    assert moved.headers[ERROR_TYPE] == "mdb.DamagedFrame"
+    assert moved.headers["a"] == "b\ufffdc"
+
+
+async def test_a_failure_text_with_a_nul_still_reaches_the_error_destination(
+    broker_url: str,
+) -> None:
+    """The exception text is copied into ``mdb_error_message``: its NUL must not stop the copy
+    (the adapter refuses a NUL, so the copy replaces it)."""
+    queue = f"queue:{unique('nultext')}"
+
+    @listener(queue, pool=1, redelivery=Redelivery(limit=0))
+    async def handler(body: str) -> None:
+        raise ValueError("bad\x00text")
+
+    async with Producer(settings_for(broker_url)) as producer:
+        await producer.send(queue, "payload")
+    async with running(settings_for(broker_url), handler) as container:
+        [moved] = await read(broker_url, f"{queue}.DLQ", 1, timeout=WAIT)
+        assert container.health().ready
+    assert moved.body == b"payload"
+    assert "\x00" not in moved.headers[ERROR_MESSAGE]
+
+
+# -- finding 2: too many or too large headers ------------------------------------------------------
+
+@pytest.mark.activemq
+async def test_a_refused_transacted_send_is_never_followed_by_its_ack(
+    activemq: BrokerProcess,
+) -> None:
+    """How finding 2 lost its message: ActiveMQ refused a SEND with too many headers but went
+    on reading the frames behind it, and committed the pipelined ACK without the copy. A
+    transacted SEND the broker refuses must fail before the caller can ack anything.
+    (RabbitMQ took every such frame measured: 2,000 headers, one of 200 KB.)"""
+    stomp_url = activemq.url
+    name = unique("refused")
+    async with Producer(settings_for(stomp_url)) as producer:
+        await producer.send(f"queue:{name}", "keep me")
+    connection = await broker_for(ConnectionOptions(url=stomp_url)).connect()
+    try:
+        subscription = await connection.subscribe(SubscriptionRequest(
+            Destination.parse(f"queue:{name}"), name=None, durable=True, selector=None,
+            prefetch=1))
+        with anyio.fail_after(WAIT):
+            await subscription.receive()
+        tx = await connection.begin()
+        headers = {f"h{n}": "x" for n in range(1100)} | {"big": "y" * 20_000, "mdb_id": "1"}
+        with pytest.raises(BrokerError):
+            await tx.send(Destination.parse(f"queue:{name}.copy"),
+                          OutgoingMessage(b"copy", headers))
+        await tx.abort()
+    finally:
+        await connection.close()
+    [kept] = await read(stomp_url, f"queue:{name}", 1, timeout=WAIT)
+    assert kept.body == b"keep me"
+
+
+async def test_a_message_with_too_many_headers_ends_on_the_error_destination(
+    broker_url: str,
+) -> None:
+    """A message that fails with nearly as many headers as ActiveMQ takes (996): its error
+    copy adds mdb's, and used to be refused, again and again, until the message was lost."""
+    name = unique("manyheaders")
+    queue = f"queue:{name}"
+    calls = Calls()
+
+    @listener(queue, pool=1)
+    async def handler(body: dict[str, int]) -> None:
+        calls.add("body", body)
+
+    many = {f"h{n:03}": "x" for n in range(996)}
+    async with Producer(settings_for(broker_url)) as producer:
+        if broker_url.startswith("memory"):
+            await producer.send(queue, "not json", headers=many)
+        else:  # a Producer adds its own headers: ActiveMQ would refuse this many from it
+            raw_send(broker_url, f"/queue/{name}",
+                     "".join(f"{k}:{v}\n" for k, v in many.items()).encode(), b"not json")
+        await producer.send(queue, {"n": 1})
+    async with running(settings_for(broker_url), handler) as container:
+        await calls.wait(lambda c: bool(c.of("body")), timeout=WAIT)
+        [moved] = await read(broker_url, f"{queue}.DLQ", 1, timeout=WAIT)
+        assert container.health().ready
+        assert container.events.counts[EventKind.CONNECTION_LOST] == 0
+    assert moved.body == b"not json"
+    assert moved.headers[ERROR_TYPE] == "mdb.DecodeError"
+    kept = [k for k in moved.headers if k.startswith("h")]
+    assert 0 < len(kept) < 996
+    assert int(moved.headers[HEADERS_DROPPED]) == 996 - len(kept)
+
+
+# -- the pure pieces -------------------------------------------------------------------------------
+
+def test_the_pieces_of_a_frame_cut_at_a_nul_are_joined_again() -> None:
+    """As measured on ActiveMQ: the custom header with a NUL comes first, so the head has no
+    ``subscription`` and the tail looks like a frame of command ``c``."""
+    joiner = Joiner()
+    assert joiner.feed(b"MESSAGE\na:b") is None
+    whole = joiner.feed(b"c\ncontent-length:4\nsubscription:1\nack:9\n\nBODY")
+    assert whole is not None and whole.cut and whole.complete
+    assert whole.raw == b"MESSAGE\na:b\x00c\ncontent-length:4\nsubscription:1\nack:9\n\nBODY"
+    assert body_of(whole.raw) == b"BODY"
+    intact = joiner.feed(b"MESSAGE\nsubscription:1\nack:10\n\nx")
+    assert intact is not None and not intact.cut
+
+
+def test_a_cut_body_waits_for_its_content_length() -> None:
+    joiner = Joiner()
+    assert joiner.feed(b"MESSAGE\ncontent-length:5\nsubscription:1\nack:1\na:b") is None
+    assert joiner.feed(b"c\n\nab") is None  # the body holds a NUL too: 3 of 5 bytes so far
+    whole = joiner.feed(b"de")
+    assert whole is not None and body_of(whole.raw) == b"ab\x00de"
+
+
+def test_copies_keep_mdb_headers_and_drop_what_does_not_fit() -> None:
+    headers = {f"h{n}": "x" for n in range(2000)} | {
+        "big": "y" * 20_000, ERROR_MESSAGE: "é" * 9_000, ID: "id-1"}
+    kept, dropped = bounded(headers)
+    assert len(kept) <= MAX_HEADERS
+    assert all(line_bytes(k, v) <= MAX_HEADER_BYTES for k, v in kept.items())
+    assert kept[ID] == "id-1" and kept[ERROR_MESSAGE].startswith("é")
+    assert "big" not in kept
+    assert dropped == len(headers) - (len(kept) - 1) and kept[HEADERS_DROPPED] == str(dropped)
+    assert bounded({"a": "b", ID: "1"}) == ({"a": "b", ID: "1"}, 0)
