@@ -17,7 +17,8 @@ error: ...``, never a traceback):
 - 1: ``mdb status``: the container answered and is not ready (or not live);
 - 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
   a listener module that does not import or raises at import, an invalid selector, a
-  ``health_port`` that cannot be bound, a ``--file`` that cannot be read;
+  ``health_port`` that cannot be bound, a ``--file`` that cannot be read, a message ``mdb send``
+  cannot send (a NUL byte in a header, headers beyond the bounds of docs/security.md);
 - 3: a broker error: no broker could be reached at startup, or a broker refused what mdb asked
   (a subscription, ``mdb send``'s message, ...); ``mdb status``: the health endpoint could not
   be reached;
@@ -42,7 +43,7 @@ from mdb import logs, tracing
 from mdb.brokers import Brokers
 from mdb.container import Container
 from mdb.destinations import Destination, Kind
-from mdb.errors import BrokerError, ConfigurationError
+from mdb.errors import BrokerError, ConfigurationError, EncodeError
 from mdb.health import HealthServer, NotLive, Unreachable, fetch_status
 from mdb.links import adapter
 from mdb.listener import ListenerSpec
@@ -71,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise _sole(group) from None
     except ConfigurationError as exc:
         print(f"mdb: configuration error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except EncodeError as exc:
+        print(f"mdb: cannot send: {exc}", file=sys.stderr)
         sys.exit(2)
     except BrokerError as exc:
         print(f"mdb: broker error: {exc}", file=sys.stderr)

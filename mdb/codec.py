@@ -13,7 +13,7 @@ from typing import Any, get_origin
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from mdb.errors import DecodeError, EncodeError
-from mdb.message import CONTENT_TYPE, ID, OutgoingMessage, new_id, refuse_nul
+from mdb.message import CONTENT_TYPE, ID, OutgoingMessage, new_id, refuse_nul, refuse_oversized
 
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
@@ -92,10 +92,13 @@ def encode(body: object) -> tuple[bytes, str]:
 
 def outgoing(body: object, headers: Mapping[str, str] | None = None) -> OutgoingMessage:
     """A new message: the encoded body, its content type, and a fresh ``mdb_id``. Raises
-    ``EncodeError`` for a body ``encode`` refuses or a header holding a NUL byte."""
+    ``EncodeError`` for a body ``encode`` refuses, a header holding a NUL byte, or headers
+    beyond ``mdb.message``'s bounds."""
     if headers:
         refuse_nul(headers)
     data, content_type = encode(body)
     merged = {CONTENT_TYPE: content_type, **(headers or {}), ID: new_id()}
+    if headers:
+        refuse_oversized(merged)
     return OutgoingMessage(data, merged)
 

@@ -95,3 +95,37 @@ def refuse_nul(headers: Mapping[str, str]) -> None:
     for name, value in headers.items():
         if "\0" in name or "\0" in value:
             raise EncodeError(f"header {name!r}: a NUL byte cannot be sent in a header")
+
+
+# Header bounds of every message mdb sends, kept well inside what brokers accept. Measured
+# here (raw STOMP 1.2 SENDs): ActiveMQ 5.17 refuses a frame of 1,000 header lines or more, or
+# one header line of 10,240 bytes or more, and drops the connection; RabbitMQ 3.10 took 2,000
+# headers, one of 200 KB and 1.6 MB in all. The room left is for the lines an adapter or the
+# tracing adds (destination, transaction, receipt, persistence, traceparent, ...).
+MAX_HEADERS = 512  # headers of a message, mdb's own included
+MAX_HEADER_BYTES = 8_192  # one header line as written: name, ':', escaped value
+MAX_TOTAL_BYTES = 262_144  # every header line of a message together
+_ESCAPED = "\\\r\n:"  # STOMP 1.2 writes each of these as two bytes
+
+
+def line_bytes(name: str, value: str) -> int:
+    """The size of ``name:value`` as a STOMP 1.2 header line, escapes included."""
+    return (len(name.encode()) + 1 + len(value.encode())
+            + sum(value.count(c) + name.count(c) for c in _ESCAPED))
+
+
+def refuse_oversized(headers: Mapping[str, str]) -> None:
+    """Raise ``EncodeError`` for headers beyond the bounds above, before anything is sent: a
+    broker that refuses a frame for its headers says so only by dropping the connection, which
+    would leave the send's outcome unknown (``SendOutcomeUnknown``) when it surely failed."""
+    total = 0
+    for name, value in headers.items():
+        size = line_bytes(name, value)
+        if size > MAX_HEADER_BYTES:
+            raise EncodeError(f"header {name!r}: {size} bytes as a header line, more than the "
+                              f"{MAX_HEADER_BYTES} mdb sends")
+        total += size
+    if len(headers) > MAX_HEADERS:
+        raise EncodeError(f"{len(headers)} headers, more than the {MAX_HEADERS} mdb sends")
+    if total > MAX_TOTAL_BYTES:
+        raise EncodeError(f"{total} bytes of headers, more than the {MAX_TOTAL_BYTES} mdb sends")

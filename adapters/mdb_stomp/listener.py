@@ -68,9 +68,10 @@ class Listener(stomp.ConnectionListener):  # type: ignore[misc]
 class FrameReader:
     """Stands in for stomp.py's ``Transport.process_frame`` (called on its receiver thread with
     each frame read, parsed and raw). MESSAGE frames cut at a NUL byte are joined again
-    (``mdb_stomp.reassembly``); one that was cut, or lacks the ``subscription`` or ``ack``
-    header that route and settle it, goes to ``Listener.on_damaged`` instead of stomp.py's
-    listeners. Every other frame goes on to stomp.py's ``process_frame``."""
+    (``mdb_stomp.reassembly``); one that was cut, or lacks the ``subscription`` header that
+    routes it, goes to ``Listener.on_damaged`` instead of stomp.py's listeners (whether one
+    without an ``ack`` header is damaged depends on its subscription: ``Wire.on_message``).
+    Every other frame goes on to stomp.py's ``process_frame``."""
 
     def __init__(self, process_frame: Callable[[Any, bytes], None], listener: Listener) -> None:
         self._process_frame = process_frame
@@ -82,9 +83,9 @@ class FrameReader:
         if whole is None:
             return
         if not whole.cut:
-            if frame.cmd == "MESSAGE" and not {"subscription", "ack"} <= frame.headers.keys():
+            if frame.cmd == "MESSAGE" and "subscription" not in frame.headers:
                 self._listener.on_damaged(frame.headers, bytes(frame.body or b""),
-                                          "a MESSAGE frame without subscription or ack header")
+                                          "a MESSAGE frame without a subscription header")
             else:
                 self._process_frame(frame, raw)
             return

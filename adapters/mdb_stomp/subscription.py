@@ -59,6 +59,8 @@ class StompSubscription(Subscription):
     """One SUBSCRIBE on one connection; deliveries are buffered up to the prefetch. Made by
     ``open``."""
 
+    settled_on_arrival = False  # client acks: every MESSAGE carries its ack id
+
     def __init__(
         self,
         wire: Wire,
@@ -177,10 +179,7 @@ class StompSubscription(Subscription):
                 damage: str | None = None) -> None:
         """A MESSAGE frame of this subscription: buffered as a delivery, unsettled; ``damage``
         says what was wrong with a frame the wire found damaged (``Delivery.damage``)."""
-        ack_id = headers.get("ack")
-        if ack_id is None:
-            log.warning("MESSAGE without an ack header on subscription %s dropped", self._id)
-            return
+        ack_id = headers["ack"]  # the wire hands over only frames that have one
         self.unsettled.dispatched(ack_id)
         reply_to, correlation_id = reply_fields(headers)
         self._inbox.put(

@@ -30,6 +30,8 @@ from mdb_stomp.wire import Wire
 class StompTemporaryQueue(TemporaryQueue):
     """One temporary queue of one connection; made by ``open``."""
 
+    settled_on_arrival = True  # ack:auto, or subscribed by RabbitMQ itself
+
     def __init__(self, wire: Wire, name: str, sub_id: str, subscribed: bool) -> None:
         self._wire = wire
         self._name = name

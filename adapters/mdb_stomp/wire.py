@@ -54,6 +54,10 @@ class Subscriber(Protocol):
     """What the wire needs from a subscription: where its MESSAGE frames go, and being told
     once that the connection is lost. Both are called on the loop."""
 
+    #: True when its MESSAGE frames are settled as they arrive (``ack:auto``: they carry no
+    #: ``ack`` header); False when each must carry one to be settled.
+    settled_on_arrival: bool
+
     def deliver(self, headers: dict[str, str], body: bytes | str | None,
                 damage: str | None = None) -> None: ...
 
@@ -287,10 +291,16 @@ class Wire:
             self._connected.set_result(None)
 
     def on_message(self, headers: dict[str, str], body: bytes | str | None) -> None:
-        """A MESSAGE frame: to its subscriber, or dropped when it is detached meanwhile."""
+        """A MESSAGE frame: to its subscriber, or dropped when it is detached meanwhile; one
+        its subscriber cannot settle (no ``ack`` header) is damaged."""
         subscriber = self._subscribers.get(headers.get("subscription", ""))
-        if subscriber is not None:
-            subscriber.deliver(headers, body)
+        if subscriber is None:
+            return
+        if "ack" not in headers and not subscriber.settled_on_arrival:
+            data = body if isinstance(body, bytes) else (body or "").encode()
+            self.on_damaged(headers, data, "a MESSAGE frame without an ack header")
+            return
+        subscriber.deliver(headers, body)
 
     def on_damaged(self, headers: dict[str, str], body: bytes, why: str) -> None:
         """A damaged MESSAGE frame (``FrameReader``): to its subscriber, marked damaged, with
@@ -302,7 +312,7 @@ class Wire:
                  for k, v in headers.items()}
         subscriber = self._subscribers.get(clean.get("subscription", ""))
         ack_id = clean.get("ack")
-        if subscriber is not None and ack_id is not None:
+        if subscriber is not None and (ack_id is not None or subscriber.settled_on_arrival):
             subscriber.deliver(clean, body, damage=why)
             return
         if ack_id is not None:

@@ -225,3 +225,8 @@ def test_mdb_run_serves_its_health_to_mdb_status(app: Path) -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
+
+
+def test_mdb_send_refuses_headers_it_cannot_send_in_one_line(app: Path) -> None:
+    huge = mdb("send", "queue:q", "x", "--header", "big=" + "x" * 9000, cwd=app)
+    assert huge.returncode == 2 and "cannot send" in one_line(huge.stderr)

@@ -7,7 +7,7 @@ from pydantic import BaseModel
 
 from mdb import codec
 from mdb.errors import DecodeError, EncodeError, MdbError
-from mdb.message import ID
+from mdb.message import ID, MAX_HEADER_BYTES, MAX_HEADERS
 
 
 class Order(BaseModel):
@@ -71,3 +71,17 @@ def test_a_decode_error_says_where_and_why_but_never_shows_the_body(annotation: 
     text = str(caught.value)
     assert "4111" not in text and "input_value" not in text and "https://" not in text
     assert "valid integer" in text
+
+
+def test_headers_beyond_the_bounds_are_refused_before_sending() -> None:
+    """Issue 11, finding 9: ActiveMQ refuses such a frame by dropping the connection, which made
+    the send's outcome unknown ("may have been stored") when it surely failed."""
+    fits = {f"h{n}": "v" for n in range(MAX_HEADERS - 2)}  # with content-type and mdb_id
+    assert len(codec.outgoing("x", fits).headers) == MAX_HEADERS
+    for headers, why in [
+        ({f"h{n}": "v" for n in range(MAX_HEADERS - 1)}, "headers, more than"),
+        ({"big": "x" * MAX_HEADER_BYTES}, "bytes as a header line"),
+        ({f"h{n}": "x" * 8000 for n in range(40)}, "bytes of headers"),
+    ]:
+        with pytest.raises(EncodeError, match=why):
+            codec.outgoing("x", headers)
