@@ -29,10 +29,12 @@ from mdb import Container, Context, listener
 from mdb.settings import BrokerSettings, Settings
 from tests.harness.activemq import ActiveMQ
 
+Login = tuple[str, str]  # the broker requires one (user, password): the harness's
 
-def preload(port: int, queue: str, count: int) -> None:
+
+def preload(port: int, login: Login, queue: str, count: int) -> None:
     conn = stomp.Connection12([("127.0.0.1", port)])
-    conn.connect(wait=True)
+    conn.connect(*login, wait=True)
     for n in range(count):
         conn.send(f"/queue/{queue}", f"message {n}", headers={"persistent": "true"})
     receipt = threading.Event()
@@ -47,7 +49,8 @@ def preload(port: int, queue: str, count: int) -> None:
     conn.disconnect()
 
 
-def hand_written(port: int, queue: str, count: int, *, transacted: bool, send: bool = False,
+def hand_written(port: int, login: Login, queue: str, count: int, *, transacted: bool,
+                 send: bool = False,
                  work: Callable[[], None] = lambda: None) -> float:
     """What a user writes with stomp.py alone: handle on the receiver thread, ack each (in a
     transaction without waiting for the commit's receipt: the most favourable baseline), with
@@ -75,7 +78,7 @@ def hand_written(port: int, queue: str, count: int, *, transacted: bool, send: b
                 finished.set()
 
     conn.set_listener("consumer", Consumer())
-    conn.connect(wait=True)
+    conn.connect(*login, wait=True)
     conn.transport.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     start = time.perf_counter()
     conn.subscribe(f"/queue/{queue}", id="1", ack="client",
@@ -129,19 +132,20 @@ def main() -> None:
     n = args.messages
     rows: list[tuple[str, str, float, str]] = []
     with ActiveMQ(heap_mb=1024) as broker:
+        login = (broker.username, broker.password)
 
         def queue(kind: str) -> str:
             name = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
-            preload(broker.port, name, n)
+            preload(broker.port, login, name, n)
             return name
 
-        hand_tx = hand_written(broker.port, queue("w1h"), n, transacted=True)
+        hand_tx = hand_written(broker.port, login, queue("w1h"), n, transacted=True)
         rows.append(("W1 empty handler, transacted", "hand-written BEGIN/ACK/COMMIT", hand_tx, ""))
         for pool in (1, 4):
             rate, _ = anyio.run(container_rate, broker.url, queue(f"w1c{pool}"), n, pool, 0.0)
             rows.append(("W1 empty handler, transacted", f"mdb pool={pool}", rate,
                          f"{rate / hand_tx:.2f}x (bar 0.8x)"))
-        hand_send = hand_written(broker.port, queue("w1sh"), n, transacted=True, send=True)
+        hand_send = hand_written(broker.port, login, queue("w1sh"), n, transacted=True, send=True)
         rows.append(("W1s handler sends 1 message, transacted",
                      "hand-written BEGIN/SEND/ACK/COMMIT", hand_send, ""))
         for pool in (1, 4):
@@ -150,7 +154,7 @@ def main() -> None:
             rows.append(("W1s handler sends 1 message, transacted", f"mdb pool={pool}", rate,
                          f"{rate / hand_send:.2f}x"))
         m = max(n // 4, 500)
-        one = hand_written(broker.port, queue("w2h"), m, transacted=False,
+        one = hand_written(broker.port, login, queue("w2h"), m, transacted=False,
                            work=lambda: time.sleep(0.002))
         rows.append(("W2 handler awaits 2 ms", "hand-written one at a time", one, ""))
         rate, _ = anyio.run(container_rate, broker.url, queue("w2c"), n, 16, 0.002)
@@ -158,7 +162,7 @@ def main() -> None:
                      f"{rate / one:.1f}x (bar 8x)"))
         total = args.rss_messages
         name = f"bench-rss-{uuid.uuid4().hex[:6]}"
-        preload(broker.port, name, total)
+        preload(broker.port, login, name, total)
         marks = (total // 10, total)
         rate, rss = anyio.run(container_rate, broker.url, name, total, 4, 0.0, marks)
         growth = (rss[marks[1]] - rss[marks[0]]) / 1024
