@@ -53,6 +53,9 @@ class BrokerEvent:
 
     def __str__(self) -> str:
         what = f"member {self.member}" if self.member else f"broker {self.broker}"
+        if self.detail.startswith(f"{what} "):
+            # A cause that names its broker (an adapter's error, also shown alone) says it.
+            return f"{self.kind}: {self.detail}"
         return f"{self.kind}: {what}" + (f" ({self.detail})" if self.detail else "")
 
 

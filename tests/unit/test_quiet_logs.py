@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from mdb import Container, EventKind, listener
+from mdb.events import BrokerEvent
 from mdb.settings import BrokerSettings, Settings
 from mdb_memory import broker_state
 from tests.contract.support import WAIT, specs, unique
@@ -57,3 +58,12 @@ async def test_an_outage_is_one_line_when_it_starts_and_one_when_it_ends(
     assert [m for m in shown if m not in lost + restored] == []  # nothing per connection
     assert container.events.counts[EventKind.MEMBER_UNAVAILABLE] == 2  # still counted, and
     assert container.events.counts[EventKind.MEMBER_AVAILABLE] == 2    # still called back
+
+
+def test_an_event_names_its_broker_once() -> None:
+    lost = BrokerEvent(EventKind.CONNECTION_LOST, "main",
+                       detail="broker main (127.0.0.1:1) refused the credentials of user u")
+    assert str(lost) == ("connection-lost: broker main (127.0.0.1:1) refused the credentials "
+                         "of user u")
+    other = BrokerEvent(EventKind.CONNECTION_LOST, "main", detail="broker b is far")
+    assert str(other) == "connection-lost: broker main (broker b is far)"
