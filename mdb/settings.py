@@ -313,8 +313,10 @@ def _member_destination(key: str, name: str | None) -> Destination:
     return Destination.parse(f"{logical.kind.value}:{name}") if name else logical
 
 
-def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
-    """Read settings from every source; raise ConfigurationError naming each bad setting."""
+def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:
+    """Read settings from every source (``config``: the TOML file, a path or its name as a
+    ``str``); raise ConfigurationError naming each bad setting."""
+    config = None if config is None else Path(config)
     if config is not None and not config.is_file():
         raise ConfigurationError(f"--config {config}: no such file")
 
