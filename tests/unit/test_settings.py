@@ -79,7 +79,7 @@ def test_the_config_file_may_be_named_by_a_str(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.chdir(tmp_path)
     write(tmp_path, 'app = "shop"\n')
     assert load_settings("mdb.toml").app == "shop"
-    with pytest.raises(ConfigurationError, match="absent.toml: no such file"):
+    with pytest.raises(ConfigurationError, match=r"absent\.toml: no such file"):
         load_settings("absent.toml")
 
 
