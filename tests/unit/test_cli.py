@@ -213,9 +213,11 @@ def test_mdb_send_labels_json(activemq: object, tmp_path: Path) -> None:
         result = mdb("send", queue, *args, cwd=ROOT, env=env)
         assert result.returncode == 0, result.stderr
     first, second, third = anyio.run(read, url, queue, 3)
-    assert [(d.body, d.headers["content-type"]) for d in (first, second, third)] == [
-        (b'{"id": 7}', "application/json"), (b'{"id": 7}', "application/json"),
-        (b"a,b", "text/csv")]
+    assert [(d.body, d.headers["content-type"], d.headers["mdb_content_type"])
+            for d in (first, second, third)] == [
+        (b'{"id": 7}', "application/json", "application/json"),
+        (b'{"id": 7}', "application/json", "application/json"),
+        (b"a,b", "text/csv", "text/csv")]
 
 
 def test_mdb_send_json_must_be_json(app: Path) -> None:
