@@ -4,8 +4,10 @@
 runs the container process; ``mdb subscriptions MODULE... [--config FILE]`` prints the
 subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
 NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION (BODY | --file
-PATH) [--header k=v]... [--key K] [--reply-to DEST] [--correlation-id ID]`` sends a message by
-hand (BODY as text; ``--file`` sends the bytes of PATH, ``-`` for stdin); ``mdb status [--config
+PATH) [--header k=v]... [--json | --content-type TYPE] [--key K] [--reply-to DEST]
+[--correlation-id ID]`` sends a message by hand (BODY as text; ``--file`` sends the bytes of
+PATH, ``-`` for stdin; ``--json`` labels a body that parses as JSON ``application/json``), traced
+as every send is (``OTEL_*`` variables, as ``mdb run``); ``mdb status [--config
 FILE] [--url URL]`` asks a running container's health endpoint (setting ``health_port``) how it
 is. ``mdb run`` re-applies the topology of its ``--config`` file when the file changes or on
 SIGHUP.
@@ -17,8 +19,9 @@ error: ...``, never a traceback):
 - 1: ``mdb status``: the container answered and is not ready (or not live);
 - 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
   a listener module that does not import or raises at import, an invalid selector, a
-  ``health_port`` that cannot be bound, a ``--file`` that cannot be read, a message ``mdb send``
-  cannot send (a NUL byte in a header, headers beyond the bounds of docs/security.md);
+  ``health_port`` that cannot be bound, a ``--file`` that cannot be read, a ``--json`` body that
+  is not JSON, a message ``mdb send`` cannot send (a NUL byte in a header, headers beyond the
+  bounds of docs/security.md);
 - 3: a broker error: no broker could be reached at startup, or a broker refused what mdb asked
   (a subscription, ``mdb send``'s message, ...); ``mdb status``: the health endpoint could not
   be reached;
@@ -28,6 +31,7 @@ error: ...``, never a traceback):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -39,7 +43,7 @@ from typing import TextIO
 import anyio
 from dependency_injector import containers
 
-from mdb import logs, tracing
+from mdb import codec, logs, tracing
 from mdb.brokers import Brokers
 from mdb.container import Container
 from mdb.destinations import Destination, Kind
@@ -47,6 +51,7 @@ from mdb.errors import BrokerError, ConfigurationError, EncodeError
 from mdb.health import HealthServer, NotLive, Unreachable, fetch_status
 from mdb.links import adapter
 from mdb.listener import ListenerSpec
+from mdb.message import CONTENT_TYPE
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.producer import Producer
 from mdb.reload import reload_on_change
@@ -127,11 +132,30 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
 async def send(args: argparse.Namespace, settings: Settings) -> None:
     headers = dict(_header(h) for h in args.header)
     body = _body(args.body, args.file)
-    async with Producer(settings) as producer:
-        message_id = await producer.send(args.destination, body, headers, key=args.key,
-                                         reply_to=args.reply_to,
-                                         correlation_id=args.correlation_id)
+    if args.json:
+        _check_json(body)
+    content_type = codec.JSON if args.json else args.content_type
+    if content_type is not None:
+        headers[CONTENT_TYPE] = content_type
+    flush_telemetry = tracing.configure(settings.app)
+    try:
+        async with Producer(settings) as producer:
+            message_id = await producer.send(args.destination, body, headers, key=args.key,
+                                             reply_to=args.reply_to,
+                                             correlation_id=args.correlation_id)
+    finally:
+        flush_telemetry()
     print(f"sent {message_id} to {args.destination}")
+
+
+def _check_json(body: str | bytes) -> None:
+    """ConfigurationError unless ``body`` is a JSON document (``mdb send --json``)."""
+    try:
+        json.loads(body)
+    except UnicodeDecodeError:
+        raise ConfigurationError("mdb send --json: the body is not JSON (not UTF-8)") from None
+    except json.JSONDecodeError as exc:  # its text says where, never what the body holds
+        raise ConfigurationError(f"mdb send --json: the body is not JSON ({exc})") from None
 
 
 async def subscriptions(args: argparse.Namespace, settings: Settings) -> None:
@@ -278,6 +302,13 @@ def _parser() -> argparse.ArgumentParser:
                         help="send the bytes of PATH as the body (-: read stdin), for a body "
                              "too large or too binary for the command line")
     p_send.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
+    label = p_send.add_mutually_exclusive_group()
+    label.add_argument("--json", action="store_true",
+                       help="the body is JSON: refused unless it parses, sent as "
+                            "application/json (a TextMessage for Java)")
+    label.add_argument("--content-type", metavar="TYPE",
+                       help="the body's content type (default: text/plain for BODY, "
+                            "application/octet-stream for --file)")
     p_send.add_argument("--key", help="choose the member of a distributed destination by this "
                                       "key (default: round robin)")
     p_send.add_argument("--reply-to", metavar="DESTINATION",

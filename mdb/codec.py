@@ -13,7 +13,8 @@ from typing import Any, get_origin
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from mdb.errors import DecodeError, EncodeError
-from mdb.message import CONTENT_TYPE, ID, OutgoingMessage, new_id, refuse_nul, refuse_oversized
+from mdb.jms_names import warn_unselectable
+from mdb.message import ID, OutgoingMessage, labelled, new_id, refuse_nul, refuse_oversized
 
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
@@ -91,14 +92,17 @@ def encode(body: object) -> tuple[bytes, str]:
 
 
 def outgoing(body: object, headers: Mapping[str, str] | None = None) -> OutgoingMessage:
-    """A new message: the encoded body, its content type, and a fresh ``mdb_id``. Raises
-    ``EncodeError`` for a body ``encode`` refuses, a header holding a NUL byte, or headers
-    beyond ``mdb.message``'s bounds."""
+    """A new message: the encoded body, its content type (``content-type`` and
+    ``mdb_content_type``: the one ``headers`` declare, else the body's), and a fresh ``mdb_id``.
+    Raises ``EncodeError`` for a body ``encode`` refuses, a header holding a NUL byte, or
+    headers beyond ``mdb.message``'s bounds; warns (once per name) about a header name a JMS
+    selector cannot name (``mdb.jms_names``)."""
     if headers:
         refuse_nul(headers)
     data, content_type = encode(body)
-    merged = {CONTENT_TYPE: content_type, **(headers or {}), ID: new_id()}
+    merged = {**labelled(headers or {}, content_type), ID: new_id()}
     if headers:
         refuse_oversized(merged)
+        warn_unselectable(headers)
     return OutgoingMessage(data, merged)
 

@@ -19,11 +19,30 @@ ERROR_TYPE = "mdb_error_type"
 ERROR_MESSAGE = "mdb_error_message"
 ERROR_LISTENER = "mdb_error_listener"
 HEADERS_DROPPED = "mdb_headers_dropped"  # on a copy: how many of the original's headers it lacks
+# The body's content type under two names: STOMP's, which other STOMP clients and RabbitMQ read,
+# and one a JMS selector can name (ActiveMQ makes both properties; ``content-type = 'x'`` in a
+# selector parses as ``content - type = 'x'`` and silently matches nothing). See docs/interop.md.
 CONTENT_TYPE = "content-type"
+CONTENT_TYPE_PROPERTY = "mdb_content_type"
 
 
 def new_id() -> str:
     return uuid.uuid4().hex
+
+
+def content_type_of(headers: Mapping[str, str]) -> str | None:
+    """The content type ``headers`` declare: ``content-type`` (mdb writes it, as other STOMP
+    producers do), else ``mdb_content_type`` (which a Java producer can set)."""
+    return headers.get(CONTENT_TYPE) or headers.get(CONTENT_TYPE_PROPERTY)
+
+
+def labelled(headers: Mapping[str, str], content_type: str) -> dict[str, str]:
+    """``headers`` with the content type they declare (``content_type_of``), else
+    ``content_type``, under both its names."""
+    declared = content_type_of(headers) or content_type
+    merged = {CONTENT_TYPE: declared, CONTENT_TYPE_PROPERTY: declared, **headers}
+    merged[CONTENT_TYPE] = merged[CONTENT_TYPE_PROPERTY] = declared
+    return merged
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +79,11 @@ class Message:
     reply_to: ReplyAddress | None = None
     correlation_id: str | None = None
 
+    @property
+    def content_type(self) -> str | None:
+        """The content type its producer declared (``content_type_of``), if any."""
+        return content_type_of(self.headers)
+
 
 @dataclass(frozen=True, slots=True)
 class OutgoingMessage:
@@ -74,7 +98,7 @@ class OutgoingMessage:
 
     @property
     def content_type(self) -> str | None:
-        return self.headers.get(CONTENT_TYPE)
+        return content_type_of(self.headers)
 
 
 def addressed(message: OutgoingMessage, reply_to: str | Destination | None,

@@ -313,13 +313,15 @@ def _member_destination(key: str, name: str | None) -> Destination:
     return Destination.parse(f"{logical.kind.value}:{name}") if name else logical
 
 
-def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
-    """Read settings from every source; raise ConfigurationError naming each bad setting."""
-    if config is not None and not config.is_file():
-        raise ConfigurationError(f"--config {config}: no such file")
+def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:
+    """Read settings from every source (``config``: the TOML file, a path or its name as a
+    ``str``); raise ConfigurationError naming each bad setting."""
+    path = None if config is None else Path(config)
+    if path is not None and not path.is_file():
+        raise ConfigurationError(f"--config {path}: no such file")
 
     class _FromFile(Settings):
-        _toml_file = config
+        _toml_file = path
 
     try:
         settings: Settings = _FromFile(**{k: v for k, v in overrides.items() if v is not None})

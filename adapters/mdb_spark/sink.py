@@ -28,7 +28,7 @@ from mdb.broker import Transaction
 from mdb.brokers import Brokers
 from mdb.destinations import Destination
 from mdb.links import BrokerLink
-from mdb.message import CONTENT_TYPE, ID, OutgoingMessage
+from mdb.message import ID, OutgoingMessage, labelled
 from mdb.topology import Member
 from mdb_spark.options import Connect, SinkOptions
 
@@ -126,7 +126,7 @@ def _message(sink: SinkOptions, row: Any, batch: int, partition: int,
     if body is None:
         raise ValueError("mdb sink: every row needs a non-null 'body' column (binary or string)")
     data, content_type = codec.encode(bytes(body) if isinstance(body, bytearray) else body)
-    headers = {CONTENT_TYPE: content_type, **dict(_field(row, "headers") or {}),
+    headers = {**labelled(dict(_field(row, "headers") or {}), content_type),
                ID: message_id(sink.query, batch, partition, index), BATCH_HEADER: str(batch)}
     return OutgoingMessage(data, headers)
 

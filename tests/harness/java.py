@@ -67,10 +67,13 @@ class JmsTool:
                            *(f"{key}={value}" for key, value in options.items()))
         return sent
 
-    def receive(self, queue: str, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
-        """Take up to ``count`` messages from ``queue``, waiting at most ``timeout`` seconds for
-        each; fewer when one did not come."""
-        seen = self._run("receive", queue, str(count), str(int(timeout * 1000)))
+    def receive(self, queue: str, count: int, timeout: float = 30.0,
+                selector: str | None = None) -> list[dict[str, Any]]:
+        """Take up to ``count`` messages from ``queue`` (only those matching the JMS
+        ``selector``, when given), waiting at most ``timeout`` seconds for each; fewer when one
+        did not come."""
+        seen = self._run("receive", queue, str(count), str(int(timeout * 1000)),
+                         *([selector] if selector is not None else []))
         return [m for m in seen if not m.get("timeout")]
 
     def request(self, queue: str, text: str, timeout: float = 30.0,

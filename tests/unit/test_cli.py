@@ -184,6 +184,47 @@ def test_mdb_send_sets_reply_to_and_correlation_id(activemq: object) -> None:
     assert (str(delivery.reply_to), delivery.correlation_id) == (f"/queue/{replies}", "c-7")
 
 
+def test_mdb_send_carries_the_trace_context(activemq: object) -> None:
+    import anyio
+
+    from tests.contract.support import read, unique
+
+    url = str(activemq.url)  # type: ignore[attr-defined]
+    queue = f"queue:{unique('traced')}"
+    env = {**os.environ, "MDB_BROKERS__DEFAULT__URL": url, "OTEL_TRACES_EXPORTER": "console"}
+    result = mdb("send", queue, "hello", cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr
+    [delivery] = anyio.run(read, url, queue, 1)
+    trace_id = delivery.headers["traceparent"].split("-")[1]
+    assert f'"trace_id": "0x{trace_id}"' in result.stdout  # the send span, exported
+
+
+def test_mdb_send_labels_json(activemq: object, tmp_path: Path) -> None:
+    import anyio
+
+    from tests.contract.support import read, unique
+
+    url = str(activemq.url)  # type: ignore[attr-defined]
+    queue = f"queue:{unique('json')}"
+    env = {**os.environ, "MDB_BROKERS__DEFAULT__URL": url}
+    (tmp_path / "order.json").write_text('{"id": 7}')
+    for args in (['{"id": 7}', "--json"], ["--file", str(tmp_path / "order.json"), "--json"],
+                 ["a,b", "--content-type", "text/csv"]):
+        result = mdb("send", queue, *args, cwd=ROOT, env=env)
+        assert result.returncode == 0, result.stderr
+    first, second, third = anyio.run(read, url, queue, 3)
+    assert [(d.body, d.headers["content-type"], d.headers["mdb_content_type"])
+            for d in (first, second, third)] == [
+        (b'{"id": 7}', "application/json", "application/json"),
+        (b'{"id": 7}', "application/json", "application/json"),
+        (b"a,b", "text/csv", "text/csv")]
+
+
+def test_mdb_send_json_must_be_json(app: Path) -> None:
+    result = mdb("send", "queue:q", "{not json", "--json", cwd=app)
+    assert result.returncode == 2 and "--json: the body is not JSON" in one_line(result.stderr)
+
+
 def test_mdb_subscriptions_prints_the_plan_without_connecting(tmp_path: Path) -> None:
     (tmp_path / "topic_listeners.py").write_text(
         "from mdb import Distribution, listener\n\n"

@@ -74,6 +74,15 @@ def test_a_bad_setting_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch, tm
         load_settings(write(tmp_path, toml))
 
 
+def test_the_config_file_may_be_named_by_a_str(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, 'app = "shop"\n')
+    assert load_settings("mdb.toml").app == "shop"
+    with pytest.raises(ConfigurationError, match=r"absent\.toml: no such file"):
+        load_settings("absent.toml")
+
+
 def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="no such file"):
         load_settings(tmp_path / "absent.toml")

@@ -28,7 +28,8 @@ import org.apache.activemq.ActiveMQConnectionFactory;
  *        stream, plain; options among the pairs: JMSPriority, JMSTimeToLive (ms), JMSDeliveryMode
  *        (persistent|non-persistent), JMSCorrelationID, JMSType, JMSReplyTo (queue name); any
  *        other pair is a string property.
- *   receive URL USER PASSWORD QUEUE COUNT TIMEOUT_MS           prints each message taken.
+ *   receive URL USER PASSWORD QUEUE COUNT TIMEOUT_MS [SELECTOR]   prints each message taken
+ *        (only messages matching the JMS SELECTOR, when one is given).
  *   request URL USER PASSWORD QUEUE TEXT TIMEOUT_MS [name=value ...]   sends a TextMessage
  *        whose JMSReplyTo is a TemporaryQueue (options as for send), prints it, then prints the
  *        reply (or a timeout) taken from the temporary queue.
@@ -51,7 +52,8 @@ public final class JmsTool {
                     send(session, args);
                     break;
                 case "receive":
-                    receive(session, args[4], Integer.parseInt(args[5]), Long.parseLong(args[6]));
+                    receive(session, args[4], Integer.parseInt(args[5]), Long.parseLong(args[6]),
+                            args.length > 7 ? args[7] : null);
                     break;
                 case "request":
                     request(session, args);
@@ -157,9 +159,9 @@ public final class JmsTool {
         }
     }
 
-    private static void receive(Session session, String name, int count, long timeout)
-            throws Exception {
-        MessageConsumer consumer = session.createConsumer(session.createQueue(name));
+    private static void receive(Session session, String name, int count, long timeout,
+                                String selector) throws Exception {
+        MessageConsumer consumer = session.createConsumer(session.createQueue(name), selector);
         for (int i = 0; i < count; i++) {
             Message message = consumer.receive(timeout);
             if (message == null) {
