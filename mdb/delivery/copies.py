@@ -18,7 +18,8 @@ from mdb.message import MAX_HEADER_BYTES, MAX_HEADERS, MAX_TOTAL_BYTES, Message,
 # mdb's own headers, kept first (cut to MAX_HEADER_BYTES if need be); a producer may set any of
 # them too, but there are only so many.
 OWN = frozenset({m.ID, m.DELIVERY_COUNT, m.REDELIVERY_OF, m.ORIGINAL_DESTINATION, m.ERROR_TYPE,
-                 m.ERROR_MESSAGE, m.ERROR_LISTENER, m.CONTENT_TYPE, "traceparent", "tracestate"})
+                 m.ERROR_MESSAGE, m.ERROR_LISTENER, m.CONTENT_TYPE, m.CONTENT_TYPE_PROPERTY,
+                 "traceparent", "tracestate"})
 
 
 def bounded(headers: Mapping[str, str]) -> tuple[dict[str, str], int]:
