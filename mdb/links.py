@@ -78,6 +78,7 @@ class BrokerStatus:
         self.state = "unknown"  # then "up", "down", "failed"
         self.since = time.time()
         self.failed_attempts = 0
+        self.outages = 0  # how many times it went down: a link tells its own loss from a known one
         """Connection attempts that failed since the broker was last up."""
         self._events = events
         self._members = members
@@ -111,6 +112,7 @@ class BrokerStatus:
                            detail=f"unreachable for {give_up:g}s: {reason}; still retrying")
             return
         self._set("down")
+        self.outages += 1
         members = self._members()
         self._emit(EventKind.CONNECTION_LOST,
                    detail=reason + _listed("; members unavailable", members))
@@ -142,6 +144,7 @@ class BrokerLink:
         self._broker = adapter(self.name, self.settings, client_id)
         self.system = self._broker.system  # messaging.system on its spans
         self._current: Connection | None = None
+        self._outages_then = 0  # the status's outages when ``_current`` was opened
         self._lock = anyio.Lock()
 
     @property
@@ -153,11 +156,10 @@ class BrokerLink:
         async with self._lock:
             if not self.is_open:
                 try:
-                    self._current = await self._broker.connect()
+                    self._opened(await self._broker.connect())
                 except ConnectionFailed as exc:
                     self.status.attempt_failed(str(exc))
                     raise
-                self.status.up()
             assert self._current is not None
             return self._current
 
@@ -168,11 +170,14 @@ class BrokerLink:
         normal, and the broker status reports it (down, then failed) meanwhile."""
         async with self._lock:
             delay = self.settings.reconnect_delay
-            if not self.is_open and self._current is not None:
+            if (not self.is_open and self._current is not None
+                    and self._outages_then == self.status.outages):
+                # A loss noticed after the broker went down and came back again since this
+                # connection was opened belongs to that outage, already reported.
                 self.status.down("connection lost")
             while not self.is_open:
                 try:
-                    self._current = await self._broker.connect()
+                    self._opened(await self._broker.connect())
                 except ConnectionFailed as exc:
                     self.status.attempt_failed(str(exc))
                     # The outage is logged once by the status; each attempt only at DEBUG.
@@ -180,10 +185,13 @@ class BrokerLink:
                               self.name, exc, delay)
                     await anyio.sleep(delay * random.uniform(0.8, 1.2))
                     delay = backed_off(delay, self.settings)
-                else:
-                    self.status.up()
             assert self._current is not None
             return self._current
+
+    def _opened(self, connection: Connection) -> None:
+        self._current = connection
+        self._outages_then = self.status.outages
+        self.status.up()
 
     async def close(self) -> None:
         """Close the connection, if open; the next ``connect``/``connection`` opens another."""

@@ -10,7 +10,8 @@ import anyio
 import pytest
 
 from mdb import Container, EventKind, listener
-from mdb.events import BrokerEvent
+from mdb.events import BrokerEvent, Events
+from mdb.links import BrokerLink, BrokerStatus
 from mdb.settings import BrokerSettings, Settings
 from mdb_memory import broker_state
 from tests.contract.support import WAIT, specs, unique
@@ -67,3 +68,25 @@ def test_an_event_names_its_broker_once() -> None:
                          "of user u")
     other = BrokerEvent(EventKind.CONNECTION_LOST, "main", detail="broker b is far")
     assert str(other) == "connection-lost: broker main (broker b is far)"
+
+
+async def test_a_loss_noticed_late_is_not_a_second_outage() -> None:
+    """A connection lost in an outage that another connection already reported, and already
+    saw end, is part of that outage: no second connection-lost (seen under load on ActiveMQ)."""
+    name = unique("late")
+    events = Events()
+    status = BrokerStatus("main", BrokerSettings(url=f"memory://{name}", reconnect_delay=0.01),
+                          events)
+    first, late = BrokerLink(status, "a"), BrokerLink(status, "b")
+    await first.connect()
+    await late.connect()
+    broker_state(name).drop_connections()
+    await first.connection()  # notices the loss (the outage begins) and reconnects (it ends)
+    await late.connection()  # notices its own loss of the same outage, later
+    assert events.counts[EventKind.CONNECTION_LOST] == 1
+    assert events.counts[EventKind.CONNECTION_RESTORED] == 1
+    broker_state(name).drop_connections()
+    await late.connection()  # a new outage
+    assert events.counts[EventKind.CONNECTION_LOST] == 2
+    await first.close()
+    await late.close()
