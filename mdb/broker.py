@@ -96,9 +96,11 @@ class Delivery:
     message's headers, the application's and the protocol's; ``protocol_headers`` names those
     the broker or the adapter's protocol put there for this delivery or its frame (a message
     id, the subscription, an ack handle, a persistence flag, ...), not the sender's
-    application: the container leaves them off the copy it re-sends for a redelivery or to an
-    error destination, where the broker sets its own. Names not present may be listed; the
-    same set may be shared by every delivery.
+    application: the container leaves them off the copy's own headers when it re-sends one
+    (for a redelivery or to an error destination) and hands the adapter the delivery's headers
+    as ``OutgoingMessage.copy_of`` instead: the adapter decides which of them the copy keeps
+    (a JMS priority, expiration, ...). Names not present may be listed; the same set may be
+    shared by every delivery.
 
     ``reply_to`` is where the sender asked for a reply (``Transaction.send`` and
     ``Connection.send`` of the same broker accept it as a target) and ``correlation_id`` the
@@ -107,6 +109,9 @@ class Delivery:
     damaged or inconsistent form, e.g. a frame cut at a NUL byte in a header: ``headers`` and
     ``body`` are what could be read of it, NUL bytes in headers replaced by U+FFFD. The
     container never hands such a delivery to a handler; it moves it to the error destination.
+    ``unsupported`` is set likewise (saying why) for a message whose body the broker could not
+    carry over the adapter's protocol (a JMS MapMessage over STOMP arrives with an empty body):
+    handing it to a handler as an empty body would lose its content silently.
     """
 
     destination: Destination
@@ -119,6 +124,7 @@ class Delivery:
     reply_to: ReplyAddress | None = None
     correlation_id: str | None = None
     damage: str | None = None
+    unsupported: str | None = None
 
 
 class Subscription(abc.ABC):

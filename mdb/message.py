@@ -89,12 +89,19 @@ class Message:
 class OutgoingMessage:
     """A message to send. ``headers`` always carries ``mdb_id``. ``reply_to`` and
     ``correlation_id`` are the JMS fields of the same names; each adapter maps them to its
-    protocol (STOMP ``reply-to`` and ``correlation-id``), the core never names a header."""
+    protocol (STOMP ``reply-to`` and ``correlation-id``), the core never names a header.
+
+    ``copy_of`` is set on a copy mdb re-sends of a received message (for a redelivery, to an
+    error destination): the headers of that delivery, all of them, as the adapter delivered
+    them. The adapter carries over those of its protocol that make the copy the same message
+    (on ActiveMQ its JMS type, priority, expiration and persistence; see ``Dialect.copy``);
+    the core only says whose copy it is."""
 
     body: bytes
     headers: Mapping[str, str] = field(default_factory=dict)
     reply_to: ReplyTo | None = None
     correlation_id: str | None = None
+    copy_of: Mapping[str, str] | None = None
 
     @property
     def content_type(self) -> str | None:

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import abc
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from mdb import message as m
 from mdb.broker import SubscriptionRequest
 from mdb.destinations import Destination, Kind
 from mdb.errors import SubscriptionFailed
@@ -87,7 +89,18 @@ class Dialect(abc.ABC):
 
     @abc.abstractmethod
     def send_headers(self, message: OutgoingMessage) -> dict[str, str]:
-        """Headers this broker needs on every SEND of ``message`` (added over the message's own)."""
+        """Headers this broker needs on every SEND of ``message`` (added over the message's own);
+        for a copy (``message.copy_of``), those that keep it the same message (``copy``)."""
+
+    def copy(self, received: Mapping[str, str]) -> dict[str, str]:
+        """The protocol headers of a SEND of a copy of the message received with the headers
+        ``received`` (``OutgoingMessage.copy_of``). By default every copy is persistent."""
+        return {"persistent": "true"}
+
+    def unsupported(self, headers: Mapping[str, str], body: bytes) -> str | None:
+        """Why a MESSAGE frame with ``headers`` and ``body`` holds a message whose content this
+        broker could not carry over STOMP (``Delivery.unsupported``); None for one it carried."""
+        return None
 
     @abc.abstractmethod
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
@@ -122,6 +135,9 @@ class Dialect(abc.ABC):
         return self.subscription_queue(topic, request.name)
 
 
+# The headers of an ActiveMQ MESSAGE frame that a copy's SEND carries over (see ``copy``).
+_KEPT_ON_COPY = ("priority", "expires")
+
 # One STOMP path segment: no wildcards ('*', '>'), no separators ('.', '/').
 _SEGMENT = re.compile(r"^[A-Za-z0-9_\-]+$")
 _VIRTUAL_TOPIC_PREFIX = "VirtualTopic."
@@ -155,12 +171,45 @@ class ActiveMQDialect(Dialect):
         return f"/topic/{_VIRTUAL_TOPIC_PREFIX}{destination.name}"
 
     def send_headers(self, message: OutgoingMessage) -> dict[str, str]:
+        if message.copy_of is not None:
+            return self.copy(message.copy_of)
         # stomp.py sends non-persistent unless told; ActiveMQ makes a JMS BytesMessage unless
         # told the body is text, which a Java consumer of the same queue would then see as bytes.
         headers = {"persistent": "true"}
         if is_text(message.content_type):
             headers["amq-msg-type"] = "text"
         return headers
+
+    def copy(self, received: Mapping[str, str]) -> dict[str, str]:
+        """The same JMS message as ``received`` (measured on 5.17.2, Java OpenWire producer,
+        raw STOMP 1.2 consumer): ActiveMQ writes ``content-length`` on a MESSAGE frame of a
+        BytesMessage only (a TextMessage has none), so a copy of a frame without one is sent
+        as text (``amq-msg-type:text``). A TextMessage sent over STOMP comes back with both
+        headers, ``amq-msg-type:text`` and ``content-length``, as properties: it is text too.
+        ``priority`` and the absolute ``expires`` (the same
+        expiry, the remaining time) are read from a SEND as JMSPriority and JMSExpiration;
+        ``persistent:true`` is on persistent messages only, and a SEND without it is
+        non-persistent. JMSType (``type``), JMSCorrelationID and the properties are the
+        application's headers, kept by the core."""
+        headers = {name: received[name] for name in _KEPT_ON_COPY if name in received}
+        headers["persistent"] = "true" if received.get("persistent") == "true" else "false"
+        if "content-length" not in received or received.get("amq-msg-type") == "text":
+            headers["amq-msg-type"] = "text"
+        return headers
+
+    def unsupported(self, headers: Mapping[str, str], body: bytes) -> str | None:
+        """Over STOMP ActiveMQ delivers a JMS MapMessage, ObjectMessage, StreamMessage or plain
+        Message with an empty body and no ``content-length``, exactly as an empty TextMessage,
+        and no header tells them apart (measured on 5.17.2; its ``transformation`` SUBSCRIBE
+        header, which would turn a MapMessage into JSON, needs XStream and Jettison, which the
+        Debian package lacks: the broker drops the connection, NoClassDefFoundError). Such a
+        frame is taken for one whose content was lost, unless mdb sent it (``mdb_id``): mdb
+        sends text and bytes only."""
+        if body or "content-length" in headers or m.ID in headers:
+            return None
+        return ("an empty body without content-length: ActiveMQ delivers a JMS MapMessage, "
+                "ObjectMessage, StreamMessage or Message so over STOMP, without its content "
+                "(or an empty TextMessage, which it cannot be told apart from)")
 
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
         headers = {"activemq.prefetchSize": str(request.prefetch)}

@@ -70,8 +70,10 @@ class StompSubscription(Subscription):
         *,
         cumulative: bool,
         releases_unacked: bool,
+        dialect: Dialect,
     ) -> None:
         self.wire = wire
+        self._dialect = dialect
         self._id = sub_id
         self._destination = destination
         self._requeue = requeue
@@ -92,7 +94,7 @@ class StompSubscription(Subscription):
         subscription = cls(
             wire, sub_id, request.destination, spec.requeue_destination,
             cumulative=spec.ack_mode == "client",
-            releases_unacked=dialect.unsubscribe_releases_unacked,
+            releases_unacked=dialect.unsubscribe_releases_unacked, dialect=dialect,
         )
         errors = ReceiptErrors(
             str(request.destination), refused=SubscriptionFailed, unconfirmed=SubscriptionFailed
@@ -182,10 +184,11 @@ class StompSubscription(Subscription):
         ack_id = headers["ack"]  # the wire hands over only frames that have one
         self.unsettled.dispatched(ack_id)
         reply_to, correlation_id = reply_fields(headers)
+        content = body if isinstance(body, bytes) else text(body).encode()
         self._inbox.put(
             Delivery(
                 destination=self._destination,
-                body=body if isinstance(body, bytes) else text(body).encode(),
+                body=content,
                 headers=headers,
                 broker_message_id=headers.get("message-id", ""),
                 broker_redelivered=headers.get("redelivered") == "true",
@@ -194,6 +197,7 @@ class StompSubscription(Subscription):
                 reply_to=reply_to,
                 correlation_id=correlation_id,
                 damage=damage,
+                unsupported=self._dialect.unsupported(headers, content),
             )
         )
 

@@ -45,6 +45,15 @@ class Damaged(Undecodable):
     error_type: ClassVar[str] = "mdb.DamagedFrame"
 
 
+@dataclass(frozen=True, slots=True)
+class Unsupported(Undecodable):
+    """The broker delivered a message of a kind whose body it could not carry
+    (``Delivery.unsupported``): never given to the handler as an empty body, never retried;
+    it moves to the error destination at once, saying so."""
+
+    error_type: ClassVar[str] = "mdb.UnsupportedMessageKind"
+
+
 class Processor:
     """Runs one listener's handler on the deliveries of one planned subscription, as DESIGN §4
     says. Made once per pool slot; the connection and the subscription, which change at every
@@ -134,6 +143,8 @@ class Processor:
         failure: Failure | None = step.failure
         if failure is None and delivery.damage is not None:
             failure = Damaged(delivery.damage)
+        if failure is None and delivery.unsupported is not None:
+            failure = Unsupported(delivery.unsupported)
         try:
             if failure is None and not self._selected(delivery):
                 # Not this subscription's message: settled unseen (see mdb.planning).
@@ -154,7 +165,8 @@ class Processor:
         return self._selector is None or self._selector(delivery.headers)
 
     def _batchable(self, delivery: Delivery) -> bool:
-        return delivery.damage is None and self._selected(delivery)
+        return (delivery.damage is None and delivery.unsupported is None
+                and self._selected(delivery))
 
     async def _run(self, connection: Connection, delivery: Delivery,
                    message: Message) -> Failure | None:
@@ -205,10 +217,12 @@ class Processor:
         span.failed(failure.error_type, failure.text)
         target = outcome.destination
         tx = await connection.begin()
-        # The copy keeps the request's reply-to and correlation id, for a ``ctx.reply`` of
-        # a later delivery.
+        # The copy is the same message (docs/concepts.md): it keeps the request's reply-to
+        # and correlation id, for a ``ctx.reply`` of a later delivery, and the adapter keeps
+        # what its protocol says of the message (copy_of).
         copy = OutgoingMessage(message.body, outcome.headers, reply_to=message.reply_to,
-                               correlation_id=message.correlation_id)
+                               correlation_id=message.correlation_id,
+                               copy_of=delivery.headers)
         with tracing.sending(self._system, target, copy) as traced:
             await commit(tx, [delivery], sends=[(target, traced)])
         if isinstance(outcome, Redeliver):

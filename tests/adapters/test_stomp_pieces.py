@@ -155,6 +155,42 @@ def test_send_headers_escape_names_drop_frame_headers_and_add_the_dialects() -> 
     assert "amq-msg-type" not in send_headers(message, RabbitMQDialect())
 
 
+# A Java TextMessage and BytesMessage as ActiveMQ 5.17 delivers them over STOMP (measured).
+JAVA_TEXT = {"message-id": "ID:1", "priority": "8", "expires": "1795390101926",
+             "timestamp": "1795386501926", "type": "Order", "correlation-id": "c-1"}
+JAVA_BYTES = {**JAVA_TEXT, "persistent": "true", "content-length": "2"}
+
+
+def test_an_activemq_copy_keeps_the_jms_type_priority_expiry_and_persistence() -> None:
+    dialect = ActiveMQDialect()
+    copy = send_headers(OutgoingMessage(b"ab", {"mdb_id": "m"}, copy_of=JAVA_TEXT), dialect)
+    assert {k: copy.get(k) for k in ("amq-msg-type", "priority", "expires", "persistent")} == {
+        "amq-msg-type": "text", "priority": "8", "expires": "1795390101926",
+        "persistent": "false"}
+    assert "timestamp" not in copy and "message-id" not in copy
+    copy = send_headers(OutgoingMessage(b"ab", copy_of=JAVA_BYTES), dialect)
+    assert "amq-msg-type" not in copy and copy["persistent"] == "true"
+    # A TextMessage sent over STOMP comes back with both headers, as properties: still text.
+    sent_as_text = {**JAVA_BYTES, "amq-msg-type": "text"}
+    assert send_headers(OutgoingMessage(b"ab", copy_of=sent_as_text), dialect)[
+        "amq-msg-type"] == "text"
+
+
+def test_a_rabbitmq_copy_is_persistent_as_every_send() -> None:
+    copy = send_headers(OutgoingMessage(b"ab", copy_of={"persistent": "false"}),
+                        RabbitMQDialect())
+    assert copy["persistent"] == "true"
+
+
+def test_an_empty_activemq_frame_without_content_length_is_an_unsupported_kind() -> None:
+    dialect = ActiveMQDialect()
+    assert dialect.unsupported(JAVA_TEXT, b"") is not None  # a MapMessage looks like this
+    assert dialect.unsupported(JAVA_TEXT, b"x") is None
+    assert dialect.unsupported({**JAVA_TEXT, "content-length": "0"}, b"") is None  # bytes
+    assert dialect.unsupported({**JAVA_TEXT, "mdb_id": "m"}, b"") is None  # mdb sent it
+    assert RabbitMQDialect().unsupported({}, b"") is None
+
+
 def test_escape_name_and_text() -> None:
     assert escape_name("plain") == "plain"
     assert escape_name("a\\b\nc\rd:e") == "a\\\\b\\nc\\rd\\ce"

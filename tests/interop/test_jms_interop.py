@@ -1,14 +1,16 @@
 """Java services and mdb on one ActiveMQ (issue 12): what crosses intact, and what does not yet.
 
-The tests marked ``xfail(strict=True)`` reproduce issue 12's findings: they state the behaviour a
-Java team expects and fail today; once a fix lands they pass, and ``strict`` makes the suite say
-so until the mark is removed.
+The tests naming issue 12's findings reproduced them before the fix (they failed on the code
+before it): copies that change the JMS message, and messages STOMP cannot carry handed to a
+handler as an empty body.
 """
 
 from __future__ import annotations
 
 import base64
+from typing import cast
 
+import anyio.to_thread
 import pytest
 
 from mdb import Context, Producer, Redelivery, listener
@@ -62,38 +64,72 @@ async def test_all_byte_values_cross_both_ways(java_broker: JavaBroker) -> None:
     assert calls.of("seen") == [every]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12, finding 1: an error-destination copy of a "
-                   "Java TextMessage becomes a BytesMessage with default priority, no expiration "
-                   "and persistent delivery")
-async def test_an_error_destination_copy_keeps_the_jms_message(java_broker: JavaBroker) -> None:
+KEEP = {"JMSPriority": 8, "JMSTimeToLive": 3_600_000, "JMSDeliveryMode": "non-persistent",
+        "JMSCorrelationID": "c-1", "JMSType": "Order", "region": "eu"}
+BODIES = {"text": "keep me", "bytes": base64.b64encode(bytes(range(256))).decode()}
+
+
+@pytest.mark.parametrize("kind", ["text", "bytes"])
+async def test_an_error_destination_copy_keeps_the_jms_message(
+        java_broker: JavaBroker, kind: str) -> None:
+    """Issue 12, finding 1: the copy was a BytesMessage, priority 4, no expiration, persistent.
+    The error copy here is a copy of a retry copy: each keeps the message."""
     broker, java = java_broker
     queue = unique("copy")
     calls = Calls()
 
-    @listener(f"queue:{queue}", redelivery=Redelivery(limit=0))
-    async def handler(body: str) -> None:
+    @listener(f"queue:{queue}", redelivery=Redelivery(limit=1, delay=0))
+    async def handler(body: bytes) -> None:
         calls.add("failed", body)
         raise RuntimeError("refused by the handler")
 
     async with running(settings_for(broker.url), handler):
-        java.send(queue, "text", "keep me", JMSPriority=8, JMSTimeToLive=3_600_000,
-                  JMSDeliveryMode="non-persistent", JMSCorrelationID="c-1", JMSType="Order")
-        await calls.wait(lambda c: len(c.of("failed")) == 1)
-        [copy] = java.receive(f"{queue}.DLQ", 1)
-    assert copy["kind"] == "text"
-    assert copy["text"] == "keep me"
+        sent = java.send(queue, kind, BODIES[kind], **KEEP)
+        await calls.wait(lambda c: len(c.of("failed")) == 2)
+        [copy] = await anyio.to_thread.run_sync(lambda: java.receive(f"{queue}.DLQ", 1))
+    assert copy["kind"] == kind
+    assert copy.get(kind) == sent.get(kind)
     assert copy["JMSPriority"] == "8"
-    assert int(copy["JMSExpiration"]) > 0
+    assert copy["JMSExpiration"] == sent["JMSExpiration"] != "0"
     assert copy["JMSDeliveryMode"] == "non-persistent"
     assert (copy["JMSCorrelationID"], copy["JMSType"]) == ("c-1", "Order")
+    assert copy["properties"]["region"] == "eu"
+    assert copy["properties"]["mdb_error_type"] == "RuntimeError"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12, finding 2: a MapMessage arrives over STOMP with "
-                   "an empty body and is processed as an empty string: its content is lost")
-async def test_a_java_map_message_is_not_processed_as_an_empty_body(
-        java_broker: JavaBroker) -> None:
+async def test_a_redelivered_copy_keeps_the_jms_message(java_broker: JavaBroker) -> None:
+    """Issue 12, finding 1, the retry copy as mdb reads it: the same STOMP headers as the
+    original but for the message id, timestamp and mdb's own (and the two ActiveMQ adds as
+    properties to a TextMessage sent over STOMP: ``amq-msg-type``, ``content-length``)."""
     broker, java = java_broker
-    queue = unique("map")
+    queue = unique("retry")
+    calls = Calls()
+
+    @listener(f"queue:{queue}", redelivery=Redelivery(limit=1, delay=0))
+    async def handler(body: str, ctx: Context) -> None:
+        calls.add("seen", (body, dict(ctx.headers)))
+        if len(calls.of("seen")) == 1:
+            raise RuntimeError("once")
+
+    async with running(settings_for(broker.url), handler):
+        java.send(queue, "text", "again", **KEEP)
+        await calls.wait(lambda c: len(c.of("seen")) == 2)
+    (first_body, first), (again_body, again) = (
+        cast(tuple[str, dict[str, str]], seen) for seen in calls.of("seen"))
+    assert again_body == first_body == "again"
+    same = ("priority", "expires", "persistent", "type", "correlation-id", "region")
+    assert {k: again.get(k) for k in same} == {k: first.get(k) for k in same}
+    assert (again["priority"], again.get("persistent"), again.get("amq-msg-type")) == (
+        "8", None, "text")
+    assert again["mdb_delivery_count"] == "2"
+
+
+@pytest.mark.parametrize("kind", ["map", "object", "stream", "plain"])
+async def test_a_java_message_stomp_cannot_carry_is_not_processed_as_an_empty_body(
+        java_broker: JavaBroker, kind: str) -> None:
+    """Issue 12, finding 2: it was handed to the handler as an empty body and acked."""
+    broker, java = java_broker
+    queue = unique(kind)
     calls = Calls()
 
     @listener(f"queue:{queue}", redelivery=Redelivery(limit=0))
@@ -101,9 +137,28 @@ async def test_a_java_map_message_is_not_processed_as_an_empty_body(
         calls.add("seen", body)
 
     async with running(settings_for(broker.url), handler):
-        java.send(queue, "map", "content")
+        java.send(queue, kind, "content", region="eu")
         java.send(queue, "text", "after")
         await calls.wait(lambda c: "after" in c.of("seen"))
-        on_error = java.receive(f"{queue}.DLQ", 1, timeout=5.0)
+        on_error = await anyio.to_thread.run_sync(lambda: java.receive(f"{queue}.DLQ", 1))
     assert calls.of("seen") == ["after"]
-    assert [m["kind"] for m in on_error] == ["map"]
+    [copy] = on_error
+    assert copy["properties"]["mdb_error_type"] == "mdb.UnsupportedMessageKind"
+    assert copy["properties"]["region"] == "eu"
+
+
+async def test_an_empty_text_message_from_mdb_is_an_empty_body(java_broker: JavaBroker) -> None:
+    broker, _ = java_broker
+    queue = unique("empty")
+    calls = Calls()
+
+    @listener(f"queue:{queue}")
+    async def handler(body: str) -> None:
+        calls.add("seen", body)
+
+    async with running(settings_for(broker.url), handler):
+        async with Producer(settings_for(broker.url)) as producer:
+            await producer.send(f"queue:{queue}", "")
+            await producer.send(f"queue:{queue}", b"")
+        await calls.wait(lambda c: len(c.of("seen")) == 2)
+    assert calls.of("seen") == ["", ""]
