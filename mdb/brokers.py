@@ -16,11 +16,12 @@ from functools import partial
 
 import anyio
 
+from mdb.broker_settings import BrokerSettings
 from mdb.destinations import Destination
 from mdb.errors import ConnectionFailed, ConnectionLost, CredentialsRefused
 from mdb.events import Events
 from mdb.links import BrokerLink, BrokerStatus, backed_off
-from mdb.settings import BrokerSettings, Settings
+from mdb.settings import Settings
 from mdb.topology import Member
 
 # A broker serves each connection on one thread (ActiveMQ: one transport thread per

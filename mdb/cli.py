@@ -35,10 +35,9 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TextIO
 
 import anyio
 from dependency_injector import containers
@@ -48,14 +47,14 @@ from mdb.brokers import Brokers
 from mdb.container import Container
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError, EncodeError
-from mdb.health import HealthServer, NotLive, Unreachable, fetch_status
+from mdb.health import HealthServer, NotLive, Unreachable, fetch_status, health_url
 from mdb.links import adapter
 from mdb.listener import ListenerSpec
 from mdb.message import CONTENT_TYPE
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.producer import Producer
 from mdb.reload import reload_on_change
-from mdb.report import plan_table, status_line, status_report
+from mdb.report import plan_table, print_status, status_line, status_report
 from mdb.settings import Settings, load_settings
 from mdb.wiring import (
     find_container,
@@ -191,7 +190,7 @@ async def _delete_subscription(settings: Settings, topic_text: str, name: str) -
 async def status(args: argparse.Namespace, settings: Settings) -> int:
     """Print what the container's ``/status`` says; 0 when it is ready, 1 when not, 3 when the
     endpoint cannot be reached (or is not an mdb health endpoint)."""
-    url = args.url or _health_url(settings)
+    url = args.url or health_url(settings)
     if "://" not in url:
         url = f"http://{url}"
     try:
@@ -204,32 +203,6 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
         return 3
     print(status_report(health, url), flush=True)
     return 0 if health.ready else 1
-
-
-def _health_url(settings: Settings) -> str:
-    if settings.health_port is None:
-        raise ConfigurationError("mdb status: set `health_port` (the container's health "
-                                 "endpoint) in the settings, or give --url http://HOST:PORT")
-    if settings.health_port == 0:
-        raise ConfigurationError("mdb status: `health_port` is 0 (any free port), so the port "
-                                 "is not known here; give --url http://HOST:PORT")
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(
-        settings.health_host, settings.health_host)
-    return f"http://{f'[{host}]' if ':' in host else host}:{settings.health_port}"
-
-
-async def print_status(line: Callable[[], str], interval: float, out: TextIO) -> None:
-    """Every ``interval`` seconds print ``mdb: <line()>`` to ``out``: every time on a terminal,
-    where it is watched; elsewhere (a log collector) only when the line changed, so an idle
-    container's log does not grow by a line every few seconds."""
-    last = None
-    terminal = out.isatty()
-    while True:
-        await anyio.sleep(interval)
-        now = line()
-        if terminal or now != last:
-            print(f"mdb: {now}", file=out, flush=True)
-        last = now
 
 
 async def _stop_on_signals(container: Container) -> None:

@@ -32,6 +32,7 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from mdb.errors import ConfigurationError
+from mdb.settings import Settings
 
 Answer = tuple[HTTPStatus, dict[str, object]]
 
@@ -245,3 +246,17 @@ def fetch_status(url: str, timeout: float) -> Health:
         return Health.from_json(json.loads(body))
     except (ValueError, AttributeError) as exc:
         raise Unreachable(f"{target}: not an mdb health snapshot ({exc})") from None
+
+
+def health_url(settings: Settings) -> str:
+    """The URL of the health endpoint ``settings`` give a container on this host (``mdb
+    status``); ConfigurationError when they give none that can be known here."""
+    if settings.health_port is None:
+        raise ConfigurationError("mdb status: set `health_port` (the container's health "
+                                 "endpoint) in the settings, or give --url http://HOST:PORT")
+    if settings.health_port == 0:
+        raise ConfigurationError("mdb status: `health_port` is 0 (any free port), so the port "
+                                 "is not known here; give --url http://HOST:PORT")
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(
+        settings.health_host, settings.health_host)
+    return f"http://{f'[{host}]' if ':' in host else host}:{settings.health_port}"

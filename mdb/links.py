@@ -20,9 +20,9 @@ from pathlib import Path
 import anyio
 
 from mdb.broker import Broker, Connection, ConnectionOptions, TlsOptions, broker_for
+from mdb.broker_settings import BrokerSettings
 from mdb.errors import ConnectionFailed
 from mdb.events import BrokerEvent, EventKind, Events
-from mdb.settings import BrokerSettings
 from mdb.topology import Member
 
 log = logging.getLogger("mdb.links")

@@ -17,8 +17,9 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from mdb.broker_settings import BrokerSettings
 from mdb.options import ListenerOptions, Redelivery
-from mdb.settings import BrokerSettings, DestinationSettings, MemberSettings, Settings
+from mdb.settings import DestinationSettings, MemberSettings, Settings
 
 # Each section's prefix gives the environment variables; None where there are none (the items
 # of a list are set through the list's variable, as JSON).

@@ -1,10 +1,14 @@
 """What the ``mdb`` command prints: the plan of a container's subscriptions (``mdb run``,
-``mdb subscriptions``) and a container's health (``mdb status``). Pure: text from values."""
+``mdb subscriptions``), a container's health (``mdb status``) and its status line. Text from
+values, except ``print_status``, which prints the status line as it changes."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TextIO
+
+import anyio
 
 from mdb.brokers import connections_for
 from mdb.delivery import Stats
@@ -80,3 +84,17 @@ def _ago(seconds: float) -> str:
     if seconds < 86400:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+async def print_status(line: Callable[[], str], interval: float, out: TextIO) -> None:
+    """Every ``interval`` seconds print ``mdb: <line()>`` to ``out``: every time on a terminal,
+    where it is watched; elsewhere (a log collector) only when the line changed, so an idle
+    container's log does not grow by a line every few seconds."""
+    last = None
+    terminal = out.isatty()
+    while True:
+        await anyio.sleep(interval)
+        now = line()
+        if terminal or now != last:
+            print(f"mdb: {now}", file=out, flush=True)
+        last = now

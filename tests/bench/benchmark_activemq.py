@@ -26,7 +26,8 @@ import anyio
 import stomp
 
 from mdb import Container, Context, listener
-from mdb.settings import BrokerSettings, Settings
+from mdb.broker_settings import BrokerSettings
+from mdb.settings import Settings
 from tests.harness.activemq import ActiveMQ
 
 Login = tuple[str, str]  # the broker requires one (user, password): the harness's

@@ -14,9 +14,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
 from mdb import Container, Settings
 from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest, broker_for
+from mdb.broker_settings import BrokerSettings
 from mdb.destinations import Destination
 from mdb.listener import ListenerSpec, spec_of
-from mdb.settings import BrokerSettings, DestinationSettings, MemberSettings
+from mdb.settings import DestinationSettings, MemberSettings
 
 WAIT = 30.0  # seconds a test waits for something that should happen, before failing
 

@@ -11,9 +11,10 @@ from collections import Counter
 import pytest
 
 from mdb import Context, Producer, listener
+from mdb.broker_settings import BrokerSettings
 from mdb.codec import outgoing
 from mdb.destinations import Destination
-from mdb.settings import BrokerSettings, DestinationSettings, MemberSettings
+from mdb.settings import DestinationSettings, MemberSettings
 from mdb_memory import broker_state
 from tests.contract.support import Calls, partitioned_settings, read, running, unique
 from tests.harness.process import free_port

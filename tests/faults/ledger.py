@@ -38,10 +38,11 @@ import anyio
 import stomp
 
 from mdb import Producer, Settings, codec
+from mdb.broker_settings import BrokerSettings
 from mdb.destinations import Destination
 from mdb.errors import MdbError
 from mdb.message import ID
-from mdb.settings import BrokerSettings, DestinationSettings, MemberSettings
+from mdb.settings import DestinationSettings, MemberSettings
 from tests.contract.test_crash import ROOT, ContainerProcess
 from tests.harness.process import BrokerProcess
 

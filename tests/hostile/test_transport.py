@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from mdb.broker import ConnectionOptions
+from mdb.broker_settings import BrokerSettings
 from mdb.errors import ConfigurationError
 from mdb.links import adapter
-from mdb.settings import BrokerSettings, load_settings
+from mdb.settings import load_settings
 from mdb_stomp import StompBroker
 
 

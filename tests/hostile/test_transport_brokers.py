@@ -23,12 +23,13 @@ import anyio
 import pytest
 
 from mdb.broker import Connection, SubscriptionRequest
+from mdb.broker_settings import BrokerSettings
 from mdb.destinations import Destination
 from mdb.errors import ConnectionFailed, SubscriptionFailed
 from mdb.links import adapter
 from mdb.message import ID, OutgoingMessage, new_id
 from mdb.producer import Producer
-from mdb.settings import BrokerSettings, Settings
+from mdb.settings import Settings
 from tests.harness.activemq import ActiveMQ
 from tests.harness.certificates import Certificates
 from tests.harness.process import BrokerProcess

@@ -7,6 +7,7 @@ import anyio
 import pytest
 
 from mdb import listener
+from mdb.broker_settings import BrokerSettings
 from mdb.brokers import MAX_CONNECTIONS, Brokers, Skipped, connections_for
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError, ConnectionFailed, ConnectionLost
@@ -14,7 +15,7 @@ from mdb.events import BrokerEvent, EventKind, Events
 from mdb.links import adapter, backed_off
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.report import plan_table
-from mdb.settings import BrokerSettings, DestinationSettings, MemberSettings, Settings
+from mdb.settings import DestinationSettings, MemberSettings, Settings
 from mdb.topology import Member
 from tests.contract.support import specs
 

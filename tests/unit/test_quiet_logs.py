@@ -10,9 +10,10 @@ import anyio
 import pytest
 
 from mdb import Container, EventKind, listener
+from mdb.broker_settings import BrokerSettings
 from mdb.events import BrokerEvent, Events
 from mdb.links import BrokerLink, BrokerStatus
-from mdb.settings import BrokerSettings, Settings
+from mdb.settings import Settings
 from mdb_memory import broker_state
 from tests.contract.support import WAIT, specs, unique
 

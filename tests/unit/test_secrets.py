@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from mdb.broker import ConnectionOptions, broker_for
+from mdb.broker_settings import BrokerSettings
 from mdb.errors import ConfigurationError
 from mdb.listener import listener, spec_of
 from mdb.planning import plan_listeners
 from mdb.report import plan_table
-from mdb.settings import BrokerSettings, Settings, load_settings
+from mdb.settings import Settings, load_settings
 from mdb_stomp.broker import StompBroker
 
 SECRET = "s3cr3t-pw"

@@ -8,7 +8,7 @@ import io
 import anyio
 import pytest
 
-from mdb.cli import print_status
+from mdb.report import print_status
 
 pytestmark = pytest.mark.anyio
 

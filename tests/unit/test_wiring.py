@@ -8,8 +8,9 @@ import anyio.to_thread
 import pytest
 
 from mdb import Container, Producer
+from mdb.broker_settings import BrokerSettings
 from mdb.errors import ConfigurationError
-from mdb.settings import BrokerSettings, Settings
+from mdb.settings import Settings
 from mdb.wiring import find_container, find_listeners, import_modules, wired
 from tests.unit import wired_app
 

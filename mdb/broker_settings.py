@@ -1,0 +1,130 @@
+"""How to reach one broker (``[brokers.<name>]`` in settings): its URL, credentials, TLS and
+timeouts, and the reconnect policy. ``mdb.settings`` holds the rest of the settings."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+# STOMP 1.2 does not escape CONNECT headers: one of these in a login, passcode or vhost would
+# end the header and start another (or end the frame).
+_CONNECT_UNSAFE = re.compile(r"[\r\n\x00]")
+
+
+def check_connect_header(value: str, what: str) -> str:
+    """``value`` if it can be a CONNECT header value, else ValueError saying why (never the
+    value: it may be a secret)."""
+    if _CONNECT_UNSAFE.search(value):
+        raise ValueError(f"{what} may not contain a newline, carriage return or NUL (it would "
+                         "inject a header into the STOMP CONNECT frame)")
+    return value
+
+
+class TlsSettings(BaseModel):
+    """TLS to one broker. Present (even empty: `[brokers.X.tls]`) means the connection is TLS."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ca_file: Path | None = Field(
+        None, description="PEM file of the CA certificates the broker's certificate must chain "
+                          "to (default: the system's trusted CAs)")
+    cert_file: Path | None = Field(
+        None, description="PEM client certificate, for brokers that require mutual TLS "
+                          "(needs `key_file`)")
+    key_file: Path | None = Field(None, description="PEM private key of `cert_file`")
+    min_version: Literal["1.2", "1.3"] = Field(
+        "1.2", description="lowest TLS version accepted (the connection fails below it)")
+
+    @field_validator("ca_file", "cert_file", "key_file")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"{value}: no such file")
+        return value
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsSettings:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("give both cert_file and key_file (mutual TLS), or neither")
+        return self
+
+
+class BrokerSettings(BaseModel):
+    """One broker the container connects to. No number may be inf or nan: an endless timeout
+    or delay hangs."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    url: str = Field("memory://", description=(
+        "`memory://NAME` (embedded), `stomp+activemq://HOST:PORT` or "
+        "`stomp+rabbitmq://HOST:PORT[/VHOST]`; the port is required, a password here is "
+        "better given in `password` or `password_file`"))
+    username: str | None = Field(None, description="login, if the broker wants one")
+    password: SecretStr | None = Field(None, description="passcode; never printed or logged")
+    password_file: Path | None = Field(
+        None, description="read the passcode from this file (a container secret, e.g. "
+                          "`/run/secrets/mq`; one trailing newline is dropped) at startup")
+    tls: TlsSettings | None = Field(
+        None, description="connect over TLS (see the `tls` fields; default: plaintext)")
+    heartbeat_ms: Annotated[int, Field(ge=0)] = Field(
+        4000, description="heartbeat interval both ways; a hung broker is noticed after ~2.5x")
+    connect_timeout: Annotated[float, Field(gt=0)] = Field(
+        10.0, description="seconds to wait for the broker to accept a connection")
+    receipt_timeout: Annotated[float, Field(gt=0)] = Field(
+        10.0, description="seconds to wait for a broker's receipt of a send, commit or subscribe")
+    reconnect_delay: Annotated[float, Field(gt=0)] = Field(
+        0.5, description="first wait before reconnecting after the connection was lost")
+    reconnect_max_delay: Annotated[float, Field(gt=0)] = Field(
+        30.0, description="longest wait between reconnect attempts (the wait doubles)")
+    reconnect_give_up_after: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="after this many seconds down, report the broker failed (an event, "
+                          "the health endpoint); reconnecting goes on")
+    send_wait_for_reconnect: Annotated[float, Field(ge=0)] = Field(
+        10.0, description="seconds a send waits for this broker to come back when no other "
+                          "member can take the message, before raising")
+
+    @field_validator("url")
+    @classmethod
+    def _has_scheme(cls, value: str) -> str:
+        if "://" not in value:
+            raise ValueError("must look like 'memory://' or 'stomp+activemq://host:61613'")
+        return value
+
+    @field_validator("username")
+    @classmethod
+    def _safe_username(cls, value: str | None) -> str | None:
+        return None if value is None else check_connect_header(value, "the username")
+
+    @field_validator("password")
+    @classmethod
+    def _safe_password(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            check_connect_header(value.get_secret_value(), "the password")
+        return value
+
+    @field_validator("password_file")
+    @classmethod
+    def _safe_password_file(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            check_connect_header(_read_secret(value), "the password in this file")
+        return value
+
+    @model_validator(mode="after")
+    def _one_password(self) -> BrokerSettings:
+        if self.password_file is not None:
+            if self.password is not None:
+                raise ValueError("give either password or password_file, not both")
+            self.password = SecretStr(_read_secret(self.password_file))
+        return self
+
+
+def _read_secret(path: Path) -> str:
+    """A secret file's text without its one trailing newline; ValueError when unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read ({type(exc).__name__})") from None
+    return text[:-1] if text.endswith("\n") else text
