@@ -96,6 +96,24 @@ class Undecodable:
 
 
 @dataclass(frozen=True, slots=True)
+class Damaged(Undecodable):
+    """The adapter received the message damaged (``Delivery.damage``): like a body that does
+    not decode, it is never retried nor given to the handler; it moves to the error
+    destination at once."""
+
+    error_type: ClassVar[str] = "mdb.DamagedFrame"
+
+
+@dataclass(frozen=True, slots=True)
+class Unsupported(Undecodable):
+    """The broker delivered a message of a kind whose body it could not carry
+    (``Delivery.unsupported``): never given to the handler as an empty body, never retried;
+    it moves to the error destination at once, saying so."""
+
+    error_type: ClassVar[str] = "mdb.UnsupportedMessageKind"
+
+
+@dataclass(frozen=True, slots=True)
 class Raised:
     """The handler raised, or a send it made outside the transaction failed."""
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import ClassVar
 
 import anyio
 
@@ -15,12 +13,14 @@ from mdb.broker import Connection, Delivery, Subscription
 from mdb.delivery.batch import Ready, Step, fall_back, ready_run, run_in_one_transaction
 from mdb.delivery.copies import fitted
 from mdb.delivery.decision import (
+    Damaged,
     Failure,
     InDoubt,
     Policy,
     Raised,
     Redeliver,
     Undecodable,
+    Unsupported,
     decide,
     to_message,
 )
@@ -34,24 +34,6 @@ from mdb.planning import PlannedSubscription
 from mdb.producer import Producer
 
 log = logging.getLogger("mdb.delivery")
-
-
-@dataclass(frozen=True, slots=True)
-class Damaged(Undecodable):
-    """The adapter received the message damaged (``Delivery.damage``): like a body that does
-    not decode, it is never retried nor given to the handler; it moves to the error
-    destination at once."""
-
-    error_type: ClassVar[str] = "mdb.DamagedFrame"
-
-
-@dataclass(frozen=True, slots=True)
-class Unsupported(Undecodable):
-    """The broker delivered a message of a kind whose body it could not carry
-    (``Delivery.unsupported``): never given to the handler as an empty body, never retried;
-    it moves to the error destination at once, saying so."""
-
-    error_type: ClassVar[str] = "mdb.UnsupportedMessageKind"
 
 
 class Processor:
