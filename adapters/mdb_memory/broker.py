@@ -44,6 +44,8 @@ class MemoryBroker:
         await anyio.lowlevel.checkpoint()
         state = broker_state(self.name)
         if state.refusing_connections:
+            state.exchange.refused += 1
+            state.exchange.notify()
             raise ConnectionFailed(f"memory broker {self.name!r} refuses connections")
         connection = MemoryConnection(state)
         state.exchange.attach(connection.session)

@@ -50,6 +50,8 @@ class Exchange:
         self._changed = Signal()
         #: While True, new connections are refused (``BrokerState.refuse_connections``).
         self.refusing = False
+        #: How many connections were refused so far.
+        self.refused = 0
 
     # --- queues --------------------------------------------------------------------------------
 

@@ -150,6 +150,11 @@ class BrokerState:
     def refusing_connections(self) -> bool:
         return self.exchange.refusing
 
+    @property
+    def refused_connections(self) -> int:
+        """How many connection attempts were refused (a change ``wait_until`` sees)."""
+        return self.exchange.refused
+
 
 def _queue_name(destination: Destination | str) -> str:
     destination = Destination.parse(destination)

@@ -36,18 +36,16 @@ async def test_an_outage_is_one_line_when_it_starts_and_one_when_it_ends(
 
     caplog.set_level(logging.DEBUG)  # every record is captured; the INFO+ ones are what shows
     container = Container(settings, specs(on_order, on_price))
-    status = container.brokers.status("main")
+    state = broker_state(name)
     async with anyio.create_task_group() as tg:
         await tg.start(container.run)
-        broker_state(name).refuse_connections()
-        broker_state(name).drop_connections()
-        with anyio.fail_after(WAIT):
-            while status.failed_attempts < 12:  # every slot has tried more than once
-                await anyio.sleep(0.01)
-        broker_state(name).refuse_connections(False)
-        with anyio.fail_after(WAIT):
-            while not container.health().ready:
-                await anyio.sleep(0.01)
+        state.refuse_connections()
+        state.drop_connections()
+        with anyio.fail_after(WAIT):  # every slot has tried more than once
+            await state.wait_until(lambda s: s.refused_connections >= 12)
+        state.refuse_connections(False)
+        with anyio.fail_after(WAIT):  # ready once the last slot subscribed: a state change
+            await state.wait_until(lambda _: container.health().ready)
         container.request_stop()
     shown = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO
              and not r.getMessage().startswith("container ready")]
