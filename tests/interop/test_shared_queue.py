@@ -76,8 +76,8 @@ async def test_a_copy_of_a_message_mdb_failed_on_reaches_java_as_the_same_messag
     assert (copy["JMSPriority"], copy["JMSExpiration"]) == ("8", sent["JMSExpiration"])
     assert (copy["JMSCorrelationID"], copy["JMSType"]) == ("c-1", "Order")
     assert copy["properties"]["region"] == "eu"
-    # ActiveMQ flags no message sent over STOMP redelivered for a STOMP consumer's sake
-    # (docs/interop.md): mdb's count is the flag Java reads.
+    # Not JMSRedelivered: a STOMP consumer would take a copy so flagged for one in doubt
+    # (docs/activemq.md, Copies). mdb's count is the flag Java reads.
     assert (copy["JMSRedelivered"], copy["properties"]["mdb_delivery_count"]) == ("false", "2")
     assert calls.of("mdb") == ["fail", "hold"]
 
