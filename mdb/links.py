@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import anyio
@@ -90,7 +90,7 @@ def round_order(count: int, start: int, settings: BrokerSettings) -> list[int]:
             for _ in range(1 + settings.failover_retries)]
 
 
-def round_failed(name: str, failures: dict[int, ConnectionFailed]) -> ConnectionFailed:
+def round_failed(name: str, failures: Mapping[int, ConnectionFailed]) -> ConnectionFailed:
     """The error of a round in which every attempt failed (``failures``: the last failure at
     each address tried): a single address's own; else one naming each address's, a
     ``CredentialsRefused`` only when every address refused the login (one node may be
