@@ -136,7 +136,7 @@ class BrokerStatus:
         the health endpoint."""
         return redact_url(self.settings.addresses[self.active])
 
-    def up(self, address: int = 0) -> None:
+    def up(self, address: int) -> None:
         """A link connected, to the address of index ``address``."""
         self.active = address
         if self.state == "up":
@@ -260,8 +260,7 @@ class BrokerLink:
                 connection = await self._brokers[index].connect()
             except ConnectionFailed as exc:
                 self.status.attempt_failed()
-                failures.pop(index, None)  # the last failure of each address, in the order tried
-                failures[index] = exc
+                failures[index] = exc  # the last failure of each address
                 log.debug("broker %s: connecting to %s failed: %s", self.name,
                           redact_url(self.settings.addresses[index]), exc)
                 continue
