@@ -194,8 +194,12 @@ class Processor:
                         spec.error_destination)
         outcome = fitted(decide(message, failure, policy, delivery.protocol_headers),
                          message, failure, policy, delivery.protocol_headers)
-        if isinstance(outcome, Redeliver):
-            await anyio.sleep(outcome.delay)
+        held = 0.0  # the delay the broker holds the copy for, freeing this slot at once
+        if isinstance(outcome, Redeliver) and outcome.delay > 0:
+            if await connection.delay_unsupported() is None:
+                held = outcome.delay
+            else:
+                await anyio.sleep(outcome.delay)
         span.failed(failure.error_type, failure.text)
         target = outcome.destination
         tx = await connection.begin()
@@ -204,7 +208,7 @@ class Processor:
         # what its protocol says of the message (copy_of).
         copy = OutgoingMessage(message.body, outcome.headers, reply_to=message.reply_to,
                                correlation_id=message.correlation_id,
-                               copy_of=delivery.headers)
+                               copy_of=delivery.headers, delay=held)
         with tracing.sending(self._system, target, copy) as traced:
             await commit(tx, [delivery], sends=[(target, traced)])
         if isinstance(outcome, Redeliver):
