@@ -12,7 +12,7 @@ from mdb.broker import Delivery, Transaction
 from mdb.errors import ConnectionLost, TransactionRolledBack
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp.dialect import Dialect
-from mdb_stomp.frames import send_headers
+from mdb_stomp.frames import send_frame
 from mdb_stomp.receipts import Promise, ReceiptErrors
 from mdb_stomp.subscription import ack_token
 from mdb_stomp.unsettled import Unsettled
@@ -50,7 +50,8 @@ class StompTransaction(Transaction):
             raise
 
     async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
-        """Transacted SEND. ``EncodeError``, writing nothing, for a header holding a NUL byte.
+        """Transacted SEND. ``EncodeError``, writing nothing, for a header holding a NUL byte
+        (or a delay on a send to anything but a queue, ``frames.send_frame``).
         Otherwise any failure dooms the transaction (its commit raises
         ``TransactionRolledBack``): ``ConnectionLost`` when the connection is or went down,
         and where the dialect ``confirms_transacted_sends``, ``TransactionRolledBack`` when
@@ -63,9 +64,8 @@ class StompTransaction(Transaction):
         settle the delivery without the refused send (measured: 1 run in 5 lost the message,
         issue 11 finding 2). Elsewhere (RabbitMQ) the SEND's receipt is answered after the
         COMMIT's, once the message is stored, and the commit waits for it."""
-        headers = send_headers(message, self._dialect)
+        path, headers = send_frame(destination, message, self._dialect)
         headers["transaction"] = self.id
-        path = self._dialect.address(destination)
         try:
             self._check_usable()
             if not self._dialect.confirms_transacted_sends:
