@@ -121,10 +121,10 @@ def views(entries: Iterable[Entry], distribution: str) -> dict[str, list[Entry]]
 BROKER_NAMES = ("a", "b", "c")
 
 
-def fault_settings(urls: Sequence[str], topic: str, **values: object) -> Settings:
-    """Settings for fault runs: brokers ``a``, ``b``, ``c``… at ``urls`` with short heartbeats
-    and reconnect delays; with several URLs ``topic:<topic>`` is partitioned, one member on each
-    broker."""
+def fault_settings(urls: Sequence[str | list[str]], topic: str, **values: object) -> Settings:
+    """Settings for fault runs: brokers ``a``, ``b``, ``c``… at ``urls`` (a list: one broker at
+    several addresses, e.g. a master/slave pair) with short heartbeats and reconnect delays;
+    with several brokers ``topic:<topic>`` is partitioned, one member on each broker."""
     brokers = {name: BrokerSettings(url=url, heartbeat_ms=1000, reconnect_delay=0.2,
                                     reconnect_max_delay=1.0, connect_timeout=3.0,
                                     receipt_timeout=5.0)
