@@ -254,11 +254,16 @@ class Fleet:
                 self._add(self.lines.get(timeout=min(remaining, 0.5)))
             except queue.Empty:
                 continue
-            while True:  # take everything already there before checking again
-                try:
-                    self._add(self.lines.get_nowait())
-                except queue.Empty:
-                    break
+            self.catch_up()  # take everything already there before checking again
+
+    def catch_up(self) -> None:
+        """Read every line the processes' readers have queued so far (``wait`` reads only
+        until its condition holds)."""
+        while True:
+            try:
+                self._add(self.lines.get_nowait())
+            except queue.Empty:
+                return
 
     def _add(self, entry: dict[str, Any]) -> None:
         self.seen.append(entry)

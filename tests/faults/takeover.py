@@ -46,8 +46,10 @@ def take_over(pair: SharedStorePair, processes: Fleet, producer: LoadProducer, a
     killed = pair.kill_master()
     master = pair.wait_master()
     serving_after = time.monotonic() - killed_at
-    # Lines read from here on were written after the new master served: a handler that was
-    # running on the dead master's connection returned within microseconds of the kill.
+    # What the processes wrote until now happened on the dead master (a handler running there
+    # at the kill returned within microseconds, its commit failed): a message of the member
+    # processed from here on came from the new master.
+    processes.catch_up()
     already = len(processes.done(app))
 
     def consumed_there(f: Fleet) -> bool:
