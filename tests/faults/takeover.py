@@ -60,14 +60,17 @@ def take_over(pair: SharedStorePair, processes: Fleet, producer: LoadProducer, a
     return Takeover(killed, master, serving_after, time.monotonic() - killed_at)
 
 
-def measure(rounds: int) -> list[Takeover]:
+def measure(rounds: int, reconnect_delay: float, reconnect_max_delay: float) -> list[Takeover]:
     """``rounds`` takeovers (each time the killed broker comes back as the slave) with one
     container process of a ``one-copy-per-app`` app on a topic partitioned over the pair
-    (broker ``a``) and one plain broker (``b``)."""
+    (broker ``a``) and one plain broker (``b``), both with these reconnect delays."""
     topic, app = unique("takeover"), unique("shop")
     times = []
     with SharedStorePair() as pair, ActiveMQ() as other:
         settings = fault_settings([pair.urls, other.url], topic)
+        settings.brokers = {name: broker.model_copy(update={
+            "reconnect_delay": reconnect_delay, "reconnect_max_delay": reconnect_max_delay})
+            for name, broker in settings.brokers.items()}
         with fleet(settings, topic) as processes:
             processes.start(app, ["s1"], PER_APP)
             with LoadProducer(settings, topic, pace=0.01) as producer:
@@ -85,11 +88,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.faults.takeover",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=10, help="takeovers to time")
+    parser.add_argument("--reconnect-delay", type=float, default=0.2,
+                        help="brokers.X.reconnect_delay (mdb's default: 0.5)")
+    parser.add_argument("--reconnect-max-delay", type=float, default=1.0,
+                        help="brokers.X.reconnect_max_delay (mdb's default: 30)")
     args = parser.parse_args(argv)
     if not activemq_available():
         print("ActiveMQ Classic is not installed here", file=sys.stderr)
         return 2
-    times = measure(args.rounds)
+    times = measure(args.rounds, args.reconnect_delay, args.reconnect_max_delay)
     for what, values in (("broker serving", [t.serving_after for t in times]),
                          ("message processed", [t.consumed_after for t in times]),
                          ("difference", [t.consumed_after - t.serving_after for t in times])):
