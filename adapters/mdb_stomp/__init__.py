@@ -5,7 +5,8 @@
 into anyio, with its ``receipts``); ``unsettled`` keeps cumulative acks safe; ``frames`` holds the
 pure header work; ``dialect`` holds what differs per broker (how each holds a delayed message
 back, too); ``scheduler`` probes whether an ActiveMQ can; and ``activemq.xml`` (next to this
-file) is the reference ActiveMQ Classic configuration.
+file) is the reference ActiveMQ Classic configuration, ``activemq-shared-store.xml`` the same
+for a shared-store master/slave pair.
 """
 
 from mdb.logs import quiet_library

@@ -182,7 +182,10 @@ class Wire:
         which does not run them before this coroutine first suspends.
         """
         receipt = uuid.uuid4().hex
-        self.write(frame, *args, headers=dict(headers, receipt=receipt), **kwargs)
+        if frame == "nack":  # stomp.py's nack takes its headers as keywords
+            self.write(frame, *args, **headers, receipt=receipt, **kwargs)
+        else:
+            self.write(frame, *args, headers=dict(headers, receipt=receipt), **kwargs)
         if timeout is None:
             timeout = self.options.receipt_timeout
         request = Request(frame.upper(), self.address, timeout)
@@ -252,6 +255,11 @@ class Wire:
         if failure is not None:
             if not self._connected.done():
                 self._connected.cancel()  # nobody awaits it any more
+            elif not self._connected.cancelled():
+                # A loss seen while the TCP connect ran (the broker closed the socket at once)
+                # failed it before anyone awaited it: taken here, or asyncio logs "Future
+                # exception was never retrieved" when it is collected.
+                self._connected.exception()
             self.lose(failure)
             self._shutdown_transport()
             raise await connect_failure.explain(

@@ -1,22 +1,25 @@
 """A randomized fault run (a soak, not a pytest test): ``python -m tests.faults.random_faults
 --minutes 10 --seed 7``.
 
-It starts three private ActiveMQ brokers holding a partitioned topic (one member on each), app
-``shop`` with two container processes on a shared subscription (``one-copy-per-app``) and app
-``audit`` with one server (``one-copy-per-server``), and a producer sending continuously. For
+It starts three private ActiveMQ brokers and a shared-store master/slave pair (broker ``d``, at
+both addresses) holding a partitioned topic (one member on each), app ``shop`` with two
+container processes on a shared subscription (``one-copy-per-app``) and app ``audit`` with one
+server (``one-copy-per-server``), and a producer sending continuously. For
 ``--minutes`` it applies a schedule of faults drawn from ``--seed``, one at a time with random
 gaps of load between them:
 
 * ``broker-kill``: SIGKILL one broker, keep it down a while, restart it (same port and data);
 * ``broker-pause``: SIGSTOP one broker for a while (longer than the heartbeat timeout or not),
   then SIGCONT;
-* ``container-kill``: SIGKILL one container process and start it again under its server name.
+* ``container-kill``: SIGKILL one container process and start it again under its server name;
+* ``master-kill``: SIGKILL the pair's master; the slave takes over (``tests.faults.takeover``);
+  the killed broker starts again as the slave.
 
 After each fault it waits until the affected broker's member is consumed again (or the process
-is ready again): the fault is then counted as survived. At the end it stops the producer, waits
-until everything told-sent is processed (or ``--drain`` seconds pass), stops the processes in
-order and prints a table. The exit status is 1 when a message is lost or a repeat was not
-flagged redelivered (or a fault was not survived), else 0.
+is ready again): the fault is then counted as survived (a takeover's times are printed). At the
+end it stops the producer, waits until everything told-sent is processed (or ``--drain``
+seconds pass), stops the processes in order and prints a table. The exit status is 1 when a
+message is lost or a repeat was not flagged redelivered (or a fault was not survived), else 0.
 """
 
 from __future__ import annotations
@@ -40,11 +43,14 @@ from tests.faults.ledger import (
     fleet,
     left_behind,
 )
+from tests.faults.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
+from tests.harness.activemq_pair import SharedStorePair
 from tests.harness.process import BrokerProcess, started_together
 
-KINDS = ("broker-kill", "broker-pause", "container-kill")
+KINDS = ("broker-kill", "broker-pause", "container-kill", "master-kill")
 NAMES = ("a", "b", "c")
+PAIR = "d"  # the shared-store pair's broker name
 
 
 def hold(processes: Fleet, seconds: float) -> None:
@@ -70,8 +76,8 @@ def run(minutes: float, seed: int, drain: float) -> int:
     topic, shop, audit = unique("soak"), unique("shop"), unique("audit")
     survived: Counter[str] = Counter()
     failures: list[str] = []
-    with started_together(ActiveMQ, 3) as brokers:
-        settings = fault_settings([str(b.url) for b in brokers], topic)
+    with started_together(ActiveMQ, 3) as brokers, SharedStorePair() as pair:
+        settings = fault_settings([*(b.url for b in brokers), pair.urls], topic)
         with fleet(settings, topic) as processes:
             processes.start(shop, ["s1", "s2"], PER_APP)
             processes.start(audit, ["s1"], PER_SERVER)
@@ -81,7 +87,10 @@ def run(minutes: float, seed: int, drain: float) -> int:
                     hold(processes, rng.uniform(1.0, 6.0))
                     kind = rng.choice(KINDS)
                     try:
-                        apply(kind, rng, brokers, processes, producer, shop)
+                        if kind == "master-kill":
+                            kill_master(rng, pair, processes, producer, shop)
+                        else:
+                            apply(kind, rng, brokers, processes, producer, shop)
                     except AssertionError as exc:  # not survived: report, stop the schedule
                         failures.append(f"{kind}: {exc}"[:500])
                         for broker in brokers:
@@ -96,7 +105,7 @@ def run(minutes: float, seed: int, drain: float) -> int:
                 failures.append(f"drain: not everything processed within {drain} s")
             processes.stop()
             verdicts = processes.verdicts(told)
-            stored = left_behind(brokers, processes, told)
+            stored = left_behind([*brokers, pair.master()], processes, told)
     print_table(survived, verdicts, len(told), producer.raised, stored, failures)
     bad = any(v.lost or v.unflagged for v in verdicts.values()) or bool(stored or failures)
     return 1 if bad else 0
@@ -122,6 +131,16 @@ def apply(kind: str, rng: random.Random, brokers: Sequence[BrokerProcess], proce
         hold(processes, outage)
         broker.resume()
     consumed_again(processes, producer, shop, NAMES[index])
+
+
+def kill_master(rng: random.Random, pair: SharedStorePair, processes: Fleet,
+                producer: LoadProducer, shop: str) -> None:
+    """``master-kill``: SIGKILL the pair's master, wait until ``shop`` consumes the pair's
+    member on the slave, then start the killed broker again as the slave."""
+    taken = take_over(pair, processes, producer, shop, PAIR)
+    print(f"  takeover {taken}", flush=True)
+    hold(processes, rng.uniform(0.0, 3.0))
+    pair.start_as_slave(taken.killed)
 
 
 def print_table(survived: Counter[str], verdicts: dict[str, Verdict], told: int,
