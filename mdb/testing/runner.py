@@ -267,7 +267,11 @@ class Runner:
     async def settled(self, message_id: str, *, timeout: float = WAIT) -> list[Attempt]:
         """Wait until every listener the message was sent to is done with it (processed,
         moved to an error destination, given up), moving a manual clock through redelivery
-        delays; return its attempts. Raises ``NotSettled`` saying where it is."""
+        delays; return its attempts. Raises ``NotSettled`` saying where it is (at once when
+        no running listener serves any destination it was sent to)."""
+        destinations = self._running_tracker().expected.get(message_id, [])
+        if not any(self._expected_subscriptions(d) for d in destinations):
+            raise NotSettled(self._describe([message_id], 0.0))
         await self._wait(lambda: self._done(message_id), timeout, lambda: [message_id],
                          fail_fast=False)
         return self.attempts(message_id)
@@ -351,7 +355,7 @@ class Runner:
 
     def _describe(self, pending: list[str], timeout: float) -> str:
         tracker = self._running_tracker()
-        lines = [f"not settled within {timeout} s (real time):"]
+        lines = [f"not settled within {timeout} s (real time):" if timeout else "not settled:"]
         for message_id in pending:
             for destination in tracker.expected.get(message_id, []):
                 subscriptions = self._expected_subscriptions(destination)
