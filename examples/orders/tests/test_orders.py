@@ -18,7 +18,7 @@ LISTENERS = "examples.orders.listeners"
 
 
 def order(id: str, sku: str = "sku-1", **values: object) -> Order:
-    return Order(id=id, sku=sku, quantity=2, price=9.5, **values)  # type: ignore[arg-type]
+    return Order(id=id, sku=sku, quantity=2, price=9.5, **values)
 
 
 async def test_an_order_is_recorded_and_invoiced(mdb_runner: SyncRunner) -> None:
