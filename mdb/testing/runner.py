@@ -367,7 +367,7 @@ class Runner:
                 for attempt in seen:
                     lines.append(f"    {attempt}")
                 if not seen:
-                    lines.append("    not delivered to any listener yet")
+                    lines.append("    no delivery of it ended yet")
         busy = sum(a.in_flight for a in self.apps)
         if busy:
             lines.append(f"handlers holding a delivery now: {busy}")
