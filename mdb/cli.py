@@ -48,7 +48,7 @@ from mdb.container import Container
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError, EncodeError
 from mdb.health import HealthServer, NotLive, Unreachable, fetch_status, health_url
-from mdb.links import adapter
+from mdb.links import adapters
 from mdb.listener import ListenerSpec
 from mdb.message import CONTENT_TYPE
 from mdb.planning import plan_listeners, slots_per_broker
@@ -165,9 +165,10 @@ async def subscriptions(args: argparse.Namespace, settings: Settings) -> None:
         raise ConfigurationError("mdb subscriptions: name the MODULE(s) whose subscriptions to "
                                  "print, or give --delete TOPIC NAME")
     plans = plan_listeners(settings, find_listeners(import_modules(args.modules)))
-    # Refuse what a container would refuse: a broker URL no adapter serves (nothing connects).
+    # Refuse what a container would refuse: a broker address no adapter serves (nothing
+    # connects).
     for name in slots_per_broker((spec, p) for spec, planned in plans for p in planned):
-        adapter(name, settings.brokers[name], f"{settings.app}.{settings.server}")
+        adapters(name, settings.brokers[name], f"{settings.app}.{settings.server}")
     print(plan_table(settings, plans))
 
 

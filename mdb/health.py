@@ -47,6 +47,9 @@ class BrokerHealth:
     other state (``"unknown"``: never connected yet) counts as not up."""
     since: float
     """``time.time()`` of the last change of ``state``."""
+    address: str = ""
+    """The address (redacted URL) the broker's connections are on, or were last on: one of
+    its ``url`` list; "" from a container that did not say."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,8 @@ class Health:
             "live": self.live,
             "ready": self.ready,
             "brokers": [
-                {"name": b.name, "state": b.state, "since": b.since} for b in self.brokers],
+                {"name": b.name, "state": b.state, "since": b.since, "address": b.address}
+                for b in self.brokers],
             "listeners": [
                 {"name": lh.name, "members": lh.members, "subscribed": lh.subscribed,
                  "in_flight": lh.in_flight, "processed": lh.processed}
@@ -104,7 +108,8 @@ class Health:
                 ready=_typed(data["ready"], bool),
                 brokers=tuple(
                     BrokerHealth(_typed(b["name"], str), _typed(b["state"], str),
-                                 float(_typed(b["since"], int | float)))
+                                 float(_typed(b["since"], int | float)),
+                                 _typed(b.get("address", ""), str))
                     for b in data["brokers"]
                 ),
                 listeners=tuple(

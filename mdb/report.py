@@ -21,8 +21,8 @@ from mdb.settings import Settings
 def plan_table(settings: Settings, plans: Sequence[Planned]) -> str:
     """Listeners → members → subscriptions → brokers, as ``mdb run`` and ``mdb subscriptions``
     print it (``plans`` from ``planning.plan_listeners``): one row per subscription (every
-    pool slot of the row attaches to it), with the connections a container opens to each
-    broker."""
+    pool slot of the row attaches to it), with the broker's addresses (redacted, in the order
+    a reconnect tries them) and the connections a container opens to it."""
     slots = slots_per_broker((spec, p) for spec, planned in plans for p in planned)
     rows = [("listener", "destination", "member", "subscription", "kind", "pool", "broker")]
     for spec, planned in plans:
@@ -31,9 +31,13 @@ def plan_table(settings: Settings, plans: Sequence[Planned]) -> str:
                 ", durable" if p.request.name and p.request.durable else "")
             rows.append((spec.name, str(spec.destination), str(p.request.destination),
                          p.name, kind, str(spec.options.pool),
-                         f"{p.broker} ({redact_url(settings.brokers[p.broker].url)}, "
+                         f"{p.broker} ({_addresses(settings, p.broker)}, "
                          f"{connections_for(slots[p.broker])} connections)"))
     return _table(rows)
+
+
+def _addresses(settings: Settings, broker: str) -> str:
+    return " | ".join(map(redact_url, settings.brokers[broker].addresses))
 
 
 def status_line(stats: Iterable[Stats]) -> str:
@@ -57,9 +61,9 @@ def status_report(health: Health, url: str, now: float | None = None) -> str:
                 for lh in health.listeners if lh.subscribed < lh.members]
     if reasons and not health.ready:
         lines.append(f"  because {'; '.join(reasons)}")
-    brokers = [("broker", "state", "since")] + [
+    brokers = [("broker", "state", "since", "address")] + [
         (b.name, b.state, f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b.since))} "
-                          f"({_ago(now - b.since)} ago)")
+                          f"({_ago(now - b.since)} ago)", b.address)
         for b in health.brokers]
     listeners = [("listener", "subscribed", "in flight", "processed")] + [
         (lh.name, f"{lh.subscribed}/{lh.members}", str(lh.in_flight), str(lh.processed))
