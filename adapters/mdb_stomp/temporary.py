@@ -20,7 +20,7 @@ from mdb.broker import Delivery, TemporaryQueue
 from mdb.destinations import Destination, Kind
 from mdb.errors import ConnectionLost, SubscriptionFailed
 from mdb.message import ReplyAddress
-from mdb_stomp.dialect import PROTOCOL_HEADERS, Dialect
+from mdb_stomp.dialect import Dialect
 from mdb_stomp.frames import reply_fields, text
 from mdb_stomp.inbox import Inbox
 from mdb_stomp.receipts import ReceiptErrors, Unanswered
@@ -32,8 +32,10 @@ class StompTemporaryQueue(TemporaryQueue):
 
     settled_on_arrival = True  # ack:auto, or subscribed by RabbitMQ itself
 
-    def __init__(self, wire: Wire, name: str, sub_id: str, subscribed: bool) -> None:
+    def __init__(self, wire: Wire, name: str, sub_id: str, subscribed: bool,
+                 protocol_headers: frozenset[str]) -> None:
         self._wire = wire
+        self._protocol_headers = protocol_headers
         self._name = name
         self._sub_id = sub_id
         self._subscribed = subscribed
@@ -47,7 +49,8 @@ class StompTemporaryQueue(TemporaryQueue):
         name = uuid.uuid4().hex
         path = f"/temp-queue/{name}"
         subscribed = dialect.subscribes_temporary_queues
-        queue = cls(wire, name, wire.next_id() if subscribed else path, subscribed)
+        queue = cls(wire, name, wire.next_id() if subscribed else path, subscribed,
+                    dialect.protocol_headers)
         wire.attach(queue._sub_id, queue)
         if subscribed:
             try:
@@ -90,7 +93,7 @@ class StompTemporaryQueue(TemporaryQueue):
             broker_message_id=headers.get("message-id", ""),
             broker_redelivered=headers.get("redelivered") == "true",
             token=None,
-            protocol_headers=PROTOCOL_HEADERS,
+            protocol_headers=self._protocol_headers,
             reply_to=reply_to,
             correlation_id=correlation_id,
             damage=damage,
