@@ -52,7 +52,8 @@ Frame = Literal["subscribe", "unsubscribe", "send", "ack", "nack", "begin", "com
 
 class Subscriber(Protocol):
     """What the wire needs from a subscription: where its MESSAGE frames go, and being told
-    once that the connection is lost. Both are called on the loop."""
+    once that the connection is lost, or that the broker ended the subscription alone. All are
+    called on the loop."""
 
     #: True when its MESSAGE frames are settled as they arrive (``ack:auto``: they carry no
     #: ``ack`` header); False when each must carry one to be settled.
@@ -62,6 +63,8 @@ class Subscriber(Protocol):
                 damage: str | None = None) -> None: ...
 
     def connection_lost(self, why: str) -> None: ...
+
+    def cancelled(self, why: str) -> None: ...
 
 
 class Wire:
@@ -334,10 +337,19 @@ class Wire:
         self._receipts.answer(receipt)
 
     def on_error(self, headers: Mapping[str, str], body: bytes | str | None) -> None:
-        """An ERROR frame: it refuses the receipt it names, else the CONNECT, else is logged."""
+        """An ERROR frame: it refuses the receipt it names, else ends the subscription it names,
+        else refuses the CONNECT, else is logged."""
         first_line = text(body).strip().split("\n", 1)[0]
         message = self._explain(headers.get("message") or first_line or "ERROR frame")
         if self._receipts.refuse(headers.get("receipt-id", ""), message):
+            return
+        cancelled = self._subscribers.pop(headers.get("subscription") or "", None)
+        if cancelled is not None:
+            # RabbitMQ's consumer cancel: the queue went (deleted, or its node is down). The
+            # connection stays open, and without this the subscription would wait forever.
+            log.warning("broker %s ended subscription %s: %s", self.address,
+                        headers["subscription"], message)
+            cancelled.cancelled(f"{self.address}: the broker ended the subscription: {message}")
             return
         # RabbitMQ says why in the body ("Bad CONNECT" / "Access refused for user 'x'", or
         # a queue declaration it refused, explained).

@@ -248,3 +248,23 @@ async def test_a_queue_of_another_type_is_refused_with_the_way_out(rabbitmq: Rab
         with pytest.raises(SendOutcomeUnknown,
                            match=f"for queue '{queue.name}'.*queue_type \\(quorum\\)"):
             await connection.send(queue, message("to the classic queue"))
+
+
+async def test_a_subscription_whose_queue_goes_ends_instead_of_waiting_forever(
+    rabbitmq: RabbitMQ,
+) -> None:
+    # RabbitMQ cancels the consumers of a queue that went (deleted here; on a cluster, a
+    # classic queue whose node died) with an ERROR naming the subscription, and keeps the
+    # connection open: nothing else would ever wake the subscription.
+    queue = unique("queue")
+    async with connected(rabbitmq.url) as connection:
+        subscription = await connection.subscribe(queue_request(queue))
+        rabbitmq.ctl("delete_queue", queue.name)
+        with pytest.raises(ConnectionLost, match="ended the subscription"):
+            await receive(subscription)
+        assert subscription.closed and connection.is_open
+    # The plugin declares a /queue/ once per connection: a new one declares it again.
+    async with connected(rabbitmq.url) as connection:
+        again = await connection.subscribe(queue_request(queue))
+        await connection.send(queue, message("again"))
+        await connection.ack(await receive(again))
