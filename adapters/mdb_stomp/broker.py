@@ -45,7 +45,7 @@ class StompBroker:
                          if not dialect.queue_types else
                          f"{options.queue_type!r} is not one of "
                          f"{', '.join(sorted(dialect.queue_types))}", "queue_type")
-        self._dialect = dialect(options.queue_type)
+        self._dialect = dialect(options.queue_type, options.broker)
         self.system = dialect.broker.lower()  # messaging.system: activemq, rabbitmq
         if not parts.hostname:
             self._refuse(f"must be written '{parts.scheme}://HOST:PORT'")

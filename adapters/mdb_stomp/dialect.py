@@ -63,8 +63,9 @@ class SubscribeSpec:
 class Dialect(abc.ABC):
     """The broker-specific part of the STOMP adapter. Stateless once made; methods are pure.
 
-    ``queue_type`` is ``brokers.<name>.queue_type``: the kind of queue to declare, one of
-    ``queue_types`` (None: the broker's default); ``StompBroker`` refuses any other.
+    ``queue_type`` is ``brokers.<name>.queue_type`` (``name``, for messages): the kind of
+    queue to declare, one of ``queue_types`` (None: the broker's default); ``StompBroker``
+    refuses any other.
     """
 
     #: URL scheme that selects this dialect.
@@ -95,8 +96,9 @@ class Dialect(abc.ABC):
     #: sender's application (``Delivery.protocol_headers``): never copied.
     protocol_headers: ClassVar[frozenset[str]] = PROTOCOL_HEADERS
 
-    def __init__(self, queue_type: str | None = None) -> None:
+    def __init__(self, queue_type: str | None = None, name: str = "<name>") -> None:
         self.queue_type = queue_type
+        self.name = name
 
     def explain(self, error: str) -> str:
         """The text of an ERROR frame, with what to do about it where the dialect knows."""
@@ -358,10 +360,10 @@ class RabbitMQDialect(Dialect):
     def explain(self, error: str) -> str:
         if "inequivalent arg 'x-queue-type'" not in error:
             return error
-        return (f"{error} (the queue exists with another type than brokers.<name>.queue_type "
-                f"({self.queue_type or 'unset: classic'}) declares: drain it and delete it "
-                "(`mdb subscriptions --delete`, or `rabbitmqctl delete_queue NAME`) so that mdb "
-                "declares it again, or set queue_type to the queue's type)")
+        return (f"{error} (the queue exists with another type than brokers.{self.name}."
+                f"queue_type ({self.queue_type or 'unset: classic'}) declares: drain it and "
+                "delete it (`mdb subscriptions --delete`, or `rabbitmqctl delete_queue NAME`) "
+                "so that mdb declares it again, or set queue_type to the queue's type)")
 
     def _declared(self) -> dict[str, str]:
         """The header that declares a queue's type, if one is set."""
