@@ -121,10 +121,10 @@ def views(entries: Iterable[Entry], distribution: str) -> dict[str, list[Entry]]
 BROKER_NAMES = ("a", "b", "c")
 
 
-def fault_settings(urls: Sequence[str], topic: str, **values: object) -> Settings:
-    """Settings for fault runs: brokers ``a``, ``b``, ``c``… at ``urls`` with short heartbeats
-    and reconnect delays; with several URLs ``topic:<topic>`` is partitioned, one member on each
-    broker."""
+def fault_settings(urls: Sequence[str | list[str]], topic: str, **values: object) -> Settings:
+    """Settings for fault runs: brokers ``a``, ``b``, ``c``… at ``urls`` (a list: one broker at
+    several addresses, e.g. a master/slave pair) with short heartbeats and reconnect delays;
+    with several brokers ``topic:<topic>`` is partitioned, one member on each broker."""
     brokers = {name: BrokerSettings(url=url, heartbeat_ms=1000, reconnect_delay=0.2,
                                     reconnect_max_delay=1.0, connect_timeout=3.0,
                                     receipt_timeout=5.0)
@@ -341,13 +341,15 @@ def fleet(settings: Settings, topic: str) -> Iterator[Fleet]:
 # -- the producer --------------------------------------------------------------------------------
 
 class LoadProducer:
-    """``Producer(settings)`` sending to ``topic:<topic>`` in a loop, in its own thread, with
-    ``pace`` seconds between sends. ``told`` maps the id of every send that returned to the
-    broker that confirmed it; ``raised`` maps the id of every send that raised to the error.
-    ``switch`` makes it send with another topology (``Brokers.apply``)."""
+    """``Producer(settings)`` sending to ``topic:<topic>`` (``kind="queue"``: ``queue:<topic>``)
+    in a loop, in its own thread, with ``pace`` seconds between sends. ``told`` maps the id of
+    every send that returned to the broker that confirmed it; ``raised`` maps the id of every
+    send that raised to the error. ``switch`` makes it send with another topology
+    (``Brokers.apply``)."""
 
-    def __init__(self, settings: Settings, topic: str, pace: float = 0.01) -> None:
-        self.settings, self.destination = settings, Destination.parse(f"topic:{topic}")
+    def __init__(self, settings: Settings, topic: str, pace: float = 0.01,
+                 kind: str = "topic") -> None:
+        self.settings, self.destination = settings, Destination.parse(f"{kind}:{topic}")
         self.pace = pace
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a send returned or the thread ended

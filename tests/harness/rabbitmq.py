@@ -38,6 +38,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -80,10 +81,15 @@ class Epmd:
         self.host, self.log_path = host, log_path
         self.port = free_port(host)
         self._process: subprocess.Popen[bytes] | None = None
+        self._starting = threading.Lock()  # the nodes of a cluster start in parallel
         atexit.register(self.stop)  # a run that dies half-way leaves no epmd behind
 
     def start(self, env: dict[str, str] | None) -> None:
-        """Start it unless it runs; return once its port answers."""
+        """Start it unless it runs; return once its port answers. Thread-safe."""
+        with self._starting:
+            self._start(env)
+
+    def _start(self, env: dict[str, str] | None) -> None:
         if self._process is not None and self._process.poll() is None:
             return
         with open(self.log_path, "ab") as log:
