@@ -4,8 +4,9 @@
 they consume, and returns the time from the kill until a process processed a message over its
 new connection (after it reported the lost one). The fault test, the random fault run and
 ``python -m tests.faults.node_loss`` (the measurement of docs/failover.md) share it, and the
-settings: one broker ``a`` at every node's address, with quorum queues. ``left_behind`` takes what
-the cluster's queues still hold once the fleet stopped.
+settings: one broker ``a`` at every node's address, with quorum queues (``cluster_settings``, or
+``with_cluster`` to add the cluster to other brokers as one more member). ``left_behind`` takes
+what the cluster's queues still hold once the fleet stopped.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from typing import Any
 import stomp
 
 from mdb import Settings
+from mdb.broker_settings import BrokerSettings
 from mdb.message import ID
+from mdb.settings import MemberSettings
 from tests.contract.support import unique
 from tests.faults.ledger import PER_APP, WAIT, Fleet, LoadProducer, fault_settings, fleet
 from tests.harness.rabbitmq import rabbitmq_available
@@ -35,8 +38,26 @@ def cluster_settings(cluster: RabbitMQCluster, topic: str) -> Settings:
     """``fault_settings`` with one broker, ``a``, at all of ``cluster``'s addresses (in node
     order: a reconnect tries the next node), its queues quorum queues."""
     settings = fault_settings([cluster.urls], topic)
-    broker = settings.brokers[BROKER].model_copy(update={"queue_type": "quorum"})
-    return settings.model_copy(update={"brokers": {BROKER: broker}})
+    return settings.model_copy(update={"brokers": {BROKER: cluster_broker(settings, BROKER)}})
+
+
+def cluster_broker(settings: Settings, name: str) -> BrokerSettings:
+    """Broker ``name`` of ``settings`` (a cluster's addresses) with quorum queues."""
+    return settings.brokers[name].model_copy(update={"queue_type": "quorum"})
+
+
+def with_cluster(settings: Settings, cluster: RabbitMQCluster, topic: str, name: str,
+                 ) -> Settings:
+    """``settings`` (``fault_settings`` of a partitioned topic) and broker ``name`` at
+    ``cluster``'s addresses, with quorum queues, holding one more member of
+    ``topic:<topic>``."""
+    broker = cluster_broker(fault_settings([cluster.urls], topic), BROKER)
+    key = f"topic:{topic}"
+    members = [*settings.destinations[key].members, MemberSettings(broker=name)]
+    return settings.model_copy(update={
+        "brokers": {**settings.brokers, name: broker},
+        "destinations": {**settings.destinations,
+                         key: settings.destinations[key].model_copy(update={"members": members})}})
 
 
 def next_node(cluster: RabbitMQCluster, index: int) -> int:

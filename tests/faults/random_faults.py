@@ -10,7 +10,11 @@ gaps of load between them:
 * ``broker-kill``: SIGKILL one broker, keep it down a while, restart it (same port and data);
 * ``broker-pause``: SIGSTOP one broker for a while (longer than the heartbeat timeout or not),
   then SIGCONT;
-* ``container-kill``: SIGKILL one container process and start it again under its server name.
+* ``container-kill``: SIGKILL one container process and start it again under its server name;
+* ``node-kill``: SIGKILL one node of a three-node RabbitMQ cluster (broker ``r``, at the three
+  nodes' addresses, with quorum queues, holding one more member of the topic), wait until its
+  member is consumed again while the node is down, then restart the node (it rejoins). Left
+  out by ``--no-cluster`` or when RabbitMQ is not installed.
 
 After each fault it waits until the affected broker's member is consumed again (or the process
 is ready again): the fault is then counted as survived. At the end it stops the producer, waits
@@ -27,6 +31,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import nullcontext
 
 from tests.contract.support import unique
 from tests.faults.ledger import (
@@ -40,11 +45,16 @@ from tests.faults.ledger import (
     fleet,
     left_behind,
 )
+from tests.faults.node_loss import left_behind as left_on_cluster
+from tests.faults.node_loss import with_cluster
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.process import BrokerProcess, started_together
+from tests.harness.rabbitmq import rabbitmq_available
+from tests.harness.rabbitmq_cluster import RabbitMQCluster
 
-KINDS = ("broker-kill", "broker-pause", "container-kill")
+KINDS = ("broker-kill", "broker-pause", "container-kill", "node-kill")
 NAMES = ("a", "b", "c")
+CLUSTER = "r"  # the RabbitMQ cluster's broker name
 
 
 def hold(processes: Fleet, seconds: float) -> None:
@@ -65,13 +75,17 @@ def consumed_again(processes: Fleet, producer: LoadProducer, app: str, broker: s
     processes.wait(again, f"{app} consuming {broker}'s member again")
 
 
-def run(minutes: float, seed: int, drain: float) -> int:
+def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
     rng = random.Random(seed)
     topic, shop, audit = unique("soak"), unique("shop"), unique("audit")
     survived: Counter[str] = Counter()
     failures: list[str] = []
-    with started_together(ActiveMQ, 3) as brokers:
+    kinds = KINDS if cluster else tuple(k for k in KINDS if k != "node-kill")
+    with started_together(ActiveMQ, 3) as brokers, \
+            (RabbitMQCluster() if cluster else nullcontext()) as rabbit:
         settings = fault_settings([str(b.url) for b in brokers], topic)
+        if rabbit is not None:
+            settings = with_cluster(settings, rabbit, topic, CLUSTER)
         with fleet(settings, topic) as processes:
             processes.start(shop, ["s1", "s2"], PER_APP)
             processes.start(audit, ["s1"], PER_SERVER)
@@ -79,9 +93,13 @@ def run(minutes: float, seed: int, drain: float) -> int:
                 end = time.monotonic() + minutes * 60
                 while time.monotonic() < end:
                     hold(processes, rng.uniform(1.0, 6.0))
-                    kind = rng.choice(KINDS)
+                    kind = rng.choice(kinds)
                     try:
-                        apply(kind, rng, brokers, processes, producer, shop)
+                        if kind == "node-kill":
+                            assert rabbit is not None
+                            kill_cluster_node(rng, rabbit, processes, producer, shop)
+                        else:
+                            apply(kind, rng, brokers, processes, producer, shop)
                     except AssertionError as exc:  # not survived: report, stop the schedule
                         failures.append(f"{kind}: {exc}"[:500])
                         for broker in brokers:
@@ -97,6 +115,8 @@ def run(minutes: float, seed: int, drain: float) -> int:
             processes.stop()
             verdicts = processes.verdicts(told)
             stored = left_behind(brokers, processes, told)
+            if rabbit is not None:
+                stored |= left_on_cluster(rabbit, [topic], told)
     print_table(survived, verdicts, len(told), producer.raised, stored, failures)
     bad = any(v.lost or v.unflagged for v in verdicts.values()) or bool(stored or failures)
     return 1 if bad else 0
@@ -122,6 +142,19 @@ def apply(kind: str, rng: random.Random, brokers: Sequence[BrokerProcess], proce
         hold(processes, outage)
         broker.resume()
     consumed_again(processes, producer, shop, NAMES[index])
+
+
+def kill_cluster_node(rng: random.Random, cluster: RabbitMQCluster, processes: Fleet,
+                      producer: LoadProducer, shop: str) -> None:
+    """``node-kill``: SIGKILL a node of the cluster (the one the processes are connected to,
+    or another), wait until ``shop`` consumes the cluster's member again while it is down, then
+    restart it and wait until it is back in the cluster."""
+    node = rng.choice(cluster.nodes)
+    node.kill()
+    hold(processes, rng.uniform(0.0, 3.0))
+    consumed_again(processes, producer, shop, CLUSTER)
+    node.restart()  # it rejoins: its data remembers the cluster
+    cluster.wait_members(len(cluster.nodes))
 
 
 def print_table(survived: Counter[str], verdicts: dict[str, Verdict], told: int,
@@ -159,11 +192,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7, help="seed of the fault schedule")
     parser.add_argument("--drain", type=float, default=120.0,
                         help="seconds to wait at the end for everything to be processed")
+    parser.add_argument("--no-cluster", action="store_true",
+                        help="leave the RabbitMQ cluster (and its node-kill faults) out")
     args = parser.parse_args(argv)
     if not activemq_available():
         print("ActiveMQ Classic is not installed here", file=sys.stderr)
         return 2
-    return run(args.minutes, args.seed, args.drain)
+    return run(args.minutes, args.seed, args.drain,
+               cluster=not args.no_cluster and rabbitmq_available())
 
 
 if __name__ == "__main__":
