@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import anyio
@@ -91,7 +91,7 @@ def round_order(count: int, start: int, settings: BrokerSettings) -> list[int]:
             for _ in range(1 + settings.failover_retries)]
 
 
-def round_failed(name: str, failures: dict[int, ConnectionFailed]) -> ConnectionFailed:
+def round_failed(name: str, failures: Mapping[int, ConnectionFailed]) -> ConnectionFailed:
     """The error of a round in which every attempt failed (``failures``: the last failure at
     each address tried): a single address's own; else one naming each address's, a
     ``CredentialsRefused`` only when every address refused the login (one node may be
@@ -137,7 +137,7 @@ class BrokerStatus:
         the health endpoint."""
         return redact_url(self.settings.addresses[self.active])
 
-    def up(self, address: int = 0) -> None:
+    def up(self, address: int) -> None:
         """A link connected, to the address of index ``address``."""
         self.active = address
         if self.state == "up":
@@ -261,8 +261,7 @@ class BrokerLink:
                 connection = await self._brokers[index].connect()
             except ConnectionFailed as exc:
                 self.status.attempt_failed()
-                failures.pop(index, None)  # the last failure of each address, in the order tried
-                failures[index] = exc
+                failures[index] = exc  # the last failure of each address
                 log.debug("broker %s: connecting to %s failed: %s", self.name,
                           redact_url(self.settings.addresses[index]), exc)
                 continue

@@ -43,6 +43,9 @@ PROTOCOL_HEADERS = frozenset(
      "content-length", "timestamp", "expires", "priority", "persistent", "amq-msg-type"}
 )
 
+# The protocol headers of a MESSAGE frame that a copy's SEND carries over (see ``copy``).
+_KEPT_ON_COPY = ("priority", "expires")
+
 
 @dataclass(frozen=True, slots=True)
 class SubscribeSpec:
@@ -121,8 +124,11 @@ class Dialect(abc.ABC):
 
     def copy(self, received: Mapping[str, str]) -> dict[str, str]:
         """The protocol headers of a SEND of a copy of the message received with the headers
-        ``received`` (``OutgoingMessage.copy_of``). By default every copy is persistent."""
-        return {"persistent": "true"}
+        ``received`` (``OutgoingMessage.copy_of``). By default the same ``priority`` and
+        ``expires``, and every copy is persistent."""
+        headers = {name: received[name] for name in _KEPT_ON_COPY if name in received}
+        headers["persistent"] = "true"
+        return headers
 
     def unsupported(self, headers: Mapping[str, str], body: bytes) -> str | None:
         """Why a MESSAGE frame with ``headers`` and ``body`` holds a message whose content this
@@ -161,9 +167,6 @@ class Dialect(abc.ABC):
             )
         return self.subscription_queue(topic, request.name)
 
-
-# The headers of an ActiveMQ MESSAGE frame that a copy's SEND carries over (see ``copy``).
-_KEPT_ON_COPY = ("priority", "expires")
 
 # One STOMP path segment: no wildcards ('*', '>'), no separators ('.', '/').
 _SEGMENT = re.compile(r"^[A-Za-z0-9_\-]+$")
@@ -218,7 +221,7 @@ class ActiveMQDialect(Dialect):
         ``persistent:true`` is on persistent messages only, and a SEND without it is
         non-persistent. JMSType (``type``), JMSCorrelationID and the properties are the
         application's headers, kept by the core."""
-        headers = {name: received[name] for name in _KEPT_ON_COPY if name in received}
+        headers = super().copy(received)
         headers["persistent"] = "true" if received.get("persistent") == "true" else "false"
         if "content-length" not in received or received.get("amq-msg-type") == "text":
             headers["amq-msg-type"] = "text"
@@ -326,7 +329,13 @@ class RabbitMQDialect(Dialect):
       subscription with a selector is refused rather than silently given every message. (The
       container evaluates topic listeners' selectors itself and never asks for one.)
     * A SEND with ``persistent:false`` to a ``/queue/X`` nobody declared yet makes X
-      exclusive; every SEND here is ``persistent:true``.
+      exclusive; every SEND here is ``persistent:true``, copies too.
+    * A SEND's ``priority`` and ``expiration`` (a TTL in ms, enforced: the message is dropped
+      once it passed) are the AMQP properties, written back on every MESSAGE frame as given:
+      ``expiration`` is the TTL the producer set, not the time left. ``expires`` means
+      nothing here (a plain header). A copy (``copy``) sends ``priority`` again, and the core
+      keeps ``expiration`` as one of the application's headers, so a copy's TTL starts again
+      (RabbitMQ does not say how much was left).
     * A receipt asked on a transacted SEND is answered only at the COMMIT (the frames of a
       transaction run then): ``confirms_transacted_sends = False``. No header limit was met:
       a SEND with 2,000 headers, or one of 200 KB, was stored.
@@ -375,7 +384,8 @@ class RabbitMQDialect(Dialect):
         return f"/topic/{destination.name}"
 
     def send_headers(self, message: OutgoingMessage, target: ReplyTo) -> dict[str, str]:
-        headers = {"persistent": "true"}
+        headers = ({"persistent": "true"} if message.copy_of is None
+                   else self.copy(message.copy_of))
         # A SEND to /queue/X declares X: with the queue's own type, or it is refused. A reply
         # address is not mdb's to declare.
         if isinstance(target, Destination) and target.kind is Kind.QUEUE:

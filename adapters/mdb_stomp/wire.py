@@ -234,6 +234,11 @@ class Wire:
         if failure is not None:
             if not self._connected.done():
                 self._connected.cancel()  # nobody awaits it any more
+            elif not self._connected.cancelled():
+                # A loss seen while the TCP connect ran (the broker closed the socket at once)
+                # failed it before anyone awaited it: taken here, or asyncio logs "Future
+                # exception was never retrieved" when it is collected.
+                self._connected.exception()
             self.lose(failure)
             self._shutdown_transport()
             raise await connect_failure.explain(

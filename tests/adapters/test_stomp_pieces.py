@@ -180,10 +180,11 @@ def test_an_activemq_copy_keeps_the_jms_type_priority_expiry_and_persistence() -
         "amq-msg-type"] == "text"
 
 
-def test_a_rabbitmq_copy_is_persistent_as_every_send() -> None:
-    copy = send_headers(OutgoingMessage(b"ab", copy_of={"persistent": "false"}),
-                        RabbitMQDialect(), QUEUE)
-    assert copy["persistent"] == "true"
+def test_a_rabbitmq_copy_keeps_its_priority_and_is_persistent_as_every_send() -> None:
+    received = {"message-id": "T_1", "priority": "8", "persistent": "false"}
+    copy = send_headers(OutgoingMessage(b"ab", copy_of=received), RabbitMQDialect(), QUEUE)
+    assert (copy["priority"], copy["persistent"]) == ("8", "true")
+    assert "message-id" not in copy
 
 
 def test_a_rabbitmq_queue_type_declares_every_queue_mdb_sends_to() -> None:

@@ -23,6 +23,7 @@ import os
 import queue
 import re
 import signal
+import string
 import subprocess
 import sys
 import threading
@@ -118,7 +119,7 @@ def views(entries: Iterable[Entry], distribution: str) -> dict[str, list[Entry]]
 
 # -- settings and brokers ------------------------------------------------------------------------
 
-BROKER_NAMES = ("a", "b", "c")
+BROKER_NAMES = tuple(string.ascii_lowercase)  # a, b, c, … in the order of the URLs
 
 
 def fault_settings(urls: Sequence[str | list[str]], topic: str, **values: object) -> Settings:
@@ -128,7 +129,7 @@ def fault_settings(urls: Sequence[str | list[str]], topic: str, **values: object
     brokers = {name: BrokerSettings(url=url, heartbeat_ms=1000, reconnect_delay=0.2,
                                     reconnect_max_delay=1.0, connect_timeout=3.0,
                                     receipt_timeout=5.0)
-               for name, url in zip(BROKER_NAMES, urls, strict=False)}
+               for name, url in zip(BROKER_NAMES[:len(urls)], urls, strict=True)}
     destinations = ({} if len(urls) == 1 else {f"topic:{topic}": DestinationSettings(
         members=[MemberSettings(broker=b) for b in brokers])})
     values.setdefault("app", "faults")
@@ -254,11 +255,16 @@ class Fleet:
                 self._add(self.lines.get(timeout=min(remaining, 0.5)))
             except queue.Empty:
                 continue
-            while True:  # take everything already there before checking again
-                try:
-                    self._add(self.lines.get_nowait())
-                except queue.Empty:
-                    break
+            self.catch_up()  # take everything already there before checking again
+
+    def catch_up(self) -> None:
+        """Read every line the processes' readers have queued so far (``wait`` reads only
+        until its condition holds)."""
+        while True:
+            try:
+                self._add(self.lines.get_nowait())
+            except queue.Empty:
+                return
 
     def _add(self, entry: dict[str, Any]) -> None:
         self.seen.append(entry)

@@ -1,9 +1,10 @@
 """A randomized fault run (a soak, not a pytest test): ``python -m tests.faults.random_faults
 --minutes 10 --seed 7``.
 
-It starts three private ActiveMQ brokers holding a partitioned topic (one member on each), app
-``shop`` with two container processes on a shared subscription (``one-copy-per-app``) and app
-``audit`` with one server (``one-copy-per-server``), and a producer sending continuously. For
+It starts three private ActiveMQ brokers and a shared-store master/slave pair (broker ``d``, at
+both addresses) holding a partitioned topic (one member on each), app ``shop`` with two
+container processes on a shared subscription (``one-copy-per-app``) and app ``audit`` with one
+server (``one-copy-per-server``), and a producer sending continuously. For
 ``--minutes`` it applies a schedule of faults drawn from ``--seed``, one at a time with random
 gaps of load between them:
 
@@ -11,16 +12,18 @@ gaps of load between them:
 * ``broker-pause``: SIGSTOP one broker for a while (longer than the heartbeat timeout or not),
   then SIGCONT;
 * ``container-kill``: SIGKILL one container process and start it again under its server name;
+* ``master-kill``: SIGKILL the pair's master; the slave takes over (``tests.faults.takeover``);
+  the killed broker starts again as the slave;
 * ``node-kill``: SIGKILL one node of a three-node RabbitMQ cluster (broker ``r``, at the three
   nodes' addresses, with quorum queues, holding one more member of the topic), wait until its
   member is consumed again while the node is down, then restart the node (it rejoins). Left
   out by ``--no-cluster`` or when RabbitMQ is not installed.
 
 After each fault it waits until the affected broker's member is consumed again (or the process
-is ready again): the fault is then counted as survived. At the end it stops the producer, waits
-until everything told-sent is processed (or ``--drain`` seconds pass), stops the processes in
-order and prints a table. The exit status is 1 when a message is lost or a repeat was not
-flagged redelivered (or a fault was not survived), else 0.
+is ready again): the fault is then counted as survived (a takeover's times are printed). At the
+end it stops the producer, waits until everything told-sent is processed (or ``--drain``
+seconds pass), stops the processes in order and prints a table. The exit status is 1 when a
+message is lost or a repeat was not flagged redelivered (or a fault was not survived), else 0.
 """
 
 from __future__ import annotations
@@ -47,13 +50,16 @@ from tests.faults.ledger import (
 )
 from tests.faults.node_loss import left_behind as left_on_cluster
 from tests.faults.node_loss import with_cluster
+from tests.faults.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
+from tests.harness.activemq_pair import SharedStorePair
 from tests.harness.process import BrokerProcess, started_together
 from tests.harness.rabbitmq import rabbitmq_available
 from tests.harness.rabbitmq_cluster import RabbitMQCluster
 
-KINDS = ("broker-kill", "broker-pause", "container-kill", "node-kill")
+KINDS = ("broker-kill", "broker-pause", "container-kill", "master-kill", "node-kill")
 NAMES = ("a", "b", "c")
+PAIR = "d"  # the shared-store pair's broker name
 CLUSTER = "r"  # the RabbitMQ cluster's broker name
 
 
@@ -81,9 +87,9 @@ def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
     survived: Counter[str] = Counter()
     failures: list[str] = []
     kinds = KINDS if cluster else tuple(k for k in KINDS if k != "node-kill")
-    with started_together(ActiveMQ, 3) as brokers, \
+    with started_together(ActiveMQ, 3) as brokers, SharedStorePair() as pair, \
             (RabbitMQCluster() if cluster else nullcontext()) as rabbit:
-        settings = fault_settings([str(b.url) for b in brokers], topic)
+        settings = fault_settings([*(b.url for b in brokers), pair.urls], topic)
         if rabbit is not None:
             settings = with_cluster(settings, rabbit, topic, CLUSTER)
         with fleet(settings, topic) as processes:
@@ -95,7 +101,9 @@ def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
                     hold(processes, rng.uniform(1.0, 6.0))
                     kind = rng.choice(kinds)
                     try:
-                        if kind == "node-kill":
+                        if kind == "master-kill":
+                            kill_master(rng, pair, processes, producer, shop)
+                        elif kind == "node-kill":
                             assert rabbit is not None
                             kill_cluster_node(rng, rabbit, processes, producer, shop)
                         else:
@@ -114,7 +122,7 @@ def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
                 failures.append(f"drain: not everything processed within {drain} s")
             processes.stop()
             verdicts = processes.verdicts(told)
-            stored = left_behind(brokers, processes, told)
+            stored = left_behind([*brokers, pair.master()], processes, told)
             if rabbit is not None:
                 stored |= left_on_cluster(rabbit, [topic], told)
     print_table(survived, verdicts, len(told), producer.raised, stored, failures)
@@ -142,6 +150,16 @@ def apply(kind: str, rng: random.Random, brokers: Sequence[BrokerProcess], proce
         hold(processes, outage)
         broker.resume()
     consumed_again(processes, producer, shop, NAMES[index])
+
+
+def kill_master(rng: random.Random, pair: SharedStorePair, processes: Fleet,
+                producer: LoadProducer, shop: str) -> None:
+    """``master-kill``: SIGKILL the pair's master, wait until ``shop`` consumes the pair's
+    member on the slave, then start the killed broker again as the slave."""
+    taken = take_over(pair, processes, producer, shop, PAIR)
+    print(f"  takeover {taken}", flush=True)
+    hold(processes, rng.uniform(0.0, 3.0))
+    pair.start_as_slave(taken.killed)
 
 
 def kill_cluster_node(rng: random.Random, cluster: RabbitMQCluster, processes: Fleet,

@@ -57,13 +57,14 @@ def activemq_available() -> bool:
     return ACTIVEMQ_JAR.is_file() and shutil.which("java") is not None
 
 
-def reference_config() -> Path:
-    """The reference broker configuration shipped with the ``mdb_stomp`` adapter: the source
+def reference_config(name: str = "activemq.xml") -> Path:
+    """A reference broker configuration shipped with the ``mdb_stomp`` adapter (``name``:
+    ``activemq.xml``, or ``activemq-shared-store.xml`` for a master/slave pair): the source
     tree's copy when running from a checkout, else the installed package's."""
-    in_tree = Path(__file__).resolve().parents[2] / "adapters" / "mdb_stomp" / "activemq.xml"
+    in_tree = Path(__file__).resolve().parents[2] / "adapters" / "mdb_stomp" / name
     if in_tree.is_file():
         return in_tree
-    return Path(str(resources.files("mdb_stomp") / "activemq.xml"))
+    return Path(str(resources.files("mdb_stomp") / name))
 
 
 class ActiveMQ(BrokerProcess):
