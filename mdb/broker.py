@@ -115,6 +115,8 @@ class Delivery:
     ``unsupported`` is set likewise (saying why) for a message whose body the broker could not
     carry over the adapter's protocol (a JMS MapMessage over STOMP arrives with an empty body):
     handing it to a handler as an empty body would lose its content silently.
+    ``can_dead_letter`` is True when ``Connection.dead_letter`` would leave the message on a
+    dead-letter queue the broker surely keeps it on; False where it could drop it instead.
     """
 
     destination: Destination
@@ -128,6 +130,7 @@ class Delivery:
     correlation_id: str | None = None
     damage: str | None = None
     unsupported: str | None = None
+    can_dead_letter: bool = False
 
 
 class Subscription(abc.ABC):
@@ -235,6 +238,15 @@ class Connection(abc.ABC):
     @abc.abstractmethod
     async def ack(self, delivery: Delivery) -> None:
         """Settle ``delivery`` outside any transaction."""
+
+    @abc.abstractmethod
+    async def dead_letter(self, delivery: Delivery) -> None:
+        """Settle ``delivery`` by handing its message, as it is, to the broker's own dead-letter
+        queue, outside any transaction; return once the broker confirmed. For a delivery with
+        ``can_dead_letter`` only: for another, ``BrokerError`` and nothing is done. Raises
+        ``ConnectionLost`` as ``ack`` does (the broker redelivers the message), and
+        ``BrokerError`` when the broker refused or did not confirm it: the message is then on
+        the dead-letter queue or comes back, flagged redelivered."""
 
     @abc.abstractmethod
     async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:

@@ -48,7 +48,9 @@ def status_line(stats: Iterable[Stats]) -> str:
             f"redelivered {sum(s.redelivered for s in every)}, "
             f"to error destination {sum(s.to_error_destination for s in every)}, "
             f"rolled back {sum(s.rolled_back for s in every)}, "
-            f"filtered {sum(s.filtered for s in every)}")
+            f"filtered {sum(s.filtered for s in every)}, "
+            f"dead-lettered {sum(s.dead_lettered for s in every)}, "
+            f"kept {sum(s.kept for s in every)}")
 
 
 def status_report(health: Health, url: str, now: float | None = None) -> str:

@@ -135,6 +135,12 @@ class Dialect(abc.ABC):
         broker could not carry over STOMP (``Delivery.unsupported``); None for one it carried."""
         return None
 
+    def dead_letters(self, headers: Mapping[str, str]) -> bool:
+        """True when a NACK of the MESSAGE frame with ``headers`` leaves its message on a
+        dead-letter queue the broker surely keeps it on (``Delivery.can_dead_letter``). False
+        by default: where a NACK may drop the message, mdb never sends one."""
+        return False
+
     @abc.abstractmethod
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
         """How to subscribe for ``request``. Raises ``SubscriptionFailed`` for a request this
@@ -241,6 +247,14 @@ class ActiveMQDialect(Dialect):
                 "ObjectMessage, StreamMessage or Message so over STOMP, without its content "
                 "(or an empty TextMessage, which it cannot be told apart from)")
 
+    def dead_letters(self, headers: Mapping[str, str]) -> bool:
+        """A NACK moves a persistent message to ``ActiveMQ.DLQ`` (the default dead-letter
+        strategy; the user needs no right on it), and drops a non-persistent one unless the
+        broker's strategy has ``processNonPersistent="true"`` (measured on 5.17.2). The
+        reference config sets it, but mdb cannot know a broker's config: only a persistent
+        message is NACKed."""
+        return headers.get("persistent") == "true"
+
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
         headers = {"activemq.prefetchSize": str(request.prefetch)}
         if request.selector:
@@ -339,6 +353,15 @@ class RabbitMQDialect(Dialect):
     * A receipt asked on a transacted SEND is answered only at the COMMIT (the frames of a
       transaction run then): ``confirms_transacted_sends = False``. No header limit was met:
       a SEND with 2,000 headers, or one of 200 KB, was stored.
+    * A SEND the user may not make (no ``configure`` permission on the queue, which a SEND to
+      ``/queue/X`` declares) in a transaction is refused only after the COMMIT's receipt: an
+      ERROR ``access_refused`` follows it and the connection closes. The transaction's ACKs,
+      written after its SENDs, die with the channel: the message comes back, flagged
+      redelivered, never lost — but a COMMIT receipt does not prove its sends were taken.
+    * A NACK requeues the message by default (``requeue:true``, at its old place: the head of
+      the queue); with ``requeue:false`` RabbitMQ drops it unless its queue has a dead-letter
+      exchange, which STOMP can neither declare on an existing queue nor see: mdb never NACKs
+      here (``dead_letters`` is False).
 
     Queue types (``queue_type``; measured on a three-node 3.10.8 cluster of
     ``tests.harness.rabbitmq_cluster``, docs/rabbitmq.md#queue-types). A SUBSCRIBE, and a SEND

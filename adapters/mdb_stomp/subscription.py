@@ -198,6 +198,7 @@ class StompSubscription(Subscription):
                 correlation_id=correlation_id,
                 damage=damage,
                 unsupported=self._dialect.unsupported(headers, content),
+                can_dead_letter=self._dialect.dead_letters(headers),
             )
         )
 

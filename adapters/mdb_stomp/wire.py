@@ -187,7 +187,10 @@ class Wire:
         which does not run them before this coroutine first suspends.
         """
         receipt = uuid.uuid4().hex
-        self.write(frame, *args, headers=dict(headers, receipt=receipt), **kwargs)
+        if frame == "nack":  # stomp.py's nack takes its headers as keywords
+            self.write(frame, *args, **headers, receipt=receipt, **kwargs)
+        else:
+            self.write(frame, *args, headers=dict(headers, receipt=receipt), **kwargs)
         if timeout is None:
             timeout = self.options.receipt_timeout
         request = Request(frame.upper(), self.address, timeout)

@@ -223,6 +223,14 @@ def test_an_empty_activemq_frame_without_content_length_is_an_unsupported_kind()
     assert RabbitMQDialect().unsupported({}, b"") is None
 
 
+def test_only_a_persistent_activemq_message_is_dead_lettered() -> None:
+    # ActiveMQ drops a NACKed non-persistent message unless its broker says otherwise;
+    # RabbitMQ drops a NACKed message unless its queue has a dead-letter exchange.
+    assert ActiveMQDialect().dead_letters(JAVA_BYTES)
+    assert not ActiveMQDialect().dead_letters(JAVA_TEXT)
+    assert not RabbitMQDialect().dead_letters(JAVA_BYTES)
+
+
 def test_escape_name_and_text() -> None:
     assert escape_name("plain") == "plain"
     assert escape_name("a\\b\nc\rd:e") == "a\\\\b\\nc\\rd\\ce"
