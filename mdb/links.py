@@ -67,6 +67,7 @@ def adapter(name: str, settings: BrokerSettings, client_id: str,
         heartbeat_ms=settings.heartbeat_ms,
         connect_timeout=settings.connect_timeout,
         receipt_timeout=settings.receipt_timeout,
+        queue_type=settings.queue_type,
     ))
 
 

@@ -38,6 +38,16 @@ def test_each_adapter_declares_its_messaging_system() -> None:
     assert adapter("b", BrokerSettings(url="memory://x"), "c").system == "memory"
     assert adapter("b", BrokerSettings(url="stomp+activemq://h:1"), "c").system == "activemq"
     assert adapter("b", BrokerSettings(url="stomp+rabbitmq://h:1"), "c").system == "rabbitmq"
+
+
+def test_queue_type_is_a_rabbitmq_setting_refused_elsewhere() -> None:
+    quorum = BrokerSettings(url=["stomp+rabbitmq://h:1", "stomp+rabbitmq://h:2"],
+                            queue_type="quorum")
+    assert adapter("b", quorum, "c").system == "rabbitmq"
+    for url, why in (("stomp+activemq://h:1", "ActiveMQ has no queue types"),
+                     ("memory://x", "the memory broker has one kind of queue")):
+        with pytest.raises(ConfigurationError, match=f"setting brokers.b.queue_type: .*{why}"):
+            adapter("b", BrokerSettings(url=url, queue_type="classic"), "c")
     with pytest.raises(ConfigurationError, match="no adapter for scheme 'kafka'"):
         adapter("b", BrokerSettings(url="kafka://h:1"), "c")
 
