@@ -56,7 +56,9 @@ class ConnectionOptions:
 
     ``broker`` is the broker's name in settings, for messages (``brokers.<broker>.url``);
     ``tls`` None means plaintext; an adapter that cannot do TLS refuses it (ConfigurationError).
-    Credentials given here take precedence over those in the URL.
+    Credentials given here take precedence over those in the URL. ``queue_type`` names the kind
+    of queue to declare (``brokers.<broker>.queue_type``); None is the broker's default, and an
+    adapter whose broker has no such kind refuses it (ConfigurationError).
     """
 
     url: str
@@ -68,6 +70,7 @@ class ConnectionOptions:
     heartbeat_ms: int = 4000
     connect_timeout: float = 10.0
     receipt_timeout: float = 10.0
+    queue_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
