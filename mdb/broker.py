@@ -15,7 +15,8 @@ Rules every adapter keeps:
 * After the connection is lost or closed every object from it is stale: ``subscribe``,
   ``begin``, ``ack`` and ``send`` raise ``ConnectionLost``; ``receive`` raises
   ``ConnectionLost`` (also on a closed subscription, waking a task blocked in it);
-  ``Transaction.ack``/``send`` do nothing and ``commit`` raises ``TransactionRolledBack``.
+  ``Transaction.ack``/``send`` do nothing (or raise ``ConnectionLost``) and ``commit``
+  raises ``TransactionRolledBack``.
   Nothing done on a stale object reaches the broker. The container reconnects by calling
   ``Broker.connect()`` again.
 * A delivery whose settlement failed (an aborted or rolled-back transaction) stays with its

@@ -6,8 +6,10 @@ evaluates topic selectors itself), a new ``message-id`` on every delivery, and u
 that only come back when their connection closes. The node is started by
 ``tests.harness.rabbitmq``: one for this module.
 What RabbitMQ and ActiveMQ share (a killed or hung broker, connect failures) is tested once
-per broker in ``test_stomp_brokers``. Without RabbitMQ installed the tests are skipped, except
-in CI (``CI=true``) where that is a failure. Every wait is bounded by ``fail_after``.
+per broker in ``test_stomp_brokers``, the seam's general rules (transactions, prefetch, stale
+objects) by ``test_seam`` (``mdb.testing.seam``). Without RabbitMQ installed the tests are
+skipped, except in CI (``CI=true``) where that is a failure. Every wait is bounded by
+``fail_after``.
 """
 
 from __future__ import annotations
@@ -126,36 +128,6 @@ async def test_acks_are_individual_so_deliveries_may_be_settled_in_any_order(
         assert again.headers[ID] == first.headers[ID]
         assert again.broker_redelivered
         await connection.ack(again)
-
-
-async def test_commit_makes_ack_and_send_take_effect_together_and_abort_discards(
-    rabbitmq: RabbitMQ,
-) -> None:
-    source, target = unique("queue"), unique("queue")
-    async with connected(rabbitmq.url) as connection:
-        consumer = await connection.subscribe(queue_request(source))
-        watcher = await connection.subscribe(queue_request(target, prefetch=10))
-        await connection.send(source, message("original"))
-        delivery = await receive(consumer)
-
-        aborted = await connection.begin()
-        await aborted.ack(delivery)
-        await aborted.send(target, message("discarded"))
-        await aborted.abort()
-
-        committed = await connection.begin()
-        await committed.ack(delivery)  # still unsettled after the abort
-        forwarded = message("forwarded")
-        await committed.send(target, forwarded)
-        before = message("sent before the commit")
-        await connection.send(target, before)
-        assert (await receive(watcher)).headers[ID] == before.headers[ID]
-        await committed.commit()
-        assert (await receive(watcher)).headers[ID] == forwarded.headers[ID]
-
-        after = message("after")
-        await connection.send(source, after)
-        assert (await receive(consumer)).headers[ID] == after.headers[ID]
 
 
 async def test_closing_a_subscription_that_holds_deliveries_closes_its_connection(
