@@ -9,7 +9,8 @@ this object's public methods and nothing else of the broker.
 
 A held message is released by whoever waits on the broker when it falls due (``wait``): the
 broker has no task of its own, since it outlives event loops. So nothing is released while
-nobody waits; what looks inside (``BrokerState``) releases what is due first.
+nobody waits; what looks inside (``BrokerState``) releases what is due first. Its time is
+``mdb.clock``'s, which a test may drive (``mdb.testing``).
 """
 
 from __future__ import annotations
@@ -17,12 +18,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import re
-import time
 from dataclasses import replace
 from typing import Protocol
 
-import anyio
-
+from mdb import clock
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, SendOutcomeUnknown
 from mdb.message import OutgoingMessage, ReplyAddress
@@ -59,6 +58,7 @@ class Exchange:
         self._links: dict[Link, None] = {}
         self._held: list[Held] = []  # a heap: the next message due first
         self._held_order = itertools.count()
+        self._waiting: dict[Signal, int] = {}  # what tasks in ``wait`` wait on, and how many
         self._failures_left = 0
         self._failure_type: type[BrokerError] = SendOutcomeUnknown
         self._failure_stored = False
@@ -119,8 +119,13 @@ class Exchange:
         """Store a message (``queue.frozen``): in the queue, or a copy in every subscription
         queue of the topic; one with a ``delay`` only once that many seconds passed."""
         if sent.delay > 0:
-            heapq.heappush(self._held, (time.monotonic() + sent.delay, next(self._held_order),
-                                        destination, replace(sent, delay=0.0)))
+            due = clock.current().now() + sent.delay
+            sooner = not self._held or due < self._held[0][0]
+            heapq.heappush(self._held, (due, next(self._held_order), destination,
+                                        replace(sent, delay=0.0)))
+            if sooner:  # whoever waits must wake by then now: let each wait again
+                for signal in list(self._waiting):
+                    signal.notify()
             return
         reply_to = sent.reply_to
         message = StoredMessage(
@@ -139,7 +144,7 @@ class Exchange:
 
     def release_due(self) -> None:
         """Store the held messages that are due, in the order they fell due."""
-        now = time.monotonic()
+        now = clock.current().now()
         released = False
         while self._held and self._held[0][0] <= now:
             _, _, destination, sent = heapq.heappop(self._held)
@@ -211,10 +216,18 @@ class Exchange:
 
     async def wait(self, signal: Signal) -> None:
         """Return at the next ``signal``, or once the next held message fell due (released
-        then, which may be what ``signal`` waited for)."""
-        if not self._held:
-            await signal.wait()
-            return
-        with anyio.move_on_after(self._held[0][0] - time.monotonic()):
-            await signal.wait()
+        then, which may be what ``signal`` waited for). A message held meanwhile that falls
+        due sooner notifies ``signal``: the caller checks what it waits for, and waits again."""
+        self._waiting[signal] = self._waiting.get(signal, 0) + 1
+        try:
+            if not self._held:
+                await signal.wait()
+                return
+            time = clock.current()
+            with time.deadline(self._held[0][0] - time.now()):
+                await signal.wait()
+        finally:
+            left = self._waiting.pop(signal) - 1
+            if left:
+                self._waiting[signal] = left
         self.release_due()

@@ -19,6 +19,7 @@ import uuid
 
 import anyio
 
+from mdb import clock
 from mdb.broker import Connection, Delivery, SubscriptionRequest
 from mdb.destinations import Destination
 from mdb.errors import BrokerError, SendOutcomeUnknown, SubscriptionFailed
@@ -131,7 +132,10 @@ class StompConnection(Connection):
     async def delay_unsupported(self) -> str | None:
         """None where the broker holds delayed sends back: always on RabbitMQ (delay queues,
         ``RabbitMQDialect.delayed``); on ActiveMQ when its scheduler is on, which the first
-        call probes (``mdb_stomp.scheduler``) and later ones remember for this connection."""
+        call probes (``mdb_stomp.scheduler``) and later ones remember for this connection.
+        Never while a test drives ``mdb.clock``: the broker's time would not follow it."""
+        if clock.current() is not clock.SYSTEM:
+            return "mdb.clock is a test's clock, which the broker's own time does not follow"
         if not self._dialect.probes_delay:
             return None
         async with self._probing:

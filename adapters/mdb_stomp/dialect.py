@@ -36,16 +36,16 @@ from mdb.destinations import Destination, Kind
 from mdb.errors import EncodeError, SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 
-# The protocol headers of a MESSAGE frame that a copy's SEND carries over (see ``copy``).
-_KEPT_ON_COPY = ("priority", "expires")
-
 # The headers of a STOMP MESSAGE frame that describe that delivery or frame rather than the
-# sender's application (``Delivery.protocol_headers``), on every dialect: the broker's, and
+# sender's application (``Dialect.protocol_headers``), on every dialect: the broker's, and
 # those the dialects put on a SEND.
 PROTOCOL_HEADERS = frozenset(
     {"message-id", "destination", "subscription", "ack", "redelivered", "receipt", "transaction",
      "content-length", "timestamp", "expires", "priority", "persistent", "amq-msg-type"}
 )
+
+# The protocol headers of a MESSAGE frame that a copy's SEND carries over (see ``copy``).
+_KEPT_ON_COPY = ("priority", "expires")
 
 # ActiveMQ's scheduler: a message sent with one of these is held back (``delayed``); one
 # delivered by the scheduler carries ``scheduledJobId``, which stops it being held again.
@@ -85,7 +85,12 @@ class SubscribeSpec:
 
 
 class Dialect(abc.ABC):
-    """The broker-specific part of the STOMP adapter. Stateless; methods are pure."""
+    """The broker-specific part of the STOMP adapter. Stateless once made; methods are pure.
+
+    ``queue_type`` is ``brokers.<name>.queue_type`` (``name``, for messages): the kind of
+    queue to declare, one of ``queue_types`` (None: the broker's default); ``StompBroker``
+    refuses any other.
+    """
 
     #: URL scheme that selects this dialect.
     scheme: ClassVar[str]
@@ -104,10 +109,6 @@ class Dialect(abc.ABC):
     #: broker creates it and subscribes the connection at the first SEND naming it in
     #: ``reply-to`` (RabbitMQ). See ``mdb_stomp.temporary``.
     subscribes_temporary_queues: ClassVar[bool] = True
-    #: Names of the headers of a MESSAGE frame that describe that delivery or frame, or
-    #: instruct the broker, rather than carry the sender's application
-    #: (``Delivery.protocol_headers``): a copy does not inherit them.
-    protocol_headers: ClassVar[frozenset[str]] = PROTOCOL_HEADERS
     #: True when whether the broker holds a delayed send back depends on its configuration,
     #: which a probe finds out (``mdb_stomp.scheduler``); False when it always does.
     probes_delay: ClassVar[bool] = False
@@ -116,6 +117,20 @@ class Dialect(abc.ABC):
     #: transaction writes anything more (see ``StompTransaction.send``). False when it runs
     #: them only at the COMMIT and answers their receipts then (RabbitMQ).
     confirms_transacted_sends: ClassVar[bool] = True
+    #: The values ``queue_type`` may take on this broker.
+    queue_types: ClassVar[frozenset[str]] = frozenset()
+    #: The headers of a MESSAGE frame that describe that delivery or frame, or instruct the
+    #: broker, rather than carry the sender's application (``Delivery.protocol_headers``):
+    #: never copied.
+    protocol_headers: ClassVar[frozenset[str]] = PROTOCOL_HEADERS
+
+    def __init__(self, queue_type: str | None = None, name: str = "<name>") -> None:
+        self.queue_type = queue_type
+        self.name = name
+
+    def explain(self, error: str) -> str:
+        """The text of an ERROR frame, with what to do about it where the dialect knows."""
+        return error
 
     @abc.abstractmethod
     def send_path(self, destination: Destination) -> str:
@@ -127,9 +142,10 @@ class Dialect(abc.ABC):
         return target.address if isinstance(target, ReplyAddress) else self.send_path(target)
 
     @abc.abstractmethod
-    def send_headers(self, message: OutgoingMessage) -> dict[str, str]:
-        """Headers this broker needs on every SEND of ``message`` (added over the message's own);
-        for a copy (``message.copy_of``), those that keep it the same message (``copy``)."""
+    def send_headers(self, message: OutgoingMessage, target: ReplyTo) -> dict[str, str]:
+        """Headers this broker needs on every SEND of ``message`` to ``target`` (added over the
+        message's own); for a copy (``message.copy_of``), those that keep it the same message
+        (``copy``)."""
 
     @abc.abstractmethod
     def delayed(self, queue: Destination, delay_ms: int) -> tuple[str, dict[str, str]]:
@@ -222,7 +238,7 @@ class ActiveMQDialect(Dialect):
             return f"/queue/{destination.name}"
         return f"/topic/{_VIRTUAL_TOPIC_PREFIX}{destination.name}"
 
-    def send_headers(self, message: OutgoingMessage) -> dict[str, str]:
+    def send_headers(self, message: OutgoingMessage, target: ReplyTo) -> dict[str, str]:
         if message.copy_of is not None:
             return self.copy(message.copy_of)
         # stomp.py sends non-persistent unless told; ActiveMQ makes a JMS BytesMessage unless
@@ -392,26 +408,59 @@ class RabbitMQDialect(Dialect):
       the queue); with ``requeue:false`` RabbitMQ drops it unless its queue has a dead-letter
       exchange, which STOMP can neither declare on an existing queue nor see: mdb never NACKs
       here (``dead_letters`` is False).
+
+    Queue types (``queue_type``; measured on a three-node 3.10.8 cluster of
+    ``tests.harness.rabbitmq_cluster``, docs/rabbitmq.md#queue-types). A SUBSCRIBE, and a SEND
+    to ``/queue/X``, *declare* their queue with the ``x-queue-type`` header as its type; with a
+    type set, every such frame carries it, because a declaration that differs from the queue
+    (a plain ``SEND /queue/X`` to a quorum queue X, a quorum SUBSCRIBE over a classic queue) is
+    refused (``PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'X'``) and the
+    connection closed: ``explain`` adds the way out. ``x-queue-type:classic`` matches a classic
+    queue declared without it. A quorum queue must be durable and not auto-delete (refused
+    otherwise), which every queue mdb declares already is. ``/temp-queue/`` reply queues stay
+    classic (they live and die with one connection). The header is kept on the message as a
+    property, and a quorum queue adds ``x-delivery-count`` (1, 2, ... on each redelivery,
+    with ``redelivered:true``): both are ``protocol_headers``, left out of copies. mdb counts
+    deliveries in ``mdb_delivery_count``, which a re-send carries on (the quorum queue's count
+    starts again with every re-sent copy).
     """
 
     scheme = "stomp+rabbitmq"
     broker = "RabbitMQ"
-    protocol_headers = PROTOCOL_HEADERS | DEAD_LETTER_HEADERS
     vhost = "/"
     has_vhosts = True
     unsubscribe_releases_unacked = False
     subscribes_temporary_queues = False
     confirms_transacted_sends = False
+    queue_types = frozenset({"classic", "quorum"})
+    protocol_headers = PROTOCOL_HEADERS | DEAD_LETTER_HEADERS | {"x-queue-type",
+                                                                 "x-delivery-count"}
+
+    def explain(self, error: str) -> str:
+        if "inequivalent arg 'x-queue-type'" not in error:
+            return error
+        return (f"{error} (the queue exists with another type than brokers.{self.name}."
+                f"queue_type ({self.queue_type or 'unset: classic'}) declares: drain it and "
+                "delete it (`mdb subscriptions --delete`, or `rabbitmqctl delete_queue NAME`) "
+                "so that mdb declares it again, or set queue_type to the queue's type)")
+
+    def _declared(self) -> dict[str, str]:
+        """The header that declares a queue's type, if one is set."""
+        return {} if self.queue_type is None else {"x-queue-type": self.queue_type}
 
     def send_path(self, destination: Destination) -> str:
         if destination.kind is Kind.QUEUE:
             return f"/queue/{destination.name}"
         return f"/topic/{destination.name}"
 
-    def send_headers(self, message: OutgoingMessage) -> dict[str, str]:
-        if message.copy_of is not None:
-            return self.copy(message.copy_of)
-        return {"persistent": "true"}
+    def send_headers(self, message: OutgoingMessage, target: ReplyTo) -> dict[str, str]:
+        headers = ({"persistent": "true"} if message.copy_of is None
+                   else self.copy(message.copy_of))
+        # A SEND to /queue/X declares X: with the queue's own type, or it is refused. A reply
+        # address is not mdb's to declare.
+        if isinstance(target, Destination) and target.kind is Kind.QUEUE:
+            headers.update(self._declared())
+        return headers
 
     def delayed(self, queue: Destination, delay_ms: int) -> tuple[str, dict[str, str]]:
         """A delay queue of ``queue`` for this delay, ``mdb.delay.<ms>.<queue>``: every
@@ -439,7 +488,7 @@ class RabbitMQDialect(Dialect):
                 "from other consumers): remove the selector for this listener, or listen to a "
                 "topic, where mdb evaluates selectors itself"
             )
-        headers = {"prefetch-count": str(request.prefetch)}
+        headers = {"prefetch-count": str(request.prefetch), **self._declared()}
         if destination.kind is Kind.QUEUE:
             return SubscribeSpec(
                 f"/queue/{destination.name}", "client-individual", headers, destination

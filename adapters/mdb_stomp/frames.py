@@ -28,10 +28,11 @@ FRAME_HEADERS = frozenset(
 )
 
 
-def send_headers(message: OutgoingMessage, dialect: Dialect) -> dict[str, str]:
-    """The headers of a SEND of ``message``: its own (names escaped, the frame's structural
-    ones left out) with the dialect's added over them. The caller adds ``receipt`` or
-    ``transaction``. ``EncodeError`` for a header holding a NUL byte, which would end the
+def send_headers(message: OutgoingMessage, dialect: Dialect, target: ReplyTo,
+                 ) -> dict[str, str]:
+    """The headers of a SEND of ``message`` to ``target``: its own (names escaped, the frame's
+    structural ones left out) with the dialect's added over them. The caller adds ``receipt``
+    or ``transaction``. ``EncodeError`` for a header holding a NUL byte, which would end the
     frame early: nothing is written then."""
     refuse_nul(message.headers)
     headers = {
@@ -39,7 +40,7 @@ def send_headers(message: OutgoingMessage, dialect: Dialect) -> dict[str, str]:
         for name, value in message.headers.items()
         if name not in FRAME_HEADERS
     }
-    headers.update(dialect.send_headers(message))
+    headers.update(dialect.send_headers(message, target))
     # The JMS fields, as ActiveMQ (JMSReplyTo, JMSCorrelationID) and RabbitMQ read them.
     reply_to = message.reply_to or _logical(headers.get(REPLY_TO))
     if reply_to is not None:
@@ -56,7 +57,7 @@ def send_frame(target: ReplyTo, message: OutgoingMessage,
     (``Dialect.delayed``), at least that long to the millisecond. ``EncodeError``, before
     anything is written, for a header holding a NUL byte or a delay on a send to anything but
     a queue."""
-    headers = send_headers(message, dialect)
+    headers = send_headers(message, dialect, target)
     if message.delay <= 0:
         return dialect.address(target), headers
     if not (isinstance(target, Destination) and target.kind is Kind.QUEUE):

@@ -55,6 +55,9 @@ class _FirstArrival:
         if not self.held_first.done():
             self.held_first.set_exception(ConnectionLost(why))
 
+    def cancelled(self, why: str) -> None:
+        self.connection_lost(why)
+
 
 async def probe(wire: Wire) -> str | None:
     """None when the broker on ``wire`` holds delayed messages back, else why not (the probe

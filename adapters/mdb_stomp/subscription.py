@@ -206,6 +206,14 @@ class StompSubscription(Subscription):
         """The wire is lost: ``receive`` raises ``ConnectionLost`` saying ``why``."""
         self._inbox.fail(ConnectionLost, why)
 
+    def cancelled(self, why: str) -> None:
+        """The broker ended this subscription (the wire detached it already): closed, and
+        ``receive`` raises ``ConnectionLost`` saying ``why``. What it had delivered and not
+        settled is the broker's again (its queue's, when that comes back); the container subscribes
+        again."""
+        self._closed = True
+        self._inbox.fail(ConnectionLost, why)
+
     def _abandon(self, *, unsubscribe: bool) -> None:
         """The SUBSCRIBE was not confirmed: closed, detached, and unsubscribed if asked."""
         self._closed = True

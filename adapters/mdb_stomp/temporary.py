@@ -103,3 +103,6 @@ class StompTemporaryQueue(TemporaryQueue):
 
     def connection_lost(self, why: str) -> None:
         self._inbox.fail(ConnectionLost, why)
+
+    def cancelled(self, why: str) -> None:
+        self._inbox.fail(ConnectionLost, why)

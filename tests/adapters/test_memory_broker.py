@@ -555,6 +555,23 @@ async def test_a_held_message_outlives_its_sender_and_is_released_to_a_waiter(
     assert [m.body for m in state.browse("queue:later")] == [b"held"]
 
 
+async def test_a_receiver_waiting_before_a_message_is_held_gets_it_when_due(
+    broker: MemoryBroker,
+) -> None:
+    receiver, sender = await broker.connect(), await broker.connect()
+    sub = await receiver.subscribe(req("queue:waited"))
+    got: list[Delivery] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _append(got, sub))
+        await anyio.wait_all_tasks_blocked()  # the receiver waits, with nothing held yet
+        await sender.send(d("queue:waited"), replace(msg("held"), delay=0.1))
+    assert [g.body for g in got] == [b"held"]
+
+
+async def _append(got: list[Delivery], sub: MemorySubscription) -> None:
+    got.append(await receive(sub))
+
+
 # --- redelivery on close ---------------------------------------------------------------------
 
 
