@@ -394,10 +394,7 @@ class RabbitMQDialect(Dialect):
       keeps ``expiration`` as one of the application's headers, so a copy's TTL starts again
       (RabbitMQ does not say how much was left).
     * A receipt asked on a transacted SEND is answered only at the COMMIT (the frames of a
-      transaction run then), after the COMMIT's own receipt, once the message is stored:
-      ``confirms_transacted_sends = False``, and a commit waits for those receipts too (the
-      COMMIT's alone does not make the sends survive a kill -9, see
-      ``StompTransaction.commit``). No header limit was met:
+      transaction run then): ``confirms_transacted_sends = False``. No header limit was met:
       a SEND with 2,000 headers, or one of 200 KB, was stored.
     * A SEND the user may not make (no ``configure`` permission on the queue, which a SEND to
       ``/queue/X`` declares) in a transaction is refused only after the COMMIT's receipt: an

@@ -77,15 +77,6 @@ class ReceiptErrors:
         )
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Promise:
-    """A receipt expected from now on (``Receipts.expect``), whose answer is awaited later."""
-
-    receipt: str
-    request: Request
-    answered: asyncio.Future[None]
-
-
 class Receipts:
     """The receipts awaited on one connection; event-loop thread only."""
 
@@ -96,30 +87,15 @@ class Receipts:
     async def wait(self, receipt: str, request: Request) -> None:
         """Wait for the answer to receipt ``receipt``; ``Unanswered`` when it is refused, the
         connection is lost or ``request.timeout`` seconds pass first."""
-        await self.kept(self.expect(receipt, request))
-
-    def expect(self, receipt: str, request: Request) -> Promise:
-        """Keep the answer to receipt ``receipt`` from now on, for ``kept``; ``forget`` it if
-        it will not be awaited."""
-        promise = Promise(receipt, request, self._loop.create_future())
-        self._awaited[receipt] = (request, promise.answered)
-        return promise
-
-    async def kept(self, promise: Promise) -> None:
-        """Wait for the answer of ``promise`` as ``wait`` does, the timeout counted from now."""
+        answered: asyncio.Future[None] = self._loop.create_future()
+        self._awaited[receipt] = (request, answered)
         try:
-            with anyio.fail_after(promise.request.timeout):
-                await promise.answered
+            with anyio.fail_after(request.timeout):
+                await answered
         except TimeoutError:
-            raise Unanswered("timeout", promise.request) from None
+            raise Unanswered("timeout", request) from None
         finally:
-            self.forget(promise)
-
-    def forget(self, promise: Promise) -> None:
-        """Stop keeping the answer of ``promise`` (a failure it holds is dropped unseen)."""
-        self._awaited.pop(promise.receipt, None)
-        if promise.answered.done() and not promise.answered.cancelled():
-            promise.answered.exception()  # retrieved: asyncio would log it as never retrieved
+            self._awaited.pop(receipt, None)
 
     def answer(self, receipt: str | None) -> None:
         """A RECEIPT frame named ``receipt``."""

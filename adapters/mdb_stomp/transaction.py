@@ -1,8 +1,7 @@
 """``StompTransaction``: ACKs and SENDs that carry a transaction id, settled by one COMMIT.
 
 On ActiveMQ each SEND waits for its receipt before the transaction writes anything more (see
-``StompTransaction.send``); on RabbitMQ each SEND's receipt is awaited after the COMMIT's (see
-``StompTransaction.commit``); ACKs and BEGIN are written without one."""
+``StompTransaction.send``); ACKs and BEGIN are written without one."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from mdb.errors import ConnectionLost, TransactionRolledBack
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp.dialect import Dialect
 from mdb_stomp.frames import send_frame
-from mdb_stomp.receipts import Promise, ReceiptErrors
+from mdb_stomp.receipts import ReceiptErrors
 from mdb_stomp.subscription import ack_token
 from mdb_stomp.unsettled import Unsettled
 from mdb_stomp.wire import Wire
@@ -30,7 +29,6 @@ class StompTransaction(Transaction):
         self._finished = False
         self._doomed: str | None = None
         self._claimed: set[Unsettled] = set()
-        self._promised: list[Promise] = []  # receipts of SENDs answered at the COMMIT
 
     async def ack(self, delivery: Delivery) -> None:
         """Transacted ACK. A stale delivery raises ``ConnectionLost`` and dooms the
@@ -62,16 +60,13 @@ class StompTransaction(Transaction):
         writes anything more: after refusing a SEND, ActiveMQ goes on reading the frames
         written behind it before it closes the connection, so a pipelined ACK and COMMIT could
         settle the delivery without the refused send (measured: 1 run in 5 lost the message,
-        issue 11 finding 2). Elsewhere (RabbitMQ) the SEND's receipt is answered after the
-        COMMIT's, once the message is stored, and the commit waits for it."""
+        issue 11 finding 2). Elsewhere the COMMIT's receipt covers it."""
         path, headers = send_frame(destination, message, self._dialect)
         headers["transaction"] = self.id
         try:
             self._check_usable()
             if not self._dialect.confirms_transacted_sends:
-                # Answered at the COMMIT, once stored: the commit waits for it (see commit).
-                self._promised.append(
-                    self._wire.ask("send", path, message.body, headers=headers))
+                self._wire.write("send", path, message.body, headers=headers)
                 return
             await self._wire.request(
                 "send", path, message.body, headers=headers,
@@ -87,16 +82,9 @@ class StompTransaction(Transaction):
             raise
 
     async def commit(self) -> None:
-        """COMMIT and wait for its receipt (and, on RabbitMQ, for those of its SENDs);
-        ``TransactionRolledBack`` if the broker refused it, no receipt came in time, the
-        connection is or went down, or the transaction was doomed or already finished. Only
-        a confirmed commit counts its acks as settled.
-
-        RabbitMQ answers the COMMIT as soon as it has replayed the transaction's frames, before
-        their messages are stored: measured on 3.10.8, the SENDs of a transaction whose COMMIT
-        receipt had come were lost by a kill -9 right after it, 4 times in 4, and kept 4 times
-        in 4 once the SENDs' own receipts (answered after the COMMIT's, each once its message
-        is stored) had come too."""
+        """COMMIT and wait for its receipt; ``TransactionRolledBack`` if the broker refused
+        it, no receipt came in time, the connection is or went down, or the transaction was
+        doomed or already finished. Only a confirmed commit counts its acks as settled."""
         wire = self._wire
         if self._finished:
             raise TransactionRolledBack(f"transaction {self.id} was already finished")
@@ -105,18 +93,20 @@ class StompTransaction(Transaction):
             self._abort_quietly()
             self._end_claims(settled=False)
             raise TransactionRolledBack(f"transaction {self.id} rolled back: {self._doomed}")
-        errors = ReceiptErrors(
-            f"transaction {self.id}",
-            refused=TransactionRolledBack,
-            unconfirmed=TransactionRolledBack,
-            lost=TransactionRolledBack,
-            consequence="none of it may be relied upon",
-        )
         committed = False
         try:
-            await wire.request("commit", transaction=self.id, headers={}, errors=errors)
-            for promise in self._promised:
-                await wire.answered(promise, errors)
+            await wire.request(
+                "commit",
+                transaction=self.id,
+                headers={},
+                errors=ReceiptErrors(
+                    f"transaction {self.id}",
+                    refused=TransactionRolledBack,
+                    unconfirmed=TransactionRolledBack,
+                    lost=TransactionRolledBack,
+                    consequence="none of it may be relied upon",
+                ),
+            )
             committed = True
         except ConnectionLost as lost:
             raise TransactionRolledBack(f"transaction {self.id} not committed: {lost}") from None
@@ -139,9 +129,6 @@ class StompTransaction(Transaction):
         for unsettled in self._claimed:
             unsettled.end_claims(self, settled)
         self._claimed.clear()
-        for promise in self._promised:
-            self._wire.forget(promise)
-        self._promised.clear()
 
     def _check_usable(self) -> None:
         if self._finished:

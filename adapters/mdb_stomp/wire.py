@@ -36,7 +36,7 @@ from mdb.errors import ConnectionLost
 from mdb_stomp import connect_failure, tls
 from mdb_stomp.frames import text
 from mdb_stomp.listener import FrameReader, Listener
-from mdb_stomp.receipts import Promise, ReceiptErrors, Receipts, Request, Unanswered
+from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
 
 log = logging.getLogger("mdb_stomp")
 
@@ -202,29 +202,6 @@ class Wire:
             # RabbitMQ refuses a SUBSCRIBE the user may not make (access_refused) with an ERROR
             # frame naming no receipt, then answers the receipt and closes the connection.
             raise Unanswered("refused", request, self._last_stray_error)
-
-    def ask(self, frame: Frame, *args: Any, headers: Mapping[str, str],
-            **kwargs: Any) -> Promise:
-        """Write a frame as ``write`` does, with ``headers`` and a fresh receipt whose answer
-        is awaited later, by ``answered``: for a frame the broker answers only after others (a
-        RabbitMQ transaction's SENDs, at its COMMIT). ``forget`` it if it will not be."""
-        receipt = uuid.uuid4().hex
-        self.write(frame, *args, headers=dict(headers, receipt=receipt), **kwargs)
-        request = Request(frame.upper(), self.address, self.options.receipt_timeout)
-        return self._receipts.expect(receipt, request)
-
-    async def answered(self, promise: Promise, errors: ReceiptErrors) -> None:
-        """Return once the broker answered the frame ``ask`` wrote; what ``errors`` says when
-        the answer is a refusal, the connection was lost first or no answer comes within the
-        receipt timeout (counted from now)."""
-        try:
-            await self._receipts.kept(promise)
-        except Unanswered as unanswered:
-            raise errors.error(unanswered) from None
-
-    def forget(self, promise: Promise) -> None:
-        """Stop waiting for the answer of a frame ``ask`` wrote."""
-        self._receipts.forget(promise)
 
     def unsubscribe_quietly(self, sub_id: str) -> None:
         """UNSUBSCRIBE without a receipt if still connected; never raises."""

@@ -141,20 +141,6 @@ async def test_receipts_are_answered_refused_timed_out_or_failed() -> None:
     assert await outcome("r4", Request("COMMIT", "b:1", 0.01)) == "timeout:"
 
 
-@pytest.mark.anyio
-async def test_a_receipt_expected_before_it_is_awaited_is_kept_or_forgotten() -> None:
-    """A RabbitMQ transaction's SEND receipts come after the COMMIT's: expected at the write,
-    awaited at the commit; an aborted transaction forgets its own, failure included."""
-    receipts = Receipts(asyncio.get_running_loop())
-    early, dropped = (receipts.expect(r, Request("SEND", "b:1", 5.0)) for r in ("s1", "s2"))
-    receipts.answer("s1")  # before anybody awaits it
-    await receipts.kept(early)
-    receipts.fail_all("connection lost")
-    receipts.forget(dropped)  # its failure is retrieved: asyncio logs nothing
-    assert dropped.answered.done()
-    receipts.answer("s2")  # forgotten: ignored
-
-
 # -- frames ------------------------------------------------------------------------------------
 
 QUEUE = Destination.parse("queue:q")

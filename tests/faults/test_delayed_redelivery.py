@@ -2,15 +2,15 @@
 its restart the copy comes back with its count and its flag, behind a message sent while it
 was held.
 
-Each broker is this module's own (the test kills it): ActiveMQ with the reference config (its
-scheduler keeps held messages in its store under the data directory), RabbitMQ (a durable
-delay queue of persistent messages, dead-lettered once they expire).
+The broker is this module's own (the test kills it): ActiveMQ with the reference config (its
+scheduler keeps held messages in its store under the data directory). Not RabbitMQ: there a
+kill -9 within moments of a COMMIT can lose the transaction's sends, a delayed copy's as any
+other (docs/rabbitmq.md, measured with this test).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import cast
 
 import anyio
 import pytest
@@ -22,13 +22,12 @@ from tests.contract.support import Calls, running, unique
 from tests.contract.test_delivery import send_all
 from tests.harness.process import BrokerProcess
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.activemq]
 
 
-@pytest.fixture(params=[pytest.param("activemq", marks=pytest.mark.activemq),
-                        pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)])
-def broker(request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
-    with private_brokers(cast(str, request.param)) as [process]:
+@pytest.fixture
+def broker() -> Iterator[BrokerProcess]:
+    with private_brokers("activemq") as [process]:
         yield process
 
 
