@@ -16,7 +16,6 @@ import gc
 import socket
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import cast
 
 import anyio
@@ -27,7 +26,6 @@ from mdb.destinations import Destination
 from mdb.errors import (
     ConnectionFailed,
     ConnectionLost,
-    EncodeError,
     SendOutcomeUnknown,
     SubscriptionFailed,
     TransactionRolledBack,
@@ -152,34 +150,6 @@ async def test_topic_subscriptions_the_dialect_cannot_make_are_refused(
         with pytest.raises(SubscriptionFailed, match="may contain only"):
             await connection.subscribe(topic_request(topic, BAD_NAME[broker.scheme]))
         assert connection.is_open
-
-
-async def test_a_delayed_send_is_held_from_the_commit_and_goes_behind_later_messages(
-    broker: BrokerProcess,
-) -> None:
-    """ActiveMQ's scheduler (on in the reference config) or RabbitMQ's delay queue holds a
-    delayed send from its COMMIT; an ABORT discards it; once due it joins the back of the
-    queue with its headers. The aborted one, held as long and sent first, would come first."""
-    queue = unique("queue")
-    async with connected(broker.url) as connection:
-        assert await connection.delay_unsupported() is None
-        subscription = await connection.subscribe(queue_request(queue, prefetch=10))
-        aborted = await connection.begin()
-        await aborted.send(queue, replace(message("aborted"), delay=0.3))
-        await aborted.abort()
-        committed = await connection.begin()
-        held = replace(message("held", region="eu", mdb_delivery_count="2"), delay=0.3)
-        await committed.send(queue, held)
-        await committed.commit()
-        await connection.send(queue, message("later"))
-        first, second = await receive(subscription), await receive(subscription)
-        assert (first.body, second.body) == (b"later", b"held")
-        assert second.headers[ID] == held.headers[ID]
-        assert (second.headers["region"], second.headers["mdb_delivery_count"]) == ("eu", "2")
-        await connection.ack(first)
-        await connection.ack(second)
-        with pytest.raises(EncodeError):  # a delay is for a queue only
-            await connection.send(unique("topic"), replace(message("x"), delay=0.3))
 
 
 async def test_a_killed_broker_makes_everything_stale_and_redelivers_flagged_after_restart(
