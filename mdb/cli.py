@@ -1,7 +1,7 @@
 """The ``mdb`` command.
 
-``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]``
-runs the container process; ``mdb subscriptions MODULE... [--config FILE]`` prints the
+``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]
+[--workers N]`` runs the container process (N of them under a supervisor, ``mdb.supervisor``); ``mdb subscriptions MODULE... [--config FILE]`` prints the
 subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
 NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION (BODY | --file
 PATH) [--header k=v]... [--json | --content-type TYPE] [--key K] [--reply-to DEST]
@@ -16,7 +16,8 @@ Exit status (a failure is one line on stderr, ``mdb: configuration error: ...`` 
 error: ...``, never a traceback):
 
 - 0: a clean stop; ``mdb status``: the container is ready;
-- 1: ``mdb status``: the container answered and is not ready (or not live);
+- 1: ``mdb status``: the container answered and is not ready (or not live); ``mdb run
+  --workers N``: a worker could not be kept up (its status, when 2 or 3, is the supervisor's);
 - 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
   a listener module that does not import or raises at import, an invalid selector, a
   ``health_port`` that cannot be bound, a ``--file`` that cannot be read, a ``--json`` body that
