@@ -15,7 +15,8 @@ Rules every adapter keeps:
 * After the connection is lost or closed every object from it is stale: ``subscribe``,
   ``begin``, ``ack`` and ``send`` raise ``ConnectionLost``; ``receive`` raises
   ``ConnectionLost`` (also on a closed subscription, waking a task blocked in it);
-  ``Transaction.ack``/``send`` do nothing and ``commit`` raises ``TransactionRolledBack``.
+  ``Transaction.ack``/``send`` do nothing (or raise ``ConnectionLost``) and ``commit``
+  raises ``TransactionRolledBack``.
   Nothing done on a stale object reaches the broker. The container reconnects by calling
   ``Broker.connect()`` again.
 * A delivery whose settlement failed (an aborted or rolled-back transaction) stays with its
@@ -55,7 +56,9 @@ class ConnectionOptions:
 
     ``broker`` is the broker's name in settings, for messages (``brokers.<broker>.url``);
     ``tls`` None means plaintext; an adapter that cannot do TLS refuses it (ConfigurationError).
-    Credentials given here take precedence over those in the URL.
+    Credentials given here take precedence over those in the URL. ``queue_type`` names the kind
+    of queue to declare (``brokers.<broker>.queue_type``); None is the broker's default, and an
+    adapter whose broker has no such kind refuses it (ConfigurationError).
     """
 
     url: str
@@ -67,6 +70,7 @@ class ConnectionOptions:
     heartbeat_ms: int = 4000
     connect_timeout: float = 10.0
     receipt_timeout: float = 10.0
+    queue_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

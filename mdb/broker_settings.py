@@ -88,6 +88,13 @@ class BrokerSettings(BaseModel):
     send_wait_for_reconnect: Annotated[float, Field(ge=0)] = Field(
         10.0, description="seconds a send waits for this broker to come back when no other "
                           "member can take the message, before raising")
+    queue_type: Literal["classic", "quorum"] | None = Field(
+        None, description=(
+            "RabbitMQ only, `classic` or `quorum`: the type of every queue mdb declares on "
+            "this broker (topic subscriptions' queues, queues it listens on or sends to). "
+            "`quorum`: replicated over a cluster's nodes, survives the loss of one "
+            "(docs/rabbitmq.md#queue-types); unset: the broker's default (classic). Refused "
+            "by other brokers"))
     # A reconnect round over the addresses of `url`, as Qpid's roundrobin failover.
     failover_retries: Annotated[int, Field(ge=0)] = Field(
         0, description="further attempts on the same address before the next one, in a "

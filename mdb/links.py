@@ -67,6 +67,7 @@ def adapter(name: str, settings: BrokerSettings, client_id: str,
         heartbeat_ms=settings.heartbeat_ms,
         connect_timeout=settings.connect_timeout,
         receipt_timeout=settings.receipt_timeout,
+        queue_type=settings.queue_type,
     ))
 
 
@@ -124,6 +125,9 @@ class BrokerStatus:
         self.failed_attempts = 0
         """Connection attempts that failed since the broker was last up."""
         self.outages = 0  # how many times it went down: a link tells its own loss from a known one
+        self.connections = 0
+        """Connections the broker's links opened: a link's failed round counts as an outage
+        only if no other link connected while it ran (``round_failed``)."""
         self.active = 0
         """The index in ``settings.addresses`` of the address last connected to: where a
         link's reconnect round starts."""
@@ -139,6 +143,7 @@ class BrokerStatus:
     def up(self, address: int) -> None:
         """A link connected, to the address of index ``address``."""
         self.active = address
+        self.connections += 1
         if self.state == "up":
             self.failed_attempts = 0  # attempts of a round that then succeeded
             return
@@ -158,6 +163,14 @@ class BrokerStatus:
         """One connection attempt failed: counted. The broker is down only when a whole round
         failed (``down``): another of its addresses may answer."""
         self.failed_attempts += 1
+
+    def round_failed(self, reason: str, connections_then: int) -> None:
+        """A link's connection round that began when ``connections`` was ``connections_then``
+        failed: the broker is down (``down``), unless another link connected meanwhile: then
+        the round's failures were the end of the outage that connection ended, not a new one
+        (a round that began while the broker was starting again)."""
+        if self.connections == connections_then:
+            self.down(reason)
 
     def down(self, reason: str) -> None:
         if self.state in ("down", "failed"):
@@ -214,10 +227,11 @@ class BrokerLink:
         ConnectionFailed (``round_failed``)."""
         async with self._lock:
             if not self.is_open:
+                connections_then = self.status.connections
                 try:
                     await self._round()
                 except ConnectionFailed as exc:
-                    self.status.down(str(exc))
+                    self.status.round_failed(str(exc), connections_then)
                     raise
             assert self._current is not None
             return self._current
@@ -236,10 +250,11 @@ class BrokerLink:
                 # connection was opened belongs to that outage, already reported.
                 self.status.down("connection lost")
             while not self.is_open:
+                connections_then = self.status.connections
                 try:
                     await self._round()
                 except ConnectionFailed as exc:
-                    self.status.down(str(exc))
+                    self.status.round_failed(str(exc), connections_then)
                     # The outage is logged once by the status; each round only at DEBUG.
                     log.debug("broker %s: reconnect failed (%s); next round in %.1fs",
                               self.name, exc, delay)

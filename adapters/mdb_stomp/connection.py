@@ -112,7 +112,7 @@ class StompConnection(Connection):
             "send",
             self._dialect.address(destination),
             message.body,
-            headers=send_headers(message, self._dialect),
+            headers=send_headers(message, self._dialect, destination),
             errors=ReceiptErrors(
                 str(destination),
                 refused=BrokerError,

@@ -35,6 +35,14 @@ from mdb.destinations import Destination, Kind
 from mdb.errors import SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 
+# The headers of a STOMP MESSAGE frame that describe that delivery or frame rather than the
+# sender's application (``Dialect.protocol_headers``), on every dialect: the broker's, and
+# those the dialects put on a SEND.
+PROTOCOL_HEADERS = frozenset(
+    {"message-id", "destination", "subscription", "ack", "redelivered", "receipt", "transaction",
+     "content-length", "timestamp", "expires", "priority", "persistent", "amq-msg-type"}
+)
+
 # The protocol headers of a MESSAGE frame that a copy's SEND carries over (see ``copy``).
 _KEPT_ON_COPY = ("priority", "expires")
 
@@ -56,7 +64,12 @@ class SubscribeSpec:
 
 
 class Dialect(abc.ABC):
-    """The broker-specific part of the STOMP adapter. Stateless; methods are pure."""
+    """The broker-specific part of the STOMP adapter. Stateless once made; methods are pure.
+
+    ``queue_type`` is ``brokers.<name>.queue_type`` (``name``, for messages): the kind of
+    queue to declare, one of ``queue_types`` (None: the broker's default); ``StompBroker``
+    refuses any other.
+    """
 
     #: URL scheme that selects this dialect.
     scheme: ClassVar[str]
@@ -80,6 +93,19 @@ class Dialect(abc.ABC):
     #: transaction writes anything more (see ``StompTransaction.send``). False when it runs
     #: them only at the COMMIT and answers their receipts then (RabbitMQ).
     confirms_transacted_sends: ClassVar[bool] = True
+    #: The values ``queue_type`` may take on this broker.
+    queue_types: ClassVar[frozenset[str]] = frozenset()
+    #: The headers of a MESSAGE frame that describe that delivery or frame rather than the
+    #: sender's application (``Delivery.protocol_headers``): never copied.
+    protocol_headers: ClassVar[frozenset[str]] = PROTOCOL_HEADERS
+
+    def __init__(self, queue_type: str | None = None, name: str = "<name>") -> None:
+        self.queue_type = queue_type
+        self.name = name
+
+    def explain(self, error: str) -> str:
+        """The text of an ERROR frame, with what to do about it where the dialect knows."""
+        return error
 
     @abc.abstractmethod
     def send_path(self, destination: Destination) -> str:
@@ -91,9 +117,10 @@ class Dialect(abc.ABC):
         return target.address if isinstance(target, ReplyAddress) else self.send_path(target)
 
     @abc.abstractmethod
-    def send_headers(self, message: OutgoingMessage) -> dict[str, str]:
-        """Headers this broker needs on every SEND of ``message`` (added over the message's own);
-        for a copy (``message.copy_of``), those that keep it the same message (``copy``)."""
+    def send_headers(self, message: OutgoingMessage, target: ReplyTo) -> dict[str, str]:
+        """Headers this broker needs on every SEND of ``message`` to ``target`` (added over the
+        message's own); for a copy (``message.copy_of``), those that keep it the same message
+        (``copy``)."""
 
     def copy(self, received: Mapping[str, str]) -> dict[str, str]:
         """The protocol headers of a SEND of a copy of the message received with the headers
@@ -179,7 +206,7 @@ class ActiveMQDialect(Dialect):
             return f"/queue/{destination.name}"
         return f"/topic/{_VIRTUAL_TOPIC_PREFIX}{destination.name}"
 
-    def send_headers(self, message: OutgoingMessage) -> dict[str, str]:
+    def send_headers(self, message: OutgoingMessage, target: ReplyTo) -> dict[str, str]:
         if message.copy_of is not None:
             return self.copy(message.copy_of)
         # stomp.py sends non-persistent unless told; ActiveMQ makes a JMS BytesMessage unless
@@ -335,6 +362,21 @@ class RabbitMQDialect(Dialect):
       the queue); with ``requeue:false`` RabbitMQ drops it unless its queue has a dead-letter
       exchange, which STOMP can neither declare on an existing queue nor see: mdb never NACKs
       here (``dead_letters`` is False).
+
+    Queue types (``queue_type``; measured on a three-node 3.10.8 cluster of
+    ``tests.harness.rabbitmq_cluster``, docs/rabbitmq.md#queue-types). A SUBSCRIBE, and a SEND
+    to ``/queue/X``, *declare* their queue with the ``x-queue-type`` header as its type; with a
+    type set, every such frame carries it, because a declaration that differs from the queue
+    (a plain ``SEND /queue/X`` to a quorum queue X, a quorum SUBSCRIBE over a classic queue) is
+    refused (``PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'X'``) and the
+    connection closed: ``explain`` adds the way out. ``x-queue-type:classic`` matches a classic
+    queue declared without it. A quorum queue must be durable and not auto-delete (refused
+    otherwise), which every queue mdb declares already is. ``/temp-queue/`` reply queues stay
+    classic (they live and die with one connection). The header is kept on the message as a
+    property, and a quorum queue adds ``x-delivery-count`` (1, 2, ... on each redelivery,
+    with ``redelivered:true``): both are ``protocol_headers``, left out of copies. mdb counts
+    deliveries in ``mdb_delivery_count``, which a re-send carries on (the quorum queue's count
+    starts again with every re-sent copy).
     """
 
     scheme = "stomp+rabbitmq"
@@ -344,16 +386,34 @@ class RabbitMQDialect(Dialect):
     unsubscribe_releases_unacked = False
     subscribes_temporary_queues = False
     confirms_transacted_sends = False
+    queue_types = frozenset({"classic", "quorum"})
+    protocol_headers = PROTOCOL_HEADERS | {"x-queue-type", "x-delivery-count"}
+
+    def explain(self, error: str) -> str:
+        if "inequivalent arg 'x-queue-type'" not in error:
+            return error
+        return (f"{error} (the queue exists with another type than brokers.{self.name}."
+                f"queue_type ({self.queue_type or 'unset: classic'}) declares: drain it and "
+                "delete it (`mdb subscriptions --delete`, or `rabbitmqctl delete_queue NAME`) "
+                "so that mdb declares it again, or set queue_type to the queue's type)")
+
+    def _declared(self) -> dict[str, str]:
+        """The header that declares a queue's type, if one is set."""
+        return {} if self.queue_type is None else {"x-queue-type": self.queue_type}
 
     def send_path(self, destination: Destination) -> str:
         if destination.kind is Kind.QUEUE:
             return f"/queue/{destination.name}"
         return f"/topic/{destination.name}"
 
-    def send_headers(self, message: OutgoingMessage) -> dict[str, str]:
-        if message.copy_of is not None:
-            return self.copy(message.copy_of)
-        return {"persistent": "true"}
+    def send_headers(self, message: OutgoingMessage, target: ReplyTo) -> dict[str, str]:
+        headers = ({"persistent": "true"} if message.copy_of is None
+                   else self.copy(message.copy_of))
+        # A SEND to /queue/X declares X: with the queue's own type, or it is refused. A reply
+        # address is not mdb's to declare.
+        if isinstance(target, Destination) and target.kind is Kind.QUEUE:
+            headers.update(self._declared())
+        return headers
 
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
         destination = request.destination
@@ -364,7 +424,7 @@ class RabbitMQDialect(Dialect):
                 "from other consumers): remove the selector for this listener, or listen to a "
                 "topic, where mdb evaluates selectors itself"
             )
-        headers = {"prefetch-count": str(request.prefetch)}
+        headers = {"prefetch-count": str(request.prefetch), **self._declared()}
         if destination.kind is Kind.QUEUE:
             return SubscribeSpec(
                 f"/queue/{destination.name}", "client-individual", headers, destination
@@ -393,11 +453,3 @@ DIALECTS: dict[str, type[Dialect]] = {
     RabbitMQDialect.scheme: RabbitMQDialect,
 }
 
-
-# The headers of a STOMP MESSAGE frame that describe that delivery or frame rather than the
-# sender's application (``Delivery.protocol_headers``), on every dialect: the broker's, and
-# those the dialects put on a SEND.
-PROTOCOL_HEADERS = frozenset(
-    {"message-id", "destination", "subscription", "ack", "redelivered", "receipt", "transaction",
-     "content-length", "timestamp", "expires", "priority", "persistent", "amq-msg-type"}
-)

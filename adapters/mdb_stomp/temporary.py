@@ -20,7 +20,7 @@ from mdb.broker import Delivery, TemporaryQueue
 from mdb.destinations import Destination, Kind
 from mdb.errors import ConnectionLost, SubscriptionFailed
 from mdb.message import ReplyAddress
-from mdb_stomp.dialect import PROTOCOL_HEADERS, Dialect
+from mdb_stomp.dialect import Dialect
 from mdb_stomp.frames import reply_fields, text
 from mdb_stomp.inbox import Inbox
 from mdb_stomp.receipts import ReceiptErrors, Unanswered
@@ -94,7 +94,7 @@ class StompTemporaryQueue(TemporaryQueue):
             broker_message_id=headers.get("message-id", ""),
             broker_redelivered=headers.get("redelivered") == "true",
             token=None,
-            protocol_headers=PROTOCOL_HEADERS,
+            protocol_headers=self._dialect.protocol_headers,
             reply_to=reply_to,
             correlation_id=correlation_id,
             damage=damage,
@@ -102,4 +102,7 @@ class StompTemporaryQueue(TemporaryQueue):
         ))
 
     def connection_lost(self, why: str) -> None:
+        self._inbox.fail(ConnectionLost, why)
+
+    def cancelled(self, why: str) -> None:
         self._inbox.fail(ConnectionLost, why)

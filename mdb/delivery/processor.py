@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import anyio
 
-from mdb import tracing
+from mdb import clock, tracing
 from mdb.broker import Connection, Delivery, Subscription
 from mdb.delivery.batch import Ready, Step, fall_back, ready_run, run_in_one_transaction
 from mdb.delivery.copies import fitted
@@ -226,7 +226,7 @@ class Processor:
                         "%s)", spec.name, message.id, failure.error_type, failure.text)
             return
         if isinstance(outcome, Redeliver | Keep):
-            await anyio.sleep(outcome.delay)
+            await clock.current().sleep(outcome.delay)
         span.failed(failure.error_type, failure.text)
         target = outcome.destination
         tx = await connection.begin()

@@ -350,13 +350,15 @@ def fleet(settings: Settings, topic: str) -> Iterator[Fleet]:
 # -- the producer --------------------------------------------------------------------------------
 
 class LoadProducer:
-    """``Producer(settings)`` sending to ``topic:<topic>`` in a loop, in its own thread, with
-    ``pace`` seconds between sends. ``told`` maps the id of every send that returned to the
-    broker that confirmed it; ``raised`` maps the id of every send that raised to the error.
-    ``switch`` makes it send with another topology (``Brokers.apply``)."""
+    """``Producer(settings)`` sending to ``topic:<topic>`` (``kind="queue"``: ``queue:<topic>``)
+    in a loop, in its own thread, with ``pace`` seconds between sends. ``told`` maps the id of
+    every send that returned to the broker that confirmed it; ``raised`` maps the id of every
+    send that raised to the error. ``switch`` makes it send with another topology
+    (``Brokers.apply``)."""
 
-    def __init__(self, settings: Settings, topic: str, pace: float = 0.01) -> None:
-        self.settings, self.destination = settings, Destination.parse(f"topic:{topic}")
+    def __init__(self, settings: Settings, topic: str, pace: float = 0.01,
+                 kind: str = "topic") -> None:
+        self.settings, self.destination = settings, Destination.parse(f"{kind}:{topic}")
         self.pace = pace
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a send returned or the thread ended

@@ -3,9 +3,10 @@
 It serves ``topic:$LEDGER_TOPIC`` with the distribution ``$LEDGER_DISTRIBUTION``
 (``one-copy-per-app`` or ``one-copy-per-server``) and prints two JSON lines per delivery to
 stdout (the ledger): ``start`` when the handler begins and ``done`` when it returns, each with
-``ctx.id``, ``ctx.redelivered``, ``ctx.delivery_count``, the pid, the app and the server. A
-``$LEDGER_DELAY`` (seconds) keeps each handler busy that long, so a test can kill a process
-with work in flight.
+``ctx.id``, ``ctx.redelivered``, ``ctx.delivery_count``, the logical destination, the pid, the
+app and the server. A ``$LEDGER_DELAY`` (seconds) keeps each handler busy that long, so a test
+can kill a process with work in flight. With ``$LEDGER_QUEUE`` set, a second listener does the
+same for ``queue:$LEDGER_QUEUE``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ DELAY = float(os.environ.get("LEDGER_DELAY", "0"))
 
 def record(event: str, ctx: Context) -> None:
     line = json.dumps({"event": event, "id": ctx.id, "redelivered": ctx.redelivered,
-                       "count": ctx.delivery_count, "pid": os.getpid(),
+                       "count": ctx.delivery_count, "destination": str(ctx.destination),
+                       "pid": os.getpid(),
                        "app": os.environ.get("MDB_APP"), "server": os.environ.get("MDB_SERVER")})
     # One write of the whole line: stdout and stderr (logs of other threads) share one pipe,
     # and a line written in two pieces could be split by a log line.
@@ -31,10 +33,20 @@ def record(event: str, ctx: Context) -> None:
     os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
-@listener(f"topic:{os.environ.get('LEDGER_TOPIC', 'ledger')}",
-          distribution=os.environ.get("LEDGER_DISTRIBUTION", "one-copy-per-app"), pool=2)
-async def on_entry(body: str, ctx: Context) -> None:
+async def ledger(ctx: Context) -> None:
     record("start", ctx)
     if DELAY:
         await anyio.sleep(DELAY)
     record("done", ctx)
+
+
+@listener(f"topic:{os.environ.get('LEDGER_TOPIC', 'ledger')}",
+          distribution=os.environ.get("LEDGER_DISTRIBUTION", "one-copy-per-app"), pool=2)
+async def on_entry(body: str, ctx: Context) -> None:
+    await ledger(ctx)
+
+
+if os.environ.get("LEDGER_QUEUE"):
+    @listener(f"queue:{os.environ['LEDGER_QUEUE']}", pool=2)
+    async def on_queue_entry(body: str, ctx: Context) -> None:
+        await ledger(ctx)

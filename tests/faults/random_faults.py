@@ -13,7 +13,11 @@ gaps of load between them:
   then SIGCONT;
 * ``container-kill``: SIGKILL one container process and start it again under its server name;
 * ``master-kill``: SIGKILL the pair's master; the slave takes over (``tests.faults.takeover``);
-  the killed broker starts again as the slave.
+  the killed broker starts again as the slave;
+* ``node-kill``: SIGKILL one node of a three-node RabbitMQ cluster (broker ``r``, at the three
+  nodes' addresses, with quorum queues, holding one more member of the topic), wait until its
+  member is consumed again while the node is down, then restart the node (it rejoins). Left
+  out by ``--no-cluster`` or when RabbitMQ is not installed.
 
 After each fault it waits until the affected broker's member is consumed again (or the process
 is ready again): the fault is then counted as survived (a takeover's times are printed). At the
@@ -30,6 +34,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import nullcontext
 
 from tests.contract.support import unique
 from tests.faults.ledger import (
@@ -43,14 +48,19 @@ from tests.faults.ledger import (
     fleet,
     left_behind,
 )
+from tests.faults.node_loss import left_behind as left_on_cluster
+from tests.faults.node_loss import with_cluster
 from tests.faults.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
 from tests.harness.process import BrokerProcess, started_together
+from tests.harness.rabbitmq import rabbitmq_available
+from tests.harness.rabbitmq_cluster import RabbitMQCluster
 
-KINDS = ("broker-kill", "broker-pause", "container-kill", "master-kill")
+KINDS = ("broker-kill", "broker-pause", "container-kill", "master-kill", "node-kill")
 NAMES = ("a", "b", "c")
 PAIR = "d"  # the shared-store pair's broker name
+CLUSTER = "r"  # the RabbitMQ cluster's broker name
 
 
 def hold(processes: Fleet, seconds: float) -> None:
@@ -71,13 +81,17 @@ def consumed_again(processes: Fleet, producer: LoadProducer, app: str, broker: s
     processes.wait(again, f"{app} consuming {broker}'s member again")
 
 
-def run(minutes: float, seed: int, drain: float) -> int:
+def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
     rng = random.Random(seed)
     topic, shop, audit = unique("soak"), unique("shop"), unique("audit")
     survived: Counter[str] = Counter()
     failures: list[str] = []
-    with started_together(ActiveMQ, 3) as brokers, SharedStorePair() as pair:
+    kinds = KINDS if cluster else tuple(k for k in KINDS if k != "node-kill")
+    with started_together(ActiveMQ, 3) as brokers, SharedStorePair() as pair, \
+            (RabbitMQCluster() if cluster else nullcontext()) as rabbit:
         settings = fault_settings([*(b.url for b in brokers), pair.urls], topic)
+        if rabbit is not None:
+            settings = with_cluster(settings, rabbit, topic, CLUSTER)
         with fleet(settings, topic) as processes:
             processes.start(shop, ["s1", "s2"], PER_APP)
             processes.start(audit, ["s1"], PER_SERVER)
@@ -85,10 +99,13 @@ def run(minutes: float, seed: int, drain: float) -> int:
                 end = time.monotonic() + minutes * 60
                 while time.monotonic() < end:
                     hold(processes, rng.uniform(1.0, 6.0))
-                    kind = rng.choice(KINDS)
+                    kind = rng.choice(kinds)
                     try:
                         if kind == "master-kill":
                             kill_master(rng, pair, processes, producer, shop)
+                        elif kind == "node-kill":
+                            assert rabbit is not None
+                            kill_cluster_node(rng, rabbit, processes, producer, shop)
                         else:
                             apply(kind, rng, brokers, processes, producer, shop)
                     except AssertionError as exc:  # not survived: report, stop the schedule
@@ -106,6 +123,8 @@ def run(minutes: float, seed: int, drain: float) -> int:
             processes.stop()
             verdicts = processes.verdicts(told)
             stored = left_behind([*brokers, pair.master()], processes, told)
+            if rabbit is not None:
+                stored |= left_on_cluster(rabbit, [topic], told)
     print_table(survived, verdicts, len(told), producer.raised, stored, failures)
     bad = any(v.lost or v.unflagged for v in verdicts.values()) or bool(stored or failures)
     return 1 if bad else 0
@@ -143,6 +162,19 @@ def kill_master(rng: random.Random, pair: SharedStorePair, processes: Fleet,
     pair.start_as_slave(taken.killed)
 
 
+def kill_cluster_node(rng: random.Random, cluster: RabbitMQCluster, processes: Fleet,
+                      producer: LoadProducer, shop: str) -> None:
+    """``node-kill``: SIGKILL a node of the cluster (the one the processes are connected to,
+    or another), wait until ``shop`` consumes the cluster's member again while it is down, then
+    restart it and wait until it is back in the cluster."""
+    node = rng.choice(cluster.nodes)
+    node.kill()
+    hold(processes, rng.uniform(0.0, 3.0))
+    consumed_again(processes, producer, shop, CLUSTER)
+    node.restart()  # it rejoins: its data remembers the cluster
+    cluster.wait_members(len(cluster.nodes))
+
+
 def print_table(survived: Counter[str], verdicts: dict[str, Verdict], told: int,
                 raised: dict[str, str], stored: dict[str, list[str]], failures: list[str],
                 ) -> None:
@@ -178,11 +210,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7, help="seed of the fault schedule")
     parser.add_argument("--drain", type=float, default=120.0,
                         help="seconds to wait at the end for everything to be processed")
+    parser.add_argument("--no-cluster", action="store_true",
+                        help="leave the RabbitMQ cluster (and its node-kill faults) out")
     args = parser.parse_args(argv)
     if not activemq_available():
         print("ActiveMQ Classic is not installed here", file=sys.stderr)
         return 2
-    return run(args.minutes, args.seed, args.drain)
+    return run(args.minutes, args.seed, args.drain,
+               cluster=not args.no_cluster and rabbitmq_available())
 
 
 if __name__ == "__main__":
