@@ -1,7 +1,8 @@
 """The ``mdb`` command.
 
 ``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]
-[--workers N]`` runs the container process (N of them under a supervisor, ``mdb.supervisor``); ``mdb subscriptions MODULE... [--config FILE]`` prints the
+[--workers N]`` runs the container process (N of them under a supervisor,
+``mdb.supervisor``); ``mdb subscriptions MODULE... [--config FILE]`` prints the
 subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
 NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION (BODY | --file
 PATH) [--header k=v]... [--json | --content-type TYPE] [--key K] [--reply-to DEST]

@@ -36,6 +36,7 @@ from tests.harness.process import BrokerProcess
 pytestmark = pytest.mark.activemq
 
 WORKERS = ("--workers", "2")
+ONE_LISTENER = {"LEDGER_QUEUE": ""}  # the topic's only (no queue listener)
 
 
 def status(process: LedgerProcess) -> Health:
@@ -66,7 +67,8 @@ def gone(pid: int) -> bool:
 
 def start_server(processes: Fleet, app: str, delay: str) -> LedgerProcess:
     [server] = processes.start(app, ["s1"], PER_SERVER, args=WORKERS,
-                               env={"LEDGER_DELAY": delay, "MDB_HEALTH_PORT": "0"})
+                               env={"LEDGER_DELAY": delay, "MDB_HEALTH_PORT": "0",
+                                    **ONE_LISTENER})
     return server
 
 
@@ -148,7 +150,8 @@ def test_a_second_signal_kills_the_workers(activemq: BrokerProcess) -> None:
     settings = fault_settings([activemq.url], topic)
     with fleet(settings, topic) as processes:
         [server] = processes.start(app, ["s1"], PER_SERVER, args=WORKERS, env={
-            "LEDGER_DELAY": "600", "MDB_HEALTH_PORT": "0", "MDB_SHUTDOWN_GRACE_PERIOD": "600"})
+            "LEDGER_DELAY": "600", "MDB_HEALTH_PORT": "0", "MDB_SHUTDOWN_GRACE_PERIOD": "600",
+            **ONE_LISTENER})
         workers = {w.pid for w in wait_status(server, lambda h: h.ready, "ready").workers}
         anyio.run(send, settings, topic, 1)
         processes.wait(lambda f: bool(f.events("start")), "a handler at work (for 600 s)")
