@@ -1,7 +1,8 @@
 """The ``mdb`` command.
 
-``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]``
-runs the container process; ``mdb subscriptions MODULE... [--config FILE]`` prints the
+``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]
+[--workers N]`` runs the container process (N of them under a supervisor,
+``mdb.supervisor``); ``mdb subscriptions MODULE... [--config FILE]`` prints the
 subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
 NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION (BODY | --file
 PATH) [--header k=v]... [--json | --content-type TYPE] [--key K] [--reply-to DEST]
@@ -16,7 +17,8 @@ Exit status (a failure is one line on stderr, ``mdb: configuration error: ...`` 
 error: ...``, never a traceback):
 
 - 0: a clean stop; ``mdb status``: the container is ready;
-- 1: ``mdb status``: the container answered and is not ready (or not live);
+- 1: ``mdb status``: the container answered and is not ready (or not live); ``mdb run
+  --workers N``: a worker could not be kept up (its status, when 2 or 3, is the supervisor's);
 - 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
   a listener module that does not import or raises at import, an invalid selector, a
   ``health_port`` that cannot be bound, a ``--file`` that cannot be read, a ``--json`` body that
@@ -36,6 +38,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 
@@ -56,6 +59,7 @@ from mdb.producer import Producer
 from mdb.reload import reload_on_change
 from mdb.report import plan_table, print_status, status_line, status_report
 from mdb.settings import Settings, load_settings
+from mdb.supervisor import Supervisor
 from mdb.wiring import (
     find_container,
     find_event_callbacks,
@@ -63,6 +67,7 @@ from mdb.wiring import (
     import_modules,
     wired,
 )
+from mdb.worker_channel import WorkerChannel, WorkerPlace
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -86,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(code)
 
 
-async def run(args: argparse.Namespace, settings: Settings) -> None:
+async def run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.workers > 1:
+        return await Supervisor(settings, args.workers, partial(_worker_command, args)).run()
     modules = import_modules(args.modules)
     listeners = find_listeners(modules)
     di = find_container(args.container or settings.container, modules)
@@ -95,29 +102,49 @@ async def run(args: argparse.Namespace, settings: Settings) -> None:
         await _run(settings, args, modules, listeners, di)
     finally:
         flush_telemetry()
+    return 0
+
+
+def _worker_command(args: argparse.Namespace, place: WorkerPlace) -> list[str]:
+    """``mdb run`` as the worker in ``place`` of ``args``' supervisor: the same modules and
+    options."""
+    command = [sys.executable, "-m", "mdb.cli", "run", *args.modules, "--worker", str(place)]
+    for option in ("config", "app", "server", "container"):
+        if getattr(args, option) is not None:
+            command += [f"--{option}", str(getattr(args, option))]
+    return command
 
 
 async def _run(settings: Settings, args: argparse.Namespace, modules: list[ModuleType],
                listeners: list[ListenerSpec], di: containers.Container | None) -> None:
+    place = None if args.worker is None else WorkerPlace.parse(args.worker)
+    channel = None if place is None else await WorkerChannel.open(place)
+    label = "mdb" if place is None else f"mdb: worker {place.index}"
     async with wired(di, modules, listeners) as handlers:
         container = Container(settings, handlers, on_event=find_event_callbacks(modules))
-        print(plan_table(container.settings, [(d.spec, d.planned) for d in container.deployed]),
-              flush=True)
+        if place is None or place.index == 1:  # the workers of a server share one plan
+            print(plan_table(container.settings,
+                             [(d.spec, d.planned) for d in container.deployed]), flush=True)
         health = None
         if settings.health_port is not None:
             health = HealthServer(container.health, settings.health_host, settings.health_port)
             health.start()
-            print(f"mdb: health on http://{settings.health_host}:{health.port}", flush=True)
+            print(f"{label}: health on http://{settings.health_host}:{health.port}", flush=True)
+            if channel is not None:
+                await channel.tell(health=f"http://{settings.health_host}:{health.port}")
         try:
             async with anyio.create_task_group() as helpers:
                 helpers.start_soon(_stop_on_signals, container)
                 async with anyio.create_task_group() as running:
                     await running.start(container.run)
-                    print(f"mdb: ready (app {settings.app}, server {settings.server})",
+                    print(f"{label}: ready (app {settings.app}, server {settings.server})",
                           flush=True)
+                    if channel is not None:
+                        await channel.tell(ready=True)
+                        helpers.start_soon(channel.watch, container.request_stop)
                     helpers.start_soon(
                         print_status, lambda: status_line(d.stats for d in container.deployed),
-                        settings.status_interval, sys.stdout)
+                        settings.status_interval, sys.stdout, label)
                     if args.config is not None:
                         helpers.start_soon(reload_on_change, container, args.config,
                                            args.app, args.server)
@@ -125,7 +152,9 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
         finally:
             if health is not None:
                 health.close()
-    print(f"mdb: stopped; {status_line(d.stats for d in container.deployed)}", flush=True)
+            if channel is not None:
+                await channel.aclose()
+    print(f"{label}: stopped; {status_line(d.stats for d in container.deployed)}", flush=True)
 
 
 async def send(args: argparse.Namespace, settings: Settings) -> None:
@@ -245,6 +274,12 @@ def _header(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mdb", description="Message-driven beans for Python")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
@@ -257,6 +292,10 @@ def _parser() -> argparse.ArgumentParser:
     p_run = sub.add_parser("run", help="run the listeners of MODULE(s) in a container")
     p_run.add_argument("modules", nargs="+", metavar="MODULE")
     p_run.add_argument("--container", help="dependency-injector container, module:Attribute")
+    p_run.add_argument("--workers", type=_positive, default=1, metavar="N",
+                       help="run the server as N container processes under a supervisor "
+                            "that restarts them (default: 1, this process alone)")
+    p_run.add_argument("--worker", help=argparse.SUPPRESS)  # INDEX:FD, from the supervisor
     common(p_run)
     p_run.set_defaults(command=run)
 
