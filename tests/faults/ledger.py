@@ -154,22 +154,24 @@ class LedgerProcess(ContainerProcess):
 
     With ``config``, the process runs ``mdb run … --config config`` and gets its topology from
     that file only (none in the environment, which would override the file); ``health`` is then
-    its health endpoint's URL if the file sets ``health_port``.
+    its health endpoint's URL if the file sets ``health_port``. ``args`` are more options of
+    ``mdb run`` (``--workers 2``).
     """
 
     def __init__(self, settings: Settings, app: str, server: str, env: Mapping[str, str],
-                 lines: queue.Queue[dict[str, Any]], config: Path | None = None) -> None:
+                 lines: queue.Queue[dict[str, Any]], config: Path | None = None,
+                 args: Sequence[str] = ()) -> None:
         self.app = app
         self.health: str | None = None
         if config is None:
             super().__init__(settings, "unused", app, server, hang=False, module=LEDGER_APP,
-                             env=env, lines=lines)
+                             env=env, lines=lines, args=args)
             return
         environment = {**{k: v for k, v in os.environ.items() if not k.startswith("MDB_")},
                        "MDB_APP": app, "MDB_SERVER": server, "MDB_LOG_LEVEL": "WARNING", **env}
         self.server, self.lines = server, lines
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mdb.cli", "run", LEDGER_APP, "--config", str(config)],
+            [sys.executable, "-m", "mdb.cli", "run", LEDGER_APP, "--config", str(config), *args],
             cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)
         threading.Thread(target=self._read, daemon=True).start()
@@ -226,15 +228,16 @@ class Fleet:
 
     def start(self, app: str, servers: Sequence[str], distribution: str = PER_APP,
               env: Mapping[str, str] | None = None, config: Path | None = None,
-              ) -> list[LedgerProcess]:
+              args: Sequence[str] = ()) -> list[LedgerProcess]:
         """Start one process per server and wait until each says ``mdb: ready``; with
-        ``config``, the processes read their settings from that TOML file (``--config``)."""
+        ``config``, the processes read their settings from that TOML file (``--config``);
+        ``args`` are more options of ``mdb run`` (``--workers 2``)."""
         self.distribution[app] = distribution
         started = [self.stack.enter_context(LedgerProcess(
             self.settings, app, server,
             env={"LEDGER_TOPIC": self.topic, "LEDGER_DISTRIBUTION": distribution,
                  "MDB_SHUTDOWN_GRACE_PERIOD": "5", **(env or {})},
-            lines=self.lines, config=config)) for server in servers]
+            lines=self.lines, config=config, args=args)) for server in servers]
         self.processes += started
         self.servers[app] |= set(servers)
         self.app_of |= {p.process.pid: app for p in started}
