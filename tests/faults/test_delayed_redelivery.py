@@ -15,14 +15,16 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from mdb import Context, Redelivery, Settings, listener
+from mdb import Context, Producer, Redelivery, Settings, listener
 from mdb.broker_settings import BrokerSettings
 from tests.conftest import private_brokers
-from tests.contract.support import Calls, running, unique
+from tests.contract.support import Calls, running, settings_for, unique
 from tests.contract.test_delivery import send_all
 from tests.harness.process import BrokerProcess
 
 pytestmark = [pytest.mark.anyio, pytest.mark.activemq]
+
+DELAY = 3.0  # seconds: ample for one send between the poison's commit and the kill, under load
 
 
 @pytest.fixture
@@ -37,7 +39,7 @@ async def test_a_delayed_copy_survives_a_broker_kill_9_with_its_count_and_flag(
     queue = f"queue:{unique('held')}"
     calls = Calls()
 
-    @listener(queue, pool=1, redelivery=Redelivery(limit=2, delay=1.0))
+    @listener(queue, pool=1, redelivery=Redelivery(limit=2, delay=DELAY))
     async def handler(body: str, ctx: Context) -> None:
         calls.add(body, (ctx.id, ctx.redelivered, ctx.delivery_count))
         if body == "poison" and ctx.delivery_count == 1:
@@ -47,11 +49,12 @@ async def test_a_delayed_copy_survives_a_broker_kill_9_with_its_count_and_flag(
         "default": BrokerSettings(url=broker.url, heartbeat_ms=1000, reconnect_delay=0.2,
                                   reconnect_max_delay=1.0)})
     [poison, _] = await send_all(broker.url, queue, ["poison", "next"])
-    async with running(settings, handler):
+    async with Producer(settings_for(broker.url)) as producer, running(settings, handler):
+        await producer.send(f"{queue}_warm", "connects the producer now, not below")
         # The only slot took "next": the poison message's failure was settled, its copy
-        # handed to the broker for a second.
+        # handed to the broker for DELAY seconds.
         await calls.wait(lambda c: bool(c.of("next")))
-        await send_all(broker.url, queue, ["sent while held"])
+        await producer.send(queue, "sent while held")
         await anyio.to_thread.run_sync(broker.kill)
         await anyio.to_thread.run_sync(broker.restart)
         await calls.wait(lambda c: len(c.of("poison")) == 2 and bool(c.of("sent while held")))
