@@ -62,7 +62,8 @@ class Processor:
         """Process and settle ``deliveries``, received in this order from ``subscription`` on
         ``connection``, in as few transactions as ``mdb.delivery.batch`` allows. Return False
         as soon as one could not be settled (a broker error): it and the later ones stay
-        unsettled, and the broker redelivers them once the subscription is closed. Once
+        unsettled, and the broker redelivers them, flagged: once the subscription is closed,
+        or on its own when the connection was lost (perhaps already, elsewhere). Once
         ``stopping()`` is true no further message goes to the handler; the unprocessed ones stay
         unsettled too. Raises only BaseExceptions such as cancellation."""
         destination = self._spec.destination
@@ -108,7 +109,7 @@ class Processor:
                                                   self._stats, self._stopping)
         except BrokerError as exc:
             return self._not_settled(f"a batch of {len(run)} from message {run[0].message.id}",
-                                     exc)
+                                     exc, connection)
         if failed is None:
             return True
         log.info("listener %s: the batch of %d from message %s failed at message %d (%s: %s); "
@@ -140,7 +141,7 @@ class Processor:
                     await self._settle_failure(connection, subscription, delivery, message,
                                                failure, span)
         except BrokerError as exc:
-            return self._not_settled(f"message {message.id}", exc)
+            return self._not_settled(f"message {message.id}", exc, connection)
         return True
 
     def _selected(self, delivery: Delivery) -> bool:
@@ -222,9 +223,14 @@ class Processor:
                         spec.name, message.id, target, message.delivery_count,
                         failure.error_type, failure.text)
 
-    def _not_settled(self, what: str, exc: BrokerError) -> bool:
+    def _not_settled(self, what: str, exc: BrokerError, connection: Connection) -> bool:
         self._stats.rolled_back += 1
-        log.warning("listener %s: %s not settled (%s); redelivered once the subscription closes",
-                    self._spec.name, what, exc)
+        # On a lost connection the broker redelivers on its own, perhaps long ago and to
+        # another consumer; on a live one only once the subscription is closed (the caller's
+        # next step).
+        fate = ("the connection is lost: the broker redelivers it, flagged, to this or another "
+                "consumer (it may have done so already)" if not connection.is_open
+                else "its subscription is closed: the broker redelivers it, flagged")
+        log.warning("listener %s: %s not settled (%s); %s", self._spec.name, what, exc, fate)
         return False
 
