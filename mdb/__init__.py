@@ -21,6 +21,7 @@ from mdb.errors import (
     SendOutcomeUnknown,
     SubscriptionFailed,
     TransactionRolledBack,
+    UnsupportedMessageKind,
 )
 from mdb.events import BrokerEvent, EventKind, on_event
 from mdb.listener import ListenerSpec, listener
@@ -33,5 +34,5 @@ __all__ = [
     "Container", "Context", "DecodeError", "Destination", "Distribution", "EncodeError",
     "EventKind", "ListenerDefinitionError", "ListenerSpec", "MdbError", "NoReplyTo", "Producer",
     "Redelivery", "ReplyTimeout", "SendOutcomeUnknown", "Settings", "SubscriptionFailed",
-    "TransactionRolledBack", "listener", "load_settings", "on_event",
+    "TransactionRolledBack", "UnsupportedMessageKind", "listener", "load_settings", "on_event",
 ]

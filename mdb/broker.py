@@ -15,7 +15,8 @@ Rules every adapter keeps:
 * After the connection is lost or closed every object from it is stale: ``subscribe``,
   ``begin``, ``ack`` and ``send`` raise ``ConnectionLost``; ``receive`` raises
   ``ConnectionLost`` (also on a closed subscription, waking a task blocked in it);
-  ``Transaction.ack``/``send`` do nothing and ``commit`` raises ``TransactionRolledBack``.
+  ``Transaction.ack``/``send`` do nothing (or raise ``ConnectionLost``) and ``commit``
+  raises ``TransactionRolledBack``.
   Nothing done on a stale object reaches the broker. The container reconnects by calling
   ``Broker.connect()`` again.
 * A delivery whose settlement failed (an aborted or rolled-back transaction) stays with its
@@ -59,6 +60,9 @@ class ConnectionOptions:
     the client sends heart-beats (0: none); with them, an adapter notices a silent connection
     before the broker can give up on it, and hands on nothing read after a silence the broker
     may not have tolerated: the broker may have redelivered it elsewhere (docs/failover.md).
+    ``queue_type`` names the kind of queue to declare (``brokers.<broker>.queue_type``); None
+    is the broker's default, and an adapter whose broker has no such kind refuses it
+    (ConfigurationError).
     """
 
     url: str
@@ -70,6 +74,7 @@ class ConnectionOptions:
     heartbeat_ms: int = 4000
     connect_timeout: float = 10.0
     receipt_timeout: float = 10.0
+    queue_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +120,8 @@ class Delivery:
     ``unsupported`` is set likewise (saying why) for a message whose body the broker could not
     carry over the adapter's protocol (a JMS MapMessage over STOMP arrives with an empty body):
     handing it to a handler as an empty body would lose its content silently.
+    ``can_dead_letter`` is True when ``Connection.dead_letter`` would leave the message on a
+    dead-letter queue the broker surely keeps it on; False where it could drop it instead.
     """
 
     destination: Destination
@@ -128,6 +135,7 @@ class Delivery:
     correlation_id: str | None = None
     damage: str | None = None
     unsupported: str | None = None
+    can_dead_letter: bool = False
 
 
 class Subscription(abc.ABC):
@@ -235,6 +243,15 @@ class Connection(abc.ABC):
     @abc.abstractmethod
     async def ack(self, delivery: Delivery) -> None:
         """Settle ``delivery`` outside any transaction."""
+
+    @abc.abstractmethod
+    async def dead_letter(self, delivery: Delivery) -> None:
+        """Settle ``delivery`` by handing its message, as it is, to the broker's own dead-letter
+        queue, outside any transaction; return once the broker confirmed. For a delivery with
+        ``can_dead_letter`` only: for another, ``BrokerError`` and nothing is done. Raises
+        ``ConnectionLost`` as ``ack`` does (the broker redelivers the message), and
+        ``BrokerError`` when the broker refused or did not confirm it: the message is then on
+        the dead-letter queue or comes back, flagged redelivered."""
 
     @abc.abstractmethod
     async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:

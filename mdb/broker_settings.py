@@ -1,5 +1,7 @@
-"""How to reach one broker (``[brokers.<name>]`` in settings): its URL, credentials, TLS and
-timeouts, and the reconnect policy. ``mdb.settings`` holds the rest of the settings."""
+"""How to reach one broker (``[brokers.<name>]`` in settings): its URL (or the addresses of
+one logical broker: a master and its standby, the nodes of a cluster), credentials, TLS and
+timeouts, and the reconnect and failover policy. ``mdb.settings`` holds the rest of the
+settings."""
 
 from __future__ import annotations
 
@@ -58,10 +60,11 @@ class BrokerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    url: str = Field("memory://", description=(
+    url: str | list[str] = Field("memory://", description=(
         "`memory://NAME` (embedded), `stomp+activemq://HOST:PORT` or "
         "`stomp+rabbitmq://HOST:PORT[/VHOST]`; the port is required, a password here is "
-        "better given in `password` or `password_file`"))
+        "better given in `password` or `password_file`. A list (same scheme) is one broker "
+        "at several addresses, tried in turn (docs/failover.md)"))
     username: str | None = Field(None, description="login, if the broker wants one")
     password: SecretStr | None = Field(None, description="passcode; never printed or logged")
     password_file: Path | None = Field(
@@ -89,12 +92,58 @@ class BrokerSettings(BaseModel):
     send_wait_for_reconnect: Annotated[float, Field(ge=0)] = Field(
         10.0, description="seconds a send waits for this broker to come back when no other "
                           "member can take the message, before raising")
+    queue_type: Literal["classic", "quorum"] | None = Field(
+        None, description=(
+            "RabbitMQ only, `classic` or `quorum`: the type of every queue mdb declares on "
+            "this broker (topic subscriptions' queues, queues it listens on or sends to). "
+            "`quorum`: replicated over a cluster's nodes, survives the loss of one "
+            "(docs/rabbitmq.md#queue-types); unset: the broker's default (classic). Refused "
+            "by other brokers"))
+    # A reconnect round over the addresses of `url`, as Qpid's roundrobin failover.
+    failover_retries: Annotated[int, Field(ge=0)] = Field(
+        0, description="further attempts on the same address before the next one, in a "
+                       "reconnect round (Qpid `retries`)")
+    failover_delay: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="seconds between two connection attempts of a reconnect round "
+                         "(Qpid `connectdelay`)")
+    failover_cycles: Annotated[int, Field(ge=1)] = Field(
+        1, description="times through the address list in one reconnect round, before "
+                       "waiting `reconnect_delay` (Qpid `cyclecount`)")
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """The broker's addresses in the order a reconnect round tries them: ``url`` as a
+        tuple (one element for a single URL)."""
+        return (self.url,) if isinstance(self.url, str) else tuple(self.url)
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _url_or_list(cls, value: object) -> object:
+        # Checked before the union so that a bad value gets one error, not one per choice.
+        if isinstance(value, list):
+            for index, item in enumerate(value):
+                if not isinstance(item, str):
+                    raise ValueError(f"address [{index}] is not a string")
+        elif not isinstance(value, str):
+            raise ValueError("must be a URL or a list of URLs")
+        return value
 
     @field_validator("url")
     @classmethod
-    def _has_scheme(cls, value: str) -> str:
-        if "://" not in value:
-            raise ValueError("must look like 'memory://' or 'stomp+activemq://host:61613'")
+    def _same_broker(cls, value: str | list[str]) -> str | list[str]:
+        urls = [value] if isinstance(value, str) else value
+        if not urls:
+            raise ValueError("the list of addresses is empty; give at least one URL")
+        for index, url in enumerate(urls):
+            if "://" not in url:
+                where = "" if isinstance(value, str) else f"address [{index}] "
+                raise ValueError(f"{where}must look like 'memory://' or "
+                                 "'stomp+activemq://host:61613'")
+        schemes = list(dict.fromkeys(url.partition("://")[0] for url in urls))
+        if len(schemes) > 1:
+            raise ValueError(f"the addresses mix schemes ({', '.join(schemes)}); the "
+                             "addresses of one broker use one scheme (another broker "
+                             "is another entry in `brokers`)")
         return value
 
     @field_validator("username")

@@ -180,7 +180,7 @@ class Container:
             ListenerHealth(d.spec.name, len(d.planned), self.slots.subscribed(d),
                            d.stats.in_flight, d.stats.processed)
             for d in self.deployed)
-        brokers = tuple(BrokerHealth(status.name, status.state, status.since)
+        brokers = tuple(BrokerHealth(status.name, status.state, status.since, status.address)
                         for status in self.brokers.watched())
         running = self.slots.work is not None and not self.stopping
         events = {str(kind): count for kind, count in self.events.counts.items()}

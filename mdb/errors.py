@@ -8,6 +8,7 @@ ever catches ``MdbError`` subclasses::
     │   ├── ListenerDefinitionError     raised by @listener at decoration time
     │   └── SelectorError               a selector outside the subset mdb.selector evaluates
     ├── DecodeError                 a message body does not match the handler's annotation
+    │   └── UnsupportedMessageKind      a message the broker could not carry (a JMS MapMessage...)
     ├── EncodeError (a TypeError)   a body to send is not bytes, str, a model or JSON data
     ├── NoReplyTo                   ``Context.reply`` on a message that names no reply-to
     ├── ReplyTimeout (a TimeoutError) ``Producer.request`` got no reply in time
@@ -43,6 +44,13 @@ class SelectorError(ConfigurationError, ValueError):
 
 class DecodeError(MdbError):
     """A body could not be decoded into the handler's annotated type. Never retried."""
+
+
+class UnsupportedMessageKind(DecodeError):
+    """A message arrived whose content the broker could not carry over the adapter's protocol
+    (ActiveMQ hands a JMS MapMessage, ObjectMessage, StreamMessage or plain Message to a STOMP
+    client with an empty body): raised by ``Producer.request`` for such a reply rather than
+    returning an empty body. A listener moves such a message to its error destination."""
 
 
 class EncodeError(MdbError, TypeError):

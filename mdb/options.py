@@ -66,6 +66,14 @@ class Redelivery(BaseModel):
             return self.max_delay
         return min(first * self.backoff ** steps, self.max_delay)
 
+    def keep_delay(self, rounds: int) -> float:
+        """Seconds before a stuck message is kept on its queue for the ``rounds``-th time
+        (``mdb.delivery.decision.Keep``): ``delay`` doubled each round, at most ``max_delay``,
+        and never under a second, whatever the settings (a kept message must not go round its
+        queue in a tight loop)."""
+        first, cap = max(self.delay, 1.0), max(self.max_delay, 1.0)
+        return min(first * 2.0 ** min(max(rounds - 1, 0), 64), cap)
+
 
 class ListenerOptions(BaseModel):
     """Every option of ``@listener`` except the destination and the name. Each field's

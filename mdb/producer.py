@@ -16,7 +16,7 @@ from mdb import codec, tracing
 from mdb.broker import Delivery
 from mdb.brokers import Brokers
 from mdb.destinations import Destination
-from mdb.errors import ReplyTimeout
+from mdb.errors import ReplyTimeout, UnsupportedMessageKind
 from mdb.links import BrokerLink
 from mdb.message import ID, Message, OutgoingMessage, ReplyAddress, addressed
 from mdb.settings import Settings
@@ -78,8 +78,10 @@ class Producer:
         its correlation id; the reply is the first message on that queue with the same
         correlation id (an mdb handler's ``ctx.reply`` sets it; a Java replier copies the
         request's JMSCorrelationID). Raises ``ReplyTimeout`` when none came within
-        ``timeout`` seconds (the request was sent), and as ``send`` when the request could not
-        be sent. The temporary queue is deleted before it returns."""
+        ``timeout`` seconds (the request was sent), ``UnsupportedMessageKind`` when the reply
+        is of a kind the broker could not carry to mdb (a JMS MapMessage over STOMP: its
+        content never arrived), and as ``send`` when the request could not be sent. The
+        temporary queue is deleted before it returns."""
         target = Destination.parse(destination)
         member = self.member_for(target, key=key)
         link = self._link(member.broker)
@@ -96,7 +98,7 @@ class Producer:
                 while True:
                     delivery = await replies.receive()
                     if delivery.correlation_id == expected:
-                        return _reply(delivery)
+                        return _reply(delivery, message.headers[ID])
             raise ReplyTimeout(f"no reply to request {message.headers[ID]} sent to {target} "
                                f"within {timeout} s")
         finally:
@@ -155,8 +157,13 @@ class Producer:
         await self.close()
 
 
-def _reply(delivery: Delivery) -> Message:
-    """A reply as ``Producer.request`` returns it."""
+def _reply(delivery: Delivery, request_id: str) -> Message:
+    """A reply to request ``request_id`` as ``Producer.request`` returns it;
+    ``UnsupportedMessageKind`` for one whose content the broker could not carry."""
+    if delivery.unsupported is not None:
+        raise UnsupportedMessageKind(
+            f"the reply to request {request_id} is a message mdb cannot read: "
+            f"{delivery.unsupported}")
     return Message(id=delivery.headers.get(ID) or delivery.broker_message_id,
                    destination=delivery.destination, body=delivery.body,
                    headers=delivery.headers, redelivered=delivery.broker_redelivered,

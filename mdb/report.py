@@ -21,8 +21,8 @@ from mdb.settings import Settings
 def plan_table(settings: Settings, plans: Sequence[Planned]) -> str:
     """Listeners → members → subscriptions → brokers, as ``mdb run`` and ``mdb subscriptions``
     print it (``plans`` from ``planning.plan_listeners``): one row per subscription (every
-    pool slot of the row attaches to it), with the connections a container opens to each
-    broker."""
+    pool slot of the row attaches to it), with the broker's addresses (redacted, in the order
+    a reconnect tries them) and the connections a container opens to it."""
     slots = slots_per_broker((spec, p) for spec, planned in plans for p in planned)
     rows = [("listener", "destination", "member", "subscription", "kind", "pool", "broker")]
     for spec, planned in plans:
@@ -31,9 +31,13 @@ def plan_table(settings: Settings, plans: Sequence[Planned]) -> str:
                 ", durable" if p.request.name and p.request.durable else "")
             rows.append((spec.name, str(spec.destination), str(p.request.destination),
                          p.name, kind, str(spec.options.pool),
-                         f"{p.broker} ({redact_url(settings.brokers[p.broker].url)}, "
+                         f"{p.broker} ({_addresses(settings, p.broker)}, "
                          f"{connections_for(slots[p.broker])} connections)"))
     return _table(rows)
+
+
+def _addresses(settings: Settings, broker: str) -> str:
+    return " | ".join(map(redact_url, settings.brokers[broker].addresses))
 
 
 def status_line(stats: Iterable[Stats]) -> str:
@@ -44,29 +48,37 @@ def status_line(stats: Iterable[Stats]) -> str:
             f"redelivered {sum(s.redelivered for s in every)}, "
             f"to error destination {sum(s.to_error_destination for s in every)}, "
             f"rolled back {sum(s.rolled_back for s in every)}, "
-            f"filtered {sum(s.filtered for s in every)}")
+            f"filtered {sum(s.filtered for s in every)}, "
+            f"dead-lettered {sum(s.dead_lettered for s in every)}, "
+            f"kept {sum(s.kept for s in every)}")
 
 
 def status_report(health: Health, url: str, now: float | None = None) -> str:
-    """What ``mdb status`` prints: a headline and why, then brokers, listeners, event counts."""
+    """What ``mdb status`` prints: a headline and why, then brokers, listeners, the workers
+    (``mdb run --workers N``), event counts."""
     now = time.time() if now is None else now
     lines = [f"mdb at {url}: {'live' if health.live else 'NOT LIVE'}, "
              f"{'ready' if health.ready else 'NOT READY'}"]
     reasons = [f"broker {b.name} is {b.state}" for b in health.brokers if b.state != "up"]
     reasons += [f"listener {lh.name} has {lh.subscribed} of {lh.members} members subscribed"
                 for lh in health.listeners if lh.subscribed < lh.members]
+    reasons += [f"worker {w.index} is {w.state}" for w in health.workers if w.state != "ready"]
     if reasons and not health.ready:
         lines.append(f"  because {'; '.join(reasons)}")
-    brokers = [("broker", "state", "since")] + [
+    brokers = [("broker", "state", "since", "address")] + [
         (b.name, b.state, f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b.since))} "
-                          f"({_ago(now - b.since)} ago)")
+                          f"({_ago(now - b.since)} ago)", b.address)
         for b in health.brokers]
     listeners = [("listener", "subscribed", "in flight", "processed")] + [
         (lh.name, f"{lh.subscribed}/{lh.members}", str(lh.in_flight), str(lh.processed))
         for lh in health.listeners]
     events = ", ".join(f"{kind} {count}" for kind, count in sorted(health.events.items()))
-    return "\n\n".join(["\n".join(lines), _table(brokers), _table(listeners),
-                        f"events: {events or 'none'}"])
+    parts = [_table(brokers), _table(listeners)]
+    if health.workers:
+        parts.append(_table([("worker", "pid", "state", "restarts")] + [
+            (str(w.index), str(w.pid or "-"), w.state, str(w.restarts))
+            for w in health.workers]))
+    return "\n\n".join(["\n".join(lines), *parts, f"events: {events or 'none'}"])
 
 
 def _table(rows: Sequence[Sequence[str]]) -> str:
@@ -86,8 +98,9 @@ def _ago(seconds: float) -> str:
     return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
 
 
-async def print_status(line: Callable[[], str], interval: float, out: TextIO) -> None:
-    """Every ``interval`` seconds print ``mdb: <line()>`` to ``out``: every time on a terminal,
+async def print_status(line: Callable[[], str], interval: float, out: TextIO,
+                       label: str = "mdb") -> None:
+    """Every ``interval`` seconds print ``<label>: <line()>`` to ``out``: every time on a terminal,
     where it is watched; elsewhere (a log collector) only when the line changed, so an idle
     container's log does not grow by a line every few seconds."""
     last = None
@@ -96,5 +109,5 @@ async def print_status(line: Callable[[], str], interval: float, out: TextIO) ->
         await anyio.sleep(interval)
         now = line()
         if terminal or now != last:
-            print(f"mdb: {now}", file=out, flush=True)
+            print(f"{label}: {now}", file=out, flush=True)
         last = now

@@ -18,7 +18,7 @@ from anyio.abc import TaskGroup
 
 from mdb.broker import Subscription
 from mdb.brokers import Brokers
-from mdb.delivery import Processor, Stats
+from mdb.delivery import Processor, Stats, Strikes
 from mdb.errors import BrokerError, ConnectionFailed, ConnectionLost
 from mdb.links import BrokerLink
 from mdb.listener import ListenerSpec
@@ -36,6 +36,7 @@ class Deployed:
     spec: ListenerSpec
     planned: tuple[PlannedSubscription, ...]
     stats: Stats = field(default_factory=Stats)
+    strikes: Strikes = field(default_factory=Strikes)
 
 
 @dataclass(eq=False)
@@ -133,7 +134,7 @@ class Slots:
         deployed, planned, link = slot.deployed, slot.planned, slot.link
         batch_size = deployed.spec.options.max_messages_per_transaction
         processor = Processor(deployed.spec, planned, link.system, self.producer, deployed.stats,
-                              slot.threads, stopping=lambda: self._ends(slot))
+                              deployed.strikes, slot.threads, stopping=lambda: self._ends(slot))
         while not self._ends(slot):
             try:
                 connection = await link.connection()

@@ -9,7 +9,7 @@ messaging semantic conventions. The only module of the core that imports OpenTel
   failed attempt: the next attempt's span is its child.
 * Metrics: ``messaging.process.duration``, ``messaging.client.consumed.messages``,
   ``messaging.client.sent.messages``, ``mdb.redeliveries``, ``mdb.error_destination.moves``,
-  ``mdb.pool.usage`` and ``mdb.broker.connected``.
+  ``mdb.stuck.messages``, ``mdb.pool.usage`` and ``mdb.broker.connected``.
 
 Instruments come from the global providers, so an application (or a test) that set up
 OpenTelemetry itself keeps its own; ``configure`` sets them up from the ``OTEL_*``
@@ -56,6 +56,9 @@ _redeliveries = _message_counter("mdb.redeliveries",
                                  "Failed deliveries re-sent for another attempt.")
 _error_moves = _message_counter("mdb.error_destination.moves",
                                 "Messages moved to their listener's error destination.")
+_given_up = _message_counter("mdb.stuck.messages",
+                            "Messages whose settlement kept failing outside the handler, handed "
+                            "to the broker's dead-letter queue or kept on their own queue.")
 _pool_usage = _meter.create_up_down_counter(
     "mdb.pool.usage", unit="{delivery}",
     description="Deliveries being handled now, per listener (the pool slots in use).")
@@ -147,6 +150,11 @@ class Processing:
     def moved(self, target: Destination) -> None:
         _error_moves.add(1, _metric_attributes(self._attributes))
         self.span.add_event("mdb.error_destination", {"messaging.destination.name": str(target)})
+
+    def given_up(self, outcome: str) -> None:
+        """A stuck message was ``dead-lettered`` or ``kept`` (``mdb.delivery.decision``)."""
+        _given_up.add(1, _metric_attributes(self._attributes) | {"mdb.outcome": outcome})
+        self.span.add_event("mdb.stuck", {"mdb.outcome": outcome})
 
 
 @contextmanager

@@ -30,6 +30,11 @@ class MemoryBroker:
                 f"setting brokers.{options.broker}.tls: the memory broker is in this process; "
                 "it has no TLS"
             )
+        if options.queue_type is not None:
+            raise ConfigurationError(
+                f"setting brokers.{options.broker}.queue_type: the memory broker has one kind "
+                "of queue; queue_type is a RabbitMQ setting"
+            )
         self.options = options
         self.name = parts.netloc or parts.path.strip("/") or DEFAULT_NAME
 

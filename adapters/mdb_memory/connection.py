@@ -31,7 +31,7 @@ import anyio.lowlevel
 
 from mdb.broker import Connection, Delivery, SubscriptionRequest
 from mdb.destinations import Destination, Kind
-from mdb.errors import SubscriptionFailed
+from mdb.errors import BrokerError, SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb.selector import Matcher, SelectorError, compile_selector
 from mdb_memory.exchange import subscription_queue_name
@@ -147,11 +147,25 @@ class MemoryConnection(Connection):
                 and token.subscription.settle(token)):
             self._session.exchange.notify()
 
+    async def dead_letter(self, delivery: Delivery) -> None:
+        """Settle ``delivery`` and keep its message, as it is, on ``queue:DLQ``."""
+        await _checkpoint()
+        self._session.check_open()
+        token = delivery.token
+        if not delivery.can_dead_letter or not isinstance(token, Token) \
+                or token.subscription.session is not self._session \
+                or not token.subscription.settle(token):
+            raise BrokerError(f"memory broker {self._state.name!r}: delivery "
+                              f"{delivery.broker_message_id} is not unsettled on this connection")
+        self._session.exchange.dead_letter(token.message)
+        self._session.exchange.notify()
+
     async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
         await _checkpoint()
         self._session.check_open()
         exchange = self._session.exchange
         target = target_of(destination)
+        exchange.check_allowed(target)
         failure = exchange.take_failure()
         if failure is not None:
             error_type, stored = failure

@@ -20,6 +20,7 @@ from mdb_memory.queue import MemoryQueue, StoredMessage
 from mdb_memory.signals import Signal
 
 _VIRTUAL_TOPIC_QUEUE = re.compile(r"^Consumer\.([^.]+)\.VirtualTopic\.(.+)$")
+DEAD_LETTER_QUEUE = "DLQ"  # where ``Connection.dead_letter`` leaves messages, as ActiveMQ.DLQ
 _message_ids = itertools.count(1)
 
 
@@ -52,6 +53,8 @@ class Exchange:
         self.refusing = False
         #: How many connections were refused so far.
         self.refused = 0
+        #: Destinations sends to which are refused (``BrokerState.refuse_sends_to``).
+        self.forbidden: set[Destination] = set()
 
     # --- queues --------------------------------------------------------------------------------
 
@@ -111,7 +114,18 @@ class Exchange:
         else:
             self.queue(destination.name).put(message)
 
+    def dead_letter(self, message: StoredMessage) -> None:
+        """Keep ``message`` as it is on the dead-letter queue."""
+        self.queue(DEAD_LETTER_QUEUE).put(message)
+
     # --- injected failures ---------------------------------------------------------------------
+
+    def check_allowed(self, destination: Destination) -> None:
+        """``BrokerError`` for a send to a destination the broker refuses (as its authorization
+        would), before anything is stored."""
+        if destination in self.forbidden:
+            raise BrokerError(f"memory broker {self.name!r} refused a send to {destination} "
+                              "(injected, as a broker's authorization would)")
 
     def fail_next(self, count: int, error_type: type[BrokerError], stored: bool) -> None:
         """The next ``count`` sends and commits fail (see ``BrokerState.fail_sends``)."""

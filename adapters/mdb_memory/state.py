@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from mdb.broker import Delivery
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError, SendOutcomeUnknown
-from mdb_memory.exchange import Exchange, subscription_queue_name
+from mdb_memory.exchange import DEAD_LETTER_QUEUE, Exchange, subscription_queue_name
 
 DEFAULT_NAME = "default"
 
 __all__ = [
+    "DEAD_LETTER_QUEUE",
     "DEFAULT_NAME",
     "BrokerState",
     "QueueStats",
@@ -140,6 +141,17 @@ class BrokerState:
         if not (isinstance(error_type, type) and issubclass(error_type, BrokerError)):
             raise TypeError("error_type must be a subclass of mdb.errors.BrokerError")
         self.exchange.fail_next(count, error_type, stored)
+
+    def refuse_sends_to(self, destination: Destination | str, refuse: bool = True) -> None:
+        """While refusing, a send to ``destination`` is refused as a broker's authorization
+        would: ``Connection.send`` raises ``BrokerError`` and a commit holding such a send
+        raises ``TransactionRolledBack``, applying nothing. ``queue:DLQ`` holds what
+        ``Connection.dead_letter`` hands over (``DEAD_LETTER_QUEUE``)."""
+        destination = Destination.parse(destination)
+        if refuse:
+            self.exchange.forbidden.add(destination)
+        else:
+            self.exchange.forbidden.discard(destination)
 
     def refuse_connections(self, refuse: bool = True) -> None:
         """While refusing, ``connect`` raises ``ConnectionFailed`` (open connections stay:

@@ -105,7 +105,8 @@ class MemorySubscription(Subscription):
         self._buffer.append(Delivery(message.destination, message.body, message.headers,
                                      message.broker_message_id, redelivered, token,
                                      reply_to=message.reply_to,
-                                     correlation_id=message.correlation_id))
+                                     correlation_id=message.correlation_id,
+                                     can_dead_letter=True))
         self._arrived.notify()
 
     # --- used by the connection and transactions -----------------------------------------------

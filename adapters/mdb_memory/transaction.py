@@ -59,6 +59,12 @@ class MemoryTransaction(Transaction):
             raise TransactionRolledBack(
                 f"commit on memory broker {exchange.name!r} failed (injected): nothing was applied"
             ) from failure[0]("injected by BrokerState.fail_sends")
+        refused = next((d for d, _ in self._sends if d in exchange.forbidden), None)
+        if refused is not None:
+            self.finish("rolled back")
+            raise TransactionRolledBack(
+                f"commit on memory broker {exchange.name!r} rolled back: a send to {refused} was "
+                "refused (injected)")
         broken = self._broken_ack()
         if broken is not None:
             self.finish("rolled back")

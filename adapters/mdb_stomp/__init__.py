@@ -4,7 +4,8 @@
 ``transaction`` are the seam's objects, which share one ``wire`` (the stomp.py connection bridged
 into anyio, with its ``receipts``); ``unsettled`` keeps cumulative acks safe; ``frames`` holds the
 pure header work; ``dialect`` holds what differs per broker; and ``activemq.xml`` (next to this
-file) is the reference ActiveMQ Classic configuration.
+file) is the reference ActiveMQ Classic configuration, ``activemq-shared-store.xml`` the same
+for a shared-store master/slave pair.
 """
 
 from mdb.logs import quiet_library

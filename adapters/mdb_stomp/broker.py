@@ -27,7 +27,8 @@ class StompBroker:
     the ``tls`` setting), a fragment, a path on a broker without virtual hosts, a missing port
     (a TLS port and a plaintext one differ: mdb does not guess), or a login, passcode or vhost
     that would inject a CONNECT header. User-info and the vhost are percent-decoded; the
-    options' ``username``/``password`` take precedence over the URL's.
+    options' ``username``/``password`` take precedence over the URL's. A ``queue_type`` the
+    dialect does not know (any, on ActiveMQ) is refused too.
 
     ``connect`` opens one STOMP 1.2 connection with heart-beats planned from ``heartbeat_ms``
     (``mdb_stomp.heartbeats``), over TLS when ``options.tls`` says so. No ``client-id`` is
@@ -41,7 +42,12 @@ class StompBroker:
         dialect = DIALECTS.get(parts.scheme)
         if dialect is None:
             self._refuse(f"mdb_stomp serves {', '.join(sorted(DIALECTS))}")
-        self._dialect = dialect()
+        if options.queue_type is not None and options.queue_type not in dialect.queue_types:
+            self._refuse(f"{dialect.broker} has no queue types to choose from"
+                         if not dialect.queue_types else
+                         f"{options.queue_type!r} is not one of "
+                         f"{', '.join(sorted(dialect.queue_types))}", "queue_type")
+        self._dialect = dialect(options.queue_type, options.broker)
         self.system = dialect.broker.lower()  # messaging.system: activemq, rabbitmq
         if not parts.hostname:
             self._refuse(f"must be written '{parts.scheme}://HOST:PORT'")
@@ -98,6 +104,6 @@ class StompBroker:
         heartbeats = Heartbeats.plan(self.options.heartbeat_ms, dialect.heartbeat_unit_ms,
                                      dialect.min_heartbeat_ms)
         wire = Wire(self.options, self._host, self._port, self.vhost, asyncio.get_running_loop(),
-                    heartbeats)
+                    heartbeats, dialect.explain)
         await wire.open(self.username, self.password)
         return StompConnection(wire, self._dialect)

@@ -90,6 +90,20 @@ class StompConnection(Connection):
         token.subscription.unsettled.settle_alone(token.ack_id)
         self._wire.write("ack", id=token.ack_id)
 
+    async def dead_letter(self, delivery: Delivery) -> None:
+        """NACK with a receipt: the broker moves the message to its dead-letter queue (see
+        ``Dialect.dead_letters``). Checked as ``ack`` checks, writing nothing on a failure;
+        ``BrokerError`` also for a delivery without ``can_dead_letter``, or when the broker
+        refused the NACK or did not answer in time."""
+        if not delivery.can_dead_letter:
+            raise BrokerError(f"{self._dialect.broker} may drop message "
+                              f"{delivery.broker_message_id} if it is NACKed: not dead-lettered")
+        token = ack_token(delivery, self._wire)
+        token.subscription.unsettled.settle_alone(token.ack_id)
+        await self._wire.request("nack", token.ack_id, headers={}, errors=ReceiptErrors(
+            f"the NACK of {delivery.broker_message_id}", refused=BrokerError,
+            unconfirmed=BrokerError, consequence="it is on the dead-letter queue or comes back"))
+
     async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
         """SEND with a receipt. ``ConnectionLost`` when it surely was not sent (down before or
         during the write); ``SendOutcomeUnknown`` when no receipt came (timeout, or the
@@ -98,7 +112,7 @@ class StompConnection(Connection):
             "send",
             self._dialect.address(destination),
             message.body,
-            headers=send_headers(message, self._dialect),
+            headers=send_headers(message, self._dialect, destination),
             errors=ReceiptErrors(
                 str(destination),
                 refused=BrokerError,

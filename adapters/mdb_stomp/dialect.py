@@ -35,6 +35,17 @@ from mdb.destinations import Destination, Kind
 from mdb.errors import SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 
+# The headers of a STOMP MESSAGE frame that describe that delivery or frame rather than the
+# sender's application (``Dialect.protocol_headers``), on every dialect: the broker's, and
+# those the dialects put on a SEND.
+PROTOCOL_HEADERS = frozenset(
+    {"message-id", "destination", "subscription", "ack", "redelivered", "receipt", "transaction",
+     "content-length", "timestamp", "expires", "priority", "persistent", "amq-msg-type"}
+)
+
+# The protocol headers of a MESSAGE frame that a copy's SEND carries over (see ``copy``).
+_KEPT_ON_COPY = ("priority", "expires")
+
 
 @dataclass(frozen=True, slots=True)
 class SubscribeSpec:
@@ -53,7 +64,12 @@ class SubscribeSpec:
 
 
 class Dialect(abc.ABC):
-    """The broker-specific part of the STOMP adapter. Stateless; methods are pure."""
+    """The broker-specific part of the STOMP adapter. Stateless once made; methods are pure.
+
+    ``queue_type`` is ``brokers.<name>.queue_type`` (``name``, for messages): the kind of
+    queue to declare, one of ``queue_types`` (None: the broker's default); ``StompBroker``
+    refuses any other.
+    """
 
     #: URL scheme that selects this dialect.
     scheme: ClassVar[str]
@@ -81,6 +97,19 @@ class Dialect(abc.ABC):
     #: promise it so that mdb notices a silent link before the broker does (``heartbeats``).
     heartbeat_unit_ms: ClassVar[int] = 1
     min_heartbeat_ms: ClassVar[int] = 0
+    #: The values ``queue_type`` may take on this broker.
+    queue_types: ClassVar[frozenset[str]] = frozenset()
+    #: The headers of a MESSAGE frame that describe that delivery or frame rather than the
+    #: sender's application (``Delivery.protocol_headers``): never copied.
+    protocol_headers: ClassVar[frozenset[str]] = PROTOCOL_HEADERS
+
+    def __init__(self, queue_type: str | None = None, name: str = "<name>") -> None:
+        self.queue_type = queue_type
+        self.name = name
+
+    def explain(self, error: str) -> str:
+        """The text of an ERROR frame, with what to do about it where the dialect knows."""
+        return error
 
     @abc.abstractmethod
     def send_path(self, destination: Destination) -> str:
@@ -92,19 +121,29 @@ class Dialect(abc.ABC):
         return target.address if isinstance(target, ReplyAddress) else self.send_path(target)
 
     @abc.abstractmethod
-    def send_headers(self, message: OutgoingMessage) -> dict[str, str]:
-        """Headers this broker needs on every SEND of ``message`` (added over the message's own);
-        for a copy (``message.copy_of``), those that keep it the same message (``copy``)."""
+    def send_headers(self, message: OutgoingMessage, target: ReplyTo) -> dict[str, str]:
+        """Headers this broker needs on every SEND of ``message`` to ``target`` (added over the
+        message's own); for a copy (``message.copy_of``), those that keep it the same message
+        (``copy``)."""
 
     def copy(self, received: Mapping[str, str]) -> dict[str, str]:
         """The protocol headers of a SEND of a copy of the message received with the headers
-        ``received`` (``OutgoingMessage.copy_of``). By default every copy is persistent."""
-        return {"persistent": "true"}
+        ``received`` (``OutgoingMessage.copy_of``). By default the same ``priority`` and
+        ``expires``, and every copy is persistent."""
+        headers = {name: received[name] for name in _KEPT_ON_COPY if name in received}
+        headers["persistent"] = "true"
+        return headers
 
     def unsupported(self, headers: Mapping[str, str], body: bytes) -> str | None:
         """Why a MESSAGE frame with ``headers`` and ``body`` holds a message whose content this
         broker could not carry over STOMP (``Delivery.unsupported``); None for one it carried."""
         return None
+
+    def dead_letters(self, headers: Mapping[str, str]) -> bool:
+        """True when a NACK of the MESSAGE frame with ``headers`` leaves its message on a
+        dead-letter queue the broker surely keeps it on (``Delivery.can_dead_letter``). False
+        by default: where a NACK may drop the message, mdb never sends one."""
+        return False
 
     @abc.abstractmethod
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
@@ -139,9 +178,6 @@ class Dialect(abc.ABC):
         return self.subscription_queue(topic, request.name)
 
 
-# The headers of an ActiveMQ MESSAGE frame that a copy's SEND carries over (see ``copy``).
-_KEPT_ON_COPY = ("priority", "expires")
-
 # One STOMP path segment: no wildcards ('*', '>'), no separators ('.', '/').
 _SEGMENT = re.compile(r"^[A-Za-z0-9_\-]+$")
 _VIRTUAL_TOPIC_PREFIX = "VirtualTopic."
@@ -174,7 +210,7 @@ class ActiveMQDialect(Dialect):
             return f"/queue/{destination.name}"
         return f"/topic/{_VIRTUAL_TOPIC_PREFIX}{destination.name}"
 
-    def send_headers(self, message: OutgoingMessage) -> dict[str, str]:
+    def send_headers(self, message: OutgoingMessage, target: ReplyTo) -> dict[str, str]:
         if message.copy_of is not None:
             return self.copy(message.copy_of)
         # stomp.py sends non-persistent unless told; ActiveMQ makes a JMS BytesMessage unless
@@ -195,7 +231,7 @@ class ActiveMQDialect(Dialect):
         ``persistent:true`` is on persistent messages only, and a SEND without it is
         non-persistent. JMSType (``type``), JMSCorrelationID and the properties are the
         application's headers, kept by the core."""
-        headers = {name: received[name] for name in _KEPT_ON_COPY if name in received}
+        headers = super().copy(received)
         headers["persistent"] = "true" if received.get("persistent") == "true" else "false"
         if "content-length" not in received or received.get("amq-msg-type") == "text":
             headers["amq-msg-type"] = "text"
@@ -214,6 +250,14 @@ class ActiveMQDialect(Dialect):
         return ("an empty body without content-length: ActiveMQ delivers a JMS MapMessage, "
                 "ObjectMessage, StreamMessage or Message so over STOMP, without its content "
                 "(or an empty TextMessage, which it cannot be told apart from)")
+
+    def dead_letters(self, headers: Mapping[str, str]) -> bool:
+        """A NACK moves a persistent message to ``ActiveMQ.DLQ`` (the default dead-letter
+        strategy; the user needs no right on it), and drops a non-persistent one unless the
+        broker's strategy has ``processNonPersistent="true"`` (measured on 5.17.2). The
+        reference config sets it, but mdb cannot know a broker's config: only a persistent
+        message is NACKed."""
+        return headers.get("persistent") == "true"
 
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
         headers = {"activemq.prefetchSize": str(request.prefetch)}
@@ -303,7 +347,13 @@ class RabbitMQDialect(Dialect):
       subscription with a selector is refused rather than silently given every message. (The
       container evaluates topic listeners' selectors itself and never asks for one.)
     * A SEND with ``persistent:false`` to a ``/queue/X`` nobody declared yet makes X
-      exclusive; every SEND here is ``persistent:true``.
+      exclusive; every SEND here is ``persistent:true``, copies too.
+    * A SEND's ``priority`` and ``expiration`` (a TTL in ms, enforced: the message is dropped
+      once it passed) are the AMQP properties, written back on every MESSAGE frame as given:
+      ``expiration`` is the TTL the producer set, not the time left. ``expires`` means
+      nothing here (a plain header). A copy (``copy``) sends ``priority`` again, and the core
+      keeps ``expiration`` as one of the application's headers, so a copy's TTL starts again
+      (RabbitMQ does not say how much was left).
     * A receipt asked on a transacted SEND is answered only at the COMMIT (the frames of a
       transaction run then): ``confirms_transacted_sends = False``. No header limit was met:
       a SEND with 2,000 headers, or one of 200 KB, was stored.
@@ -311,6 +361,30 @@ class RabbitMQDialect(Dialect):
       silence is 2.5 s; it drops a connection after 2 to 3 of mdb's intervals of silence, at
       least one interval after a cut. mdb's interval is therefore at least 4 s here
       (``mdb_stomp.heartbeats``).
+    * A SEND the user may not make (no ``configure`` permission on the queue, which a SEND to
+      ``/queue/X`` declares) in a transaction is refused only after the COMMIT's receipt: an
+      ERROR ``access_refused`` follows it and the connection closes. The transaction's ACKs,
+      written after its SENDs, die with the channel: the message comes back, flagged
+      redelivered, never lost — but a COMMIT receipt does not prove its sends were taken.
+    * A NACK requeues the message by default (``requeue:true``, at its old place: the head of
+      the queue); with ``requeue:false`` RabbitMQ drops it unless its queue has a dead-letter
+      exchange, which STOMP can neither declare on an existing queue nor see: mdb never NACKs
+      here (``dead_letters`` is False).
+
+    Queue types (``queue_type``; measured on a three-node 3.10.8 cluster of
+    ``tests.harness.rabbitmq_cluster``, docs/rabbitmq.md#queue-types). A SUBSCRIBE, and a SEND
+    to ``/queue/X``, *declare* their queue with the ``x-queue-type`` header as its type; with a
+    type set, every such frame carries it, because a declaration that differs from the queue
+    (a plain ``SEND /queue/X`` to a quorum queue X, a quorum SUBSCRIBE over a classic queue) is
+    refused (``PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'X'``) and the
+    connection closed: ``explain`` adds the way out. ``x-queue-type:classic`` matches a classic
+    queue declared without it. A quorum queue must be durable and not auto-delete (refused
+    otherwise), which every queue mdb declares already is. ``/temp-queue/`` reply queues stay
+    classic (they live and die with one connection). The header is kept on the message as a
+    property, and a quorum queue adds ``x-delivery-count`` (1, 2, ... on each redelivery,
+    with ``redelivered:true``): both are ``protocol_headers``, left out of copies. mdb counts
+    deliveries in ``mdb_delivery_count``, which a re-send carries on (the quorum queue's count
+    starts again with every re-sent copy).
     """
 
     scheme = "stomp+rabbitmq"
@@ -322,14 +396,34 @@ class RabbitMQDialect(Dialect):
     confirms_transacted_sends = False
     heartbeat_unit_ms = 1000
     min_heartbeat_ms = 4000
+    queue_types = frozenset({"classic", "quorum"})
+    protocol_headers = PROTOCOL_HEADERS | {"x-queue-type", "x-delivery-count"}
+
+    def explain(self, error: str) -> str:
+        if "inequivalent arg 'x-queue-type'" not in error:
+            return error
+        return (f"{error} (the queue exists with another type than brokers.{self.name}."
+                f"queue_type ({self.queue_type or 'unset: classic'}) declares: drain it and "
+                "delete it (`mdb subscriptions --delete`, or `rabbitmqctl delete_queue NAME`) "
+                "so that mdb declares it again, or set queue_type to the queue's type)")
+
+    def _declared(self) -> dict[str, str]:
+        """The header that declares a queue's type, if one is set."""
+        return {} if self.queue_type is None else {"x-queue-type": self.queue_type}
 
     def send_path(self, destination: Destination) -> str:
         if destination.kind is Kind.QUEUE:
             return f"/queue/{destination.name}"
         return f"/topic/{destination.name}"
 
-    def send_headers(self, message: OutgoingMessage) -> dict[str, str]:
-        return {"persistent": "true"}
+    def send_headers(self, message: OutgoingMessage, target: ReplyTo) -> dict[str, str]:
+        headers = ({"persistent": "true"} if message.copy_of is None
+                   else self.copy(message.copy_of))
+        # A SEND to /queue/X declares X: with the queue's own type, or it is refused. A reply
+        # address is not mdb's to declare.
+        if isinstance(target, Destination) and target.kind is Kind.QUEUE:
+            headers.update(self._declared())
+        return headers
 
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
         destination = request.destination
@@ -340,7 +434,7 @@ class RabbitMQDialect(Dialect):
                 "from other consumers): remove the selector for this listener, or listen to a "
                 "topic, where mdb evaluates selectors itself"
             )
-        headers = {"prefetch-count": str(request.prefetch)}
+        headers = {"prefetch-count": str(request.prefetch), **self._declared()}
         if destination.kind is Kind.QUEUE:
             return SubscribeSpec(
                 f"/queue/{destination.name}", "client-individual", headers, destination
@@ -369,11 +463,3 @@ DIALECTS: dict[str, type[Dialect]] = {
     RabbitMQDialect.scheme: RabbitMQDialect,
 }
 
-
-# The headers of a STOMP MESSAGE frame that describe that delivery or frame rather than the
-# sender's application (``Delivery.protocol_headers``), on every dialect: the broker's, and
-# those the dialects put on a SEND.
-PROTOCOL_HEADERS = frozenset(
-    {"message-id", "destination", "subscription", "ack", "redelivered", "receipt", "transaction",
-     "content-length", "timestamp", "expires", "priority", "persistent", "amq-msg-type"}
-)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
-from mdb.message import OutgoingMessage, ReplyAddress, refuse_nul
+from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo, refuse_nul
 from mdb_stomp.dialect import Dialect
 
 REPLY_TO = "reply-to"
@@ -27,10 +27,11 @@ FRAME_HEADERS = frozenset(
 )
 
 
-def send_headers(message: OutgoingMessage, dialect: Dialect) -> dict[str, str]:
-    """The headers of a SEND of ``message``: its own (names escaped, the frame's structural
-    ones left out) with the dialect's added over them. The caller adds ``receipt`` or
-    ``transaction``. ``EncodeError`` for a header holding a NUL byte, which would end the
+def send_headers(message: OutgoingMessage, dialect: Dialect, target: ReplyTo,
+                 ) -> dict[str, str]:
+    """The headers of a SEND of ``message`` to ``target``: its own (names escaped, the frame's
+    structural ones left out) with the dialect's added over them. The caller adds ``receipt``
+    or ``transaction``. ``EncodeError`` for a header holding a NUL byte, which would end the
     frame early: nothing is written then."""
     refuse_nul(message.headers)
     headers = {
@@ -38,7 +39,7 @@ def send_headers(message: OutgoingMessage, dialect: Dialect) -> dict[str, str]:
         for name, value in message.headers.items()
         if name not in FRAME_HEADERS
     }
-    headers.update(dialect.send_headers(message))
+    headers.update(dialect.send_headers(message, target))
     # The JMS fields, as ActiveMQ (JMSReplyTo, JMSCorrelationID) and RabbitMQ read them.
     reply_to = message.reply_to or _logical(headers.get(REPLY_TO))
     if reply_to is not None:

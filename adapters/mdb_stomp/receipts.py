@@ -1,7 +1,7 @@
 """Receipts: the answers to frames written with a ``receipt`` header, and how a missing one
 is reported.
 
-SUBSCRIBE, COMMIT, a non-transacted SEND and the UNSUBSCRIBEs that close or delete a
+SUBSCRIBE, COMMIT, a non-transacted SEND, a NACK and the UNSUBSCRIBEs that close or delete a
 subscription carry a receipt and wait for it at most ``ConnectionOptions.receipt_timeout``
 (``Wire.request``). The answer is a RECEIPT frame naming it; an ERROR frame naming it
 refuses the request; a lost connection fails every receipt still awaited. Any of those but the

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from mdb.broker import Delivery, Subscription, SubscriptionRequest
 from mdb.destinations import Destination
 from mdb.errors import ConnectionLost, SubscriptionFailed
-from mdb_stomp.dialect import PROTOCOL_HEADERS, Dialect
+from mdb_stomp.dialect import Dialect
 from mdb_stomp.frames import reply_fields, text
 from mdb_stomp.inbox import Inbox
 from mdb_stomp.receipts import ReceiptErrors, Unanswered
@@ -193,16 +193,25 @@ class StompSubscription(Subscription):
                 broker_message_id=headers.get("message-id", ""),
                 broker_redelivered=headers.get("redelivered") == "true",
                 token=AckToken(ack_id, self),
-                protocol_headers=PROTOCOL_HEADERS,
+                protocol_headers=self._dialect.protocol_headers,
                 reply_to=reply_to,
                 correlation_id=correlation_id,
                 damage=damage,
                 unsupported=self._dialect.unsupported(headers, content),
+                can_dead_letter=self._dialect.dead_letters(headers),
             )
         )
 
     def connection_lost(self, why: str) -> None:
         """The wire is lost: ``receive`` raises ``ConnectionLost`` saying ``why``."""
+        self._inbox.fail(ConnectionLost, why)
+
+    def cancelled(self, why: str) -> None:
+        """The broker ended this subscription (the wire detached it already): closed, and
+        ``receive`` raises ``ConnectionLost`` saying ``why``. What it had delivered and not
+        settled is the broker's again (its queue's, when that comes back); the container subscribes
+        again."""
+        self._closed = True
         self._inbox.fail(ConnectionLost, why)
 
     def _abandon(self, *, unsubscribe: bool) -> None:

@@ -20,7 +20,7 @@ from mdb.broker import Delivery, TemporaryQueue
 from mdb.destinations import Destination, Kind
 from mdb.errors import ConnectionLost, SubscriptionFailed
 from mdb.message import ReplyAddress
-from mdb_stomp.dialect import PROTOCOL_HEADERS, Dialect
+from mdb_stomp.dialect import Dialect
 from mdb_stomp.frames import reply_fields, text
 from mdb_stomp.inbox import Inbox
 from mdb_stomp.receipts import ReceiptErrors, Unanswered
@@ -32,8 +32,10 @@ class StompTemporaryQueue(TemporaryQueue):
 
     settled_on_arrival = True  # ack:auto, or subscribed by RabbitMQ itself
 
-    def __init__(self, wire: Wire, name: str, sub_id: str, subscribed: bool) -> None:
+    def __init__(self, wire: Wire, dialect: Dialect, name: str, sub_id: str,
+                 subscribed: bool) -> None:
         self._wire = wire
+        self._dialect = dialect
         self._name = name
         self._sub_id = sub_id
         self._subscribed = subscribed
@@ -47,7 +49,7 @@ class StompTemporaryQueue(TemporaryQueue):
         name = uuid.uuid4().hex
         path = f"/temp-queue/{name}"
         subscribed = dialect.subscribes_temporary_queues
-        queue = cls(wire, name, wire.next_id() if subscribed else path, subscribed)
+        queue = cls(wire, dialect, name, wire.next_id() if subscribed else path, subscribed)
         wire.attach(queue._sub_id, queue)
         if subscribed:
             try:
@@ -81,20 +83,26 @@ class StompTemporaryQueue(TemporaryQueue):
     def deliver(self, headers: dict[str, str], body: bytes | str | None,
                 damage: str | None = None) -> None:
         """A MESSAGE frame (already settled: ``ack:auto``); ``damage`` as for a subscription's
-        (``Delivery.damage``)."""
+        (``Delivery.damage``), and ``unsupported`` too (a Java replier's MapMessage reaches
+        ``Producer.request`` as an error, never as an empty body)."""
         reply_to, correlation_id = reply_fields(headers)
+        content = body if isinstance(body, bytes) else text(body).encode()
         self._inbox.put(Delivery(
             destination=Destination(Kind.QUEUE, self._name),
-            body=body if isinstance(body, bytes) else text(body).encode(),
+            body=content,
             headers=headers,
             broker_message_id=headers.get("message-id", ""),
             broker_redelivered=headers.get("redelivered") == "true",
             token=None,
-            protocol_headers=PROTOCOL_HEADERS,
+            protocol_headers=self._dialect.protocol_headers,
             reply_to=reply_to,
             correlation_id=correlation_id,
             damage=damage,
+            unsupported=self._dialect.unsupported(headers, content),
         ))
 
     def connection_lost(self, why: str) -> None:
+        self._inbox.fail(ConnectionLost, why)
+
+    def cancelled(self, why: str) -> None:
         self._inbox.fail(ConnectionLost, why)

@@ -60,7 +60,7 @@ class StompTransaction(Transaction):
         written behind it before it closes the connection, so a pipelined ACK and COMMIT could
         settle the delivery without the refused send (measured: 1 run in 5 lost the message,
         issue 11 finding 2). Elsewhere the COMMIT's receipt covers it."""
-        headers = send_headers(message, self._dialect)
+        headers = send_headers(message, self._dialect, destination)
         headers["transaction"] = self.id
         path = self._dialect.address(destination)
         try:

@@ -28,7 +28,7 @@ import itertools
 import logging
 import socket as _socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 import anyio
@@ -54,7 +54,8 @@ Frame = Literal["subscribe", "unsubscribe", "send", "ack", "nack", "begin", "com
 
 class Subscriber(Protocol):
     """What the wire needs from a subscription: where its MESSAGE frames go, and being told
-    once that the connection is lost. Both are called on the loop."""
+    once that the connection is lost, or that the broker ended the subscription alone. All are
+    called on the loop."""
 
     #: True when its MESSAGE frames are settled as they arrive (``ack:auto``: they carry no
     #: ``ack`` header); False when each must carry one to be settled.
@@ -65,11 +66,13 @@ class Subscriber(Protocol):
 
     def connection_lost(self, why: str) -> None: ...
 
+    def cancelled(self, why: str) -> None: ...
+
 
 class Wire:
     """One STOMP 1.2 connection: the stomp.py object, its events, its receipts and whether it
     is open. Loop thread only: ``Listener`` posts stomp.py's events to the ``on_*`` handlers
-    and ``lose``."""
+    and ``lose``. ``explain`` (``Dialect.explain``) rewrites the text of each ERROR frame."""
 
     def __init__(
         self,
@@ -79,8 +82,10 @@ class Wire:
         vhost: str | None,
         loop: asyncio.AbstractEventLoop,
         heartbeats: Heartbeats,
+        explain: Callable[[str], str] = str,
     ) -> None:
         self.options = options
+        self._explain = explain
         self.address = f"{host}:{port}"
         self._stomp: Any = stomp.Connection12(
             host_and_ports=[(host, port)],
@@ -186,7 +191,10 @@ class Wire:
         which does not run them before this coroutine first suspends.
         """
         receipt = uuid.uuid4().hex
-        self.write(frame, *args, headers=dict(headers, receipt=receipt), **kwargs)
+        if frame == "nack":  # stomp.py's nack takes its headers as keywords
+            self.write(frame, *args, **headers, receipt=receipt, **kwargs)
+        else:
+            self.write(frame, *args, headers=dict(headers, receipt=receipt), **kwargs)
         if timeout is None:
             timeout = self.options.receipt_timeout
         request = Request(frame.upper(), self.address, timeout)
@@ -233,6 +241,11 @@ class Wire:
         if failure is not None:
             if not self._connected.done():
                 self._connected.cancel()  # nobody awaits it any more
+            elif not self._connected.cancelled():
+                # A loss seen while the TCP connect ran (the broker closed the socket at once)
+                # failed it before anyone awaited it: taken here, or asyncio logs "Future
+                # exception was never retrieved" when it is collected.
+                self._connected.exception()
             self.lose(failure)
             self._shutdown_transport()
             raise await connect_failure.explain(
@@ -346,14 +359,24 @@ class Wire:
         self._receipts.answer(receipt)
 
     def on_error(self, headers: Mapping[str, str], body: bytes | str | None) -> None:
-        """An ERROR frame: it refuses the receipt it names, else the CONNECT, else is logged."""
+        """An ERROR frame: it refuses the receipt it names, else ends the subscription it names,
+        else refuses the CONNECT, else is logged."""
         first_line = text(body).strip().split("\n", 1)[0]
-        message = headers.get("message") or first_line or "ERROR frame"
+        message = self._explain(headers.get("message") or first_line or "ERROR frame")
         if self._receipts.refuse(headers.get("receipt-id", ""), message):
             return
-        # RabbitMQ says why in the body ("Bad CONNECT" / "Access refused for user 'x'").
+        cancelled = self._subscribers.pop(headers.get("subscription") or "", None)
+        if cancelled is not None:
+            # RabbitMQ's consumer cancel: the queue went (deleted, or its node is down). The
+            # connection stays open, and without this the subscription would wait forever.
+            log.warning("broker %s ended subscription %s: %s", self.address,
+                        headers["subscription"], message)
+            cancelled.cancelled(f"{self.address}: the broker ended the subscription: {message}")
+            return
+        # RabbitMQ says why in the body ("Bad CONNECT" / "Access refused for user 'x'", or
+        # a queue declaration it refused, explained).
         if first_line and first_line != message:
-            message = f"{message}: {first_line}"
+            message = self._explain(f"{message}: {first_line}")
         if not self._connected.done():
             self._connected.set_exception(Unanswered("refused", self._connecting, message))
             return
@@ -365,6 +388,8 @@ class Wire:
         """The connection is gone (idempotent): fail what waits on it, tell the subscribers."""
         if self._lost_reason is not None:
             return
+        if self._last_stray_error:  # RabbitMQ closes the connection after most of them
+            reason = f"{reason}, after the broker's error {self._last_stray_error!r}"
         self._lost_reason = reason
         if not self._connected.done():
             self._connected.set_exception(Unanswered("lost", self._connecting, reason))

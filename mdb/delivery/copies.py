@@ -12,7 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 
 from mdb import message as m
-from mdb.delivery.decision import Failure, MoveToError, Policy, Redeliver, error_headers
+from mdb.delivery.decision import (
+    DeadLetter,
+    Failure,
+    Keep,
+    MoveToError,
+    Policy,
+    Redeliver,
+    error_headers,
+)
 from mdb.message import MAX_HEADER_BYTES, MAX_HEADERS, MAX_TOTAL_BYTES, Message, line_bytes
 
 # mdb's own headers, kept first (cut to MAX_HEADER_BYTES if need be); a producer may set any of
@@ -59,14 +67,20 @@ def _cut(name: str, value: str) -> str:
     return value
 
 
-def fitted(outcome: Redeliver | MoveToError, message: Message, failure: Failure,
-           policy: Policy, protocol_headers: Set[str]) -> Redeliver | MoveToError:
+def fitted(outcome: Redeliver | MoveToError | DeadLetter | Keep, message: Message,
+           failure: Failure, policy: Policy, protocol_headers: Set[str],
+           ) -> Redeliver | MoveToError | DeadLetter | Keep:
     """``outcome`` with its copy's headers within the bounds. A message
     whose headers do not all fit is not retried (its copy would lack some): it moves to the
-    error destination at once, with the headers that fit and ``mdb_headers_dropped``."""
+    error destination at once, with the headers that fit and ``mdb_headers_dropped``. A kept
+    copy keeps what fits."""
+    if isinstance(outcome, DeadLetter):
+        return outcome
     headers, dropped = bounded(outcome.headers)
     if isinstance(outcome, MoveToError):
         return MoveToError(outcome.destination, headers)
+    if isinstance(outcome, Keep):
+        return Keep(outcome.delay, outcome.destination, headers, outcome.round)
     if not dropped:
         return outcome
     return MoveToError(policy.error_destination, bounded(error_headers(

@@ -9,8 +9,16 @@ broker flags redelivered had an unknown outcome (a process died or a connection 
 holding it): it counts as a failed delivery and is re-sent the same way before being processed,
 so even a message that kills the process cannot loop forever.
 
+What fails outside the handler cannot be counted in the message (a copy the broker refuses
+leaves it as it was, and it comes back flagged redelivered): each listener counts in the
+process how often settling a message failed by the broker's doing (``mdb.delivery.strikes``). At
+``MAX_STRIKES`` the message moves to the error destination whatever its count says; past it,
+to the broker's own dead-letter queue where the broker surely keeps it there (``DeadLetter``),
+else it stays with its subscription behind growing pauses (``Keep``).
+
 ``decide`` maps (the message, what happened to it, the listener's ``Policy``) to an
-``Outcome``: ``Settle``, ``Redeliver`` or ``MoveToError``, with the headers of the copy to send.
+``Outcome``: ``Settle``, ``Redeliver``, ``MoveToError``, ``DeadLetter`` or ``Keep``, with the
+headers of any copy to send.
 ``mdb.delivery.processor`` carries the outcome out.
 """
 
@@ -30,6 +38,10 @@ from mdb.options import Redelivery
 
 ERROR_TEXT_LIMIT = 4000  # UTF-8 bytes of the failure kept in ``mdb_error_message``
 ERROR_TYPE_LIMIT = 200  # UTF-8 bytes of the exception type kept in ``mdb_error_type``
+MAX_STRIKES = 3
+"""A message whose settlement failed this many times by the broker's doing (``Stuck``) moves to
+the error destination; one more, and it is given up to the broker's dead-letter queue (or
+kept)."""
 MAX_DELIVERY_COUNT = 1_000_000_000
 """The highest delivery count read from a header: above any ``Redelivery.limit``, and small
 enough for every span attribute and header that shows it."""
@@ -127,7 +139,24 @@ class Raised:
         return cls(error_type(exc), codec.describe(exc))
 
 
-Failure = InDoubt | Undecodable | Raised
+@dataclass(frozen=True, slots=True)
+class Stuck:
+    """Settling the message failed ``strikes`` times outside the handler, by the broker's
+    doing (it refused the copy, ``mdb.delivery.strikes``). The handler does not see it again.
+    ``dead_letter``: the broker surely keeps it on its own dead-letter queue
+    (``Delivery.can_dead_letter``)."""
+
+    strikes: int
+    dead_letter: bool
+    error_type: ClassVar[str] = "mdb.Stuck"
+
+    @property
+    def text(self) -> str:
+        return (f"settling it failed {self.strikes} times outside the handler (a copy the "
+                "broker refuses: may mdb's user write the error destination?)")
+
+
+Failure = InDoubt | Undecodable | Raised | Stuck
 Happened = Succeeded | NotSelected | Failure
 
 
@@ -159,7 +188,26 @@ class MoveToError:
     headers: Mapping[str, str]
 
 
-Outcome = Settle | Redeliver | MoveToError
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Hand the delivery to the broker's own dead-letter queue (``Connection.dead_letter``),
+    which settles it: no copy is sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Keep:
+    """Wait ``delay`` seconds, then ack the delivery and, in the same transaction, send an
+    unchanged copy (the same count) with ``headers`` to ``destination``, the subscription's
+    requeue destination: the message stays with its subscription, behind the others, and is
+    not handled again by this process. ``round`` counts the times it was kept, from 1."""
+
+    delay: float
+    destination: Destination
+    headers: Mapping[str, str]
+    round: int
+
+
+Outcome = Settle | Redeliver | MoveToError | DeadLetter | Keep
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,14 +221,18 @@ class Policy:
 
 
 SETTLE = Settle()
+DEAD_LETTER = DeadLetter()
 
 
 @overload
 def decide(message: Message, happened: Succeeded | NotSelected, policy: Policy,
            protocol_headers: Set[str] = ...) -> Settle: ...
 @overload
-def decide(message: Message, happened: Failure, policy: Policy,
+def decide(message: Message, happened: InDoubt | Undecodable | Raised, policy: Policy,
            protocol_headers: Set[str] = ...) -> Redeliver | MoveToError: ...
+@overload
+def decide(message: Message, happened: Stuck, policy: Policy,
+           protocol_headers: Set[str] = ...) -> MoveToError | DeadLetter | Keep: ...
 def decide(message: Message, happened: Happened, policy: Policy,
            protocol_headers: Set[str] = frozenset()) -> Outcome:
     """The outcome of ``message`` after ``happened``.
@@ -189,28 +241,38 @@ def decide(message: Message, happened: Happened, policy: Policy,
     delivery is in doubt) is redelivered while ``message.delivery_count`` is at most the
     policy's ``limit`` — after ``delay_before(count)`` seconds for a handler failure, at once
     for a delivery in doubt — and past it, or at once for an undecodable body, moved to the
-    error destination. ``protocol_headers`` are the names of the headers the broker set for
-    this one delivery (``Delivery.protocol_headers``): they are not copied.
+    error destination. A message stuck ``MAX_STRIKES`` times moves to the error destination;
+    past that, to the broker's dead-letter queue where the broker keeps it there, else it is
+    kept (``Redelivery.keep_delay``). ``protocol_headers`` are the names of the headers the
+    broker set for this one delivery (``Delivery.protocol_headers``): they are not copied.
     """
     match happened:
         case Succeeded() | NotSelected():
             return SETTLE
+        case Stuck(dead_letter=True) if happened.strikes > MAX_STRIKES:
+            return DEAD_LETTER
+        case Stuck() if happened.strikes > MAX_STRIKES:
+            rounds = happened.strikes - MAX_STRIKES
+            return Keep(policy.redelivery.keep_delay(rounds), policy.requeue_destination,
+                        redelivery_headers(message, protocol_headers, message.delivery_count),
+                        rounds)
         case InDoubt() | Raised() if message.delivery_count <= policy.redelivery.limit:
             count = message.delivery_count
             delay = 0.0 if isinstance(happened, InDoubt) else policy.redelivery.delay_before(count)
             return Redeliver(delay, count + 1, policy.requeue_destination,
-                             redelivery_headers(message, protocol_headers))
+                             redelivery_headers(message, protocol_headers, count + 1))
         case _:
             return MoveToError(policy.error_destination,
                                error_headers(message, happened, policy.listener,
                                              protocol_headers))
 
 
-def redelivery_headers(message: Message, protocol_headers: Set[str]) -> dict[str, str]:
-    """The headers of ``message``'s copy re-sent for another delivery: its own, its ``mdb_id``,
-    the count one higher and the logical destination it came from."""
+def redelivery_headers(message: Message, protocol_headers: Set[str],
+                       delivery_count: int) -> dict[str, str]:
+    """The headers of ``message``'s copy re-sent to its subscription: its own, its ``mdb_id``,
+    ``delivery_count`` and the logical destination it came from."""
     headers = _kept(message, protocol_headers)
-    headers[headers_.DELIVERY_COUNT] = str(message.delivery_count + 1)
+    headers[headers_.DELIVERY_COUNT] = str(delivery_count)
     headers[headers_.REDELIVERY_OF] = str(message.destination)
     return headers
 

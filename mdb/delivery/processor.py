@@ -8,17 +8,22 @@ from collections.abc import Callable, Iterable, Sequence
 
 import anyio
 
-from mdb import tracing
+from mdb import clock, tracing
 from mdb.broker import Connection, Delivery, Subscription
 from mdb.delivery.batch import Ready, Step, fall_back, ready_run, run_in_one_transaction
 from mdb.delivery.copies import fitted
 from mdb.delivery.decision import (
+    MAX_STRIKES,
     Damaged,
+    DeadLetter,
     Failure,
     InDoubt,
+    Keep,
+    MoveToError,
     Policy,
     Raised,
     Redeliver,
+    Stuck,
     Undecodable,
     Unsupported,
     decide,
@@ -27,6 +32,7 @@ from mdb.delivery.decision import (
 from mdb.delivery.invoker import Invoker
 from mdb.delivery.sends import DirectSends, TransactedSends, commit
 from mdb.delivery.stats import Stats
+from mdb.delivery.strikes import Strikes, identity
 from mdb.errors import BrokerError, DecodeError
 from mdb.listener import ListenerSpec
 from mdb.message import Message, OutgoingMessage
@@ -40,11 +46,11 @@ class Processor:
     """Runs one listener's handler on the deliveries of one planned subscription, as DESIGN §4
     says. Made once per pool slot; the connection and the subscription, which change at every
     reconnect, come with the deliveries. ``stopping()`` says when no further message may go to
-    the handler."""
+    the handler. ``stats`` and ``strikes`` are the listener's, shared by its slots."""
 
     def __init__(
         self, spec: ListenerSpec, planned: PlannedSubscription, system: str,
-        producer: Producer, stats: Stats, threads: anyio.CapacityLimiter,
+        producer: Producer, stats: Stats, strikes: Strikes, threads: anyio.CapacityLimiter,
         stopping: Callable[[], bool],
     ) -> None:
         self._spec = spec
@@ -53,6 +59,7 @@ class Processor:
         self._selector = planned.selector
         self._producer = producer
         self._stats = stats
+        self._strikes = strikes
         self._stopping = stopping
         self._invoker = Invoker(spec, planned, system, stats, threads)
         self._direct = DirectSends(producer, planned.broker)
@@ -128,6 +135,9 @@ class Processor:
             failure = Damaged(delivery.damage)
         if failure is None and delivery.unsupported is not None:
             failure = Unsupported(delivery.unsupported)
+        strikes = self._strikes_of(delivery, message)
+        if strikes >= MAX_STRIKES:
+            failure = Stuck(strikes, delivery.can_dead_letter)
         try:
             if failure is None and not self._selected(delivery):
                 # Not this subscription's message: settled unseen (see mdb.planning).
@@ -141,6 +151,8 @@ class Processor:
                     await self._settle_failure(connection, subscription, delivery, message,
                                                failure, span)
         except BrokerError as exc:
+            if connection.is_open:  # refused, not lost: it counts against this message
+                self._strikes.strike(identity(delivery))
             return self._not_settled(f"message {message.id}", exc, connection)
         return True
 
@@ -149,7 +161,17 @@ class Processor:
 
     def _batchable(self, delivery: Delivery) -> bool:
         return (delivery.damage is None and delivery.unsupported is None
-                and self._selected(delivery))
+                and self._selected(delivery)
+                and not (self._strikes and self._strikes.count(identity(delivery))))
+
+    def _strikes_of(self, delivery: Delivery, message: Message) -> int:
+        """The strikes of ``delivery``'s message (``mdb.delivery.strikes``), one more if it
+        came back in doubt after the broker confirmed moving it to the error destination."""
+        if delivery.broker_redelivered:
+            return self._strikes.came_back(identity(delivery), message.delivery_count)
+        if not self._strikes:
+            return 0  # nothing was ever struck: no identity to work out
+        return self._strikes.count(identity(delivery))
 
     async def _run(self, connection: Connection, delivery: Delivery,
                    message: Message) -> Failure | None:
@@ -188,15 +210,24 @@ class Processor:
     async def _settle_failure(self, connection: Connection, subscription: Subscription,
                               delivery: Delivery, message: Message, failure: Failure,
                               span: tracing.Processing) -> None:
-        """Ack ``delivery`` and, in the same transaction, send it on as ``decide`` says: back
-        to ``subscription`` for another delivery, or to the error destination."""
+        """Settle ``delivery`` as ``decide`` says: ack it and, in the same transaction, send it
+        back to ``subscription`` (for another delivery, or kept) or to the error destination;
+        or hand it to the broker's dead-letter queue."""
         spec = self._spec
         policy = Policy(spec.name, spec.options.redelivery, subscription.requeue_destination,
                         spec.error_destination)
         outcome = fitted(decide(message, failure, policy, delivery.protocol_headers),
                          message, failure, policy, delivery.protocol_headers)
-        if isinstance(outcome, Redeliver):
-            await anyio.sleep(outcome.delay)
+        if isinstance(outcome, DeadLetter):
+            span.failed(failure.error_type, failure.text)
+            await connection.dead_letter(delivery)
+            span.given_up("dead-lettered")
+            self._stats.dead_lettered += 1
+            log.warning("listener %s: message %s handed to the broker's dead-letter queue (%s: "
+                        "%s)", spec.name, message.id, failure.error_type, failure.text)
+            return
+        if isinstance(outcome, Redeliver | Keep):
+            await clock.current().sleep(outcome.delay)
         span.failed(failure.error_type, failure.text)
         target = outcome.destination
         tx = await connection.begin()
@@ -206,14 +237,26 @@ class Processor:
         copy = OutgoingMessage(message.body, outcome.headers, reply_to=message.reply_to,
                                correlation_id=message.correlation_id,
                                copy_of=delivery.headers)
-        with tracing.sending(self._system, target, copy) as traced:
-            await commit(tx, [delivery], sends=[(target, traced)])
+        try:
+            with tracing.sending(self._system, target, copy) as traced:
+                await commit(tx, [delivery], sends=[(target, traced)])
+        except BrokerError:
+            if isinstance(outcome, MoveToError) and not connection.is_open:
+                # Refused by closing the connection, perhaps (RabbitMQ): see strikes. (A
+                # refusal on an open connection is struck by _process.)
+                self._strikes.strike(identity(delivery))
+            raise
+        if isinstance(outcome, MoveToError):
+            self._strikes.moved(identity(delivery), message.delivery_count)
         if isinstance(outcome, Redeliver):
             span.redelivery(outcome.delivery_count)
             self._stats.redelivered += 1
             log.info("listener %s: message %s failed (%s: %s), delivery %d of at most %d",
                      spec.name, message.id, failure.error_type, failure.text,
                      message.delivery_count, policy.redelivery.limit + 1)
+        elif isinstance(outcome, Keep):
+            self._kept(delivery, message, failure, outcome)
+            span.given_up("kept")
         else:
             span.moved(target)
             self._stats.to_error_destination += 1
@@ -222,6 +265,19 @@ class Processor:
             log.warning("listener %s: message %s moved to %s after %d deliveries (%s: %s)",
                         spec.name, message.id, target, message.delivery_count,
                         failure.error_type, failure.text)
+
+    def _kept(self, delivery: Delivery, message: Message, failure: Failure,
+              outcome: Keep) -> None:
+        """A stuck message was kept: one more strike (a longer pause next time), counted, and
+        said at WARNING the first time only."""
+        self._stats.kept += 1
+        self._strikes.strike(identity(delivery))
+        log.log(logging.WARNING if outcome.round == 1 else logging.DEBUG,
+                "listener %s: message %s kept on %s (%s: %s); the broker has no dead-letter "
+                "queue that surely keeps it: it stays there, not handled again by this process, "
+                "coming back after pauses of up to redelivery.max_delay (round %d)",
+                self._spec.name, message.id, outcome.destination, failure.error_type,
+                failure.text, outcome.round)
 
     def _not_settled(self, what: str, exc: BrokerError, connection: Connection) -> bool:
         self._stats.rolled_back += 1

@@ -16,3 +16,5 @@ class Stats:
     in_flight: int = 0
     damaged: int = 0  # arrived as an inconsistent frame; moved to an error destination unseen
     filtered: int = 0  # not selected by a topic listener's selector, settled unseen
+    dead_lettered: int = 0  # stuck: handed to the broker's own dead-letter queue
+    kept: int = 0  # stuck, where the broker has no such queue: times one was kept on its queue

@@ -13,6 +13,7 @@ import mdb_memory
 from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest
 from mdb.destinations import Destination
 from mdb.errors import (
+    BrokerError,
     ConfigurationError,
     ConnectionFailed,
     ConnectionLost,
@@ -673,6 +674,42 @@ async def test_fail_sends_makes_a_commit_roll_back(
     with pytest.raises(TransactionRolledBack):
         await tx.commit()
     assert state.queue_depth("queue:out") == 1 and sub.unsettled_count == 0
+
+
+async def test_refused_sends_store_nothing_and_roll_a_commit_back(
+    conn: MemoryConnection, state: BrokerState
+) -> None:
+    state.refuse_sends_to("queue:forbidden")
+    with pytest.raises(BrokerError, match="refused a send to queue:forbidden"):
+        await conn.send(d("queue:forbidden"), msg("no"))
+    sub = await conn.subscribe(req("queue:in"))
+    await send_all(conn, "queue:in", "x")
+    delivery = await receive(sub)
+    tx = await conn.begin()
+    await tx.ack(delivery)
+    await tx.send(d("queue:forbidden"), msg("no"))
+    with pytest.raises(TransactionRolledBack, match="refused"):
+        await tx.commit()
+    assert sub.unsettled_count == 1 and state.stats("queue:forbidden") is None
+    state.refuse_sends_to("queue:forbidden", refuse=False)
+    await conn.send(d("queue:forbidden"), msg("yes"))
+    assert state.queue_depth("queue:forbidden") == 1
+
+
+async def test_dead_letter_settles_and_keeps_the_message_on_the_dlq(
+    conn: MemoryConnection, state: BrokerState
+) -> None:
+    sub = await conn.subscribe(req("queue:in"))
+    await send_all(conn, "queue:in", "x")
+    delivery = await receive(sub)
+    assert delivery.can_dead_letter
+    await conn.dead_letter(delivery)
+    assert sub.unsettled_count == 0
+    [kept] = state.browse(f"queue:{mdb_memory.DEAD_LETTER_QUEUE}")
+    assert (kept.body, kept.headers) == (b"x", delivery.headers)
+    with pytest.raises(BrokerError, match="not unsettled"):
+        await conn.dead_letter(delivery)  # settled already: nothing more
+    assert state.queue_depth(f"queue:{mdb_memory.DEAD_LETTER_QUEUE}") == 1
 
 
 async def test_refused_connections(broker: MemoryBroker, state: BrokerState) -> None:

@@ -2,9 +2,11 @@
 
 The broker is started by ``tests.harness.activemq``: one for this module. What ActiveMQ and
 RabbitMQ share (a killed or hung broker, connect failures) is tested once per broker in
-``test_stomp_brokers``. Without ActiveMQ installed the tests are skipped, except in CI
-(``CI=true``) where that is a failure. Every wait is bounded by ``fail_after`` so a broken
-adapter fails instead of hanging; nothing asserts a duration.
+``test_stomp_brokers``; the seam's general rules (transactions, prefetch, ``receive_nowait``,
+stale objects) once for all three adapters by ``test_seam`` (``mdb.testing.seam``). Without
+ActiveMQ installed the tests are skipped, except in CI (``CI=true``) where that is a failure.
+Every wait is bounded by ``fail_after`` so a broken adapter fails instead of hanging; nothing
+asserts a duration.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from mdb.broker import ConnectionOptions
-from mdb.errors import BrokerError, ConfigurationError, ConnectionLost, SubscriptionFailed
+from mdb.errors import BrokerError, ConfigurationError, SubscriptionFailed
 from mdb.message import ID, OutgoingMessage, new_id
 from mdb_stomp import StompBroker
 from tests.adapters.stomp_support import (
@@ -76,87 +78,6 @@ async def test_send_and_receive_on_a_queue_round_trips_body_and_headers(activemq
 # -- transactions ----------------------------------------------------------------------------
 
 
-async def test_commit_makes_ack_and_send_take_effect_together(activemq: ActiveMQ) -> None:
-    source, target = unique("queue"), unique("queue")
-    async with connected(activemq.url) as connection:
-        consumer = await connection.subscribe(queue_request(source))
-        watcher = await connection.subscribe(queue_request(target, prefetch=10))
-        original = message("original")
-        await connection.send(source, original)
-        delivery = await receive(consumer)
-
-        transaction = await connection.begin()
-        await transaction.ack(delivery)
-        forwarded = message("forwarded")
-        await transaction.send(target, forwarded)
-        before = message("sent before the commit")
-        await connection.send(target, before)
-        # Queues are FIFO: had the transacted send escaped early it would come first.
-        assert (await receive(watcher)).headers[ID] == before.headers[ID]
-
-        await transaction.commit()
-        assert (await receive(watcher)).headers[ID] == forwarded.headers[ID]
-
-        # The ack took effect too: after resubscribing, the next message is a new one.
-        await consumer.close()
-        after = message("after")
-        await connection.send(source, after)
-        again = await connection.subscribe(queue_request(source))
-        assert (await receive(again)).headers[ID] == after.headers[ID]
-
-
-async def test_abort_discards_sends_and_leaves_the_delivery_unsettled(activemq: ActiveMQ) -> None:
-    source, target = unique("queue"), unique("queue")
-    async with connected(activemq.url) as connection:
-        consumer = await connection.subscribe(queue_request(source))
-        watcher = await connection.subscribe(queue_request(target, prefetch=10))
-        original = message("original")
-        await connection.send(source, original)
-        delivery = await receive(consumer)
-
-        transaction = await connection.begin()
-        await transaction.ack(delivery)
-        await transaction.send(target, message("discarded"))
-        await transaction.abort()
-        await transaction.abort()  # idempotent, never raises
-
-        marker = message("marker")
-        await connection.send(target, marker)
-        assert (await receive(watcher)).headers[ID] == marker.headers[ID]
-
-        await consumer.close()
-        again = await connection.subscribe(queue_request(source))
-        redelivered = await receive(again)
-        assert redelivered.headers[ID] == original.headers[ID]
-        assert redelivered.broker_redelivered
-
-
-async def test_an_unsettled_delivery_comes_back_redelivered_after_the_subscription_closes(
-    activemq: ActiveMQ,
-) -> None:
-    queue = unique("queue")
-    async with connected(activemq.url) as connection:
-        sent = message("unsettled")
-        await connection.send(queue, sent)
-        first = await connection.subscribe(queue_request(queue))
-        delivery = await receive(first)
-        assert not delivery.broker_redelivered
-        await first.close()
-        await first.close()  # idempotent
-
-        with pytest.raises(ConnectionLost):
-            await connection.ack(delivery)  # stale: its subscription is gone
-        with pytest.raises(ConnectionLost):
-            await first.receive()
-
-        second = await connection.subscribe(queue_request(queue))
-        again = await receive(second)
-        assert again.headers[ID] == sent.headers[ID]
-        assert again.broker_message_id == delivery.broker_message_id
-        assert again.broker_redelivered
-        await connection.ack(again)
-
-
 async def test_an_ack_that_would_also_settle_an_unsettled_earlier_delivery_is_refused(
     activemq: ActiveMQ,
 ) -> None:
@@ -214,27 +135,6 @@ async def test_prefetch_bounds_unsettled_deliveries(activemq: ActiveMQ) -> None:
         ids = [d.headers[ID] for d in held + others]
         assert sorted(ids) == sorted(m.headers[ID] for m in sent)
         assert [d.headers[ID] for d in held] == [m.headers[ID] for m in sent[:2]]
-
-
-async def test_receive_nowait_shares_the_stream_of_receive_and_never_waits(
-    activemq: ActiveMQ,
-) -> None:
-    queue = unique("queue")
-    async with connected(activemq.url) as connection:
-        subscription = await connection.subscribe(queue_request(queue, prefetch=3))
-        assert subscription.receive_nowait() is None
-        sent = [message(f"m{i}") for i in range(3)]
-        for item in sent:
-            await connection.send(queue, item)
-        got = [await receive(subscription)]
-        while len(got) < 3:  # each one either already here, or awaited
-            got.append(subscription.receive_nowait() or await receive(subscription))
-        assert [d.headers[ID] for d in got] == [m.headers[ID] for m in sent]
-        assert subscription.receive_nowait() is None  # all three are held: nothing more comes
-        for delivery in got:
-            await connection.ack(delivery)
-        await subscription.close()
-        assert subscription.receive_nowait() is None
 
 
 async def test_an_invalid_selector_is_a_subscription_failure(activemq: ActiveMQ) -> None:

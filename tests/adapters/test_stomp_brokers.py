@@ -10,7 +10,11 @@ others use the session's (``broker``: the ``activemq`` and ``rabbitmq`` fixtures
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
 import socket
+import threading
 from collections.abc import Iterator
 from typing import cast
 
@@ -239,3 +243,33 @@ async def test_connect_to_a_server_that_never_answers_fails_at_the_deadline(sche
         with pytest.raises(ConnectionFailed, match="CONNECTED"):
             with anyio.fail_after(WAIT):
                 await StompBroker(options(url, connect_timeout=1.0)).connect()
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+async def test_connect_to_a_server_that_closes_at_once_fails_and_leaves_nothing_unretrieved(
+        scheme: str) -> None:
+    # A broker that accepts and closes (one starting or stopping: a slave taking over) fails
+    # the CONNECT while the TCP connect still runs. Each failure must be taken by the connect:
+    # a failed future nobody retrieved is reported by asyncio when it is collected.
+    unretrieved: list[str] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: unretrieved.append(context["message"]))
+    with socket.socket() as closing:
+        closing.bind(("127.0.0.1", 0))
+        closing.listen(64)
+        url = f"{scheme}://127.0.0.1:{closing.getsockname()[1]}"
+
+        def close_each() -> None:
+            with contextlib.suppress(OSError):  # the test closed the listening socket
+                while True:
+                    closing.accept()[0].close()
+
+        threading.Thread(target=close_each, daemon=True).start()
+        try:
+            for _ in range(20):  # the loss wins the race against the TCP connect often
+                with pytest.raises(ConnectionFailed), anyio.fail_after(WAIT):
+                    await StompBroker(options(url, connect_timeout=2.0)).connect()
+                gc.collect()
+        finally:
+            loop.set_exception_handler(None)
+    assert unretrieved == []

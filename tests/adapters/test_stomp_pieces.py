@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import pytest
 import stomp.utils
 
+from mdb.destinations import Destination
 from mdb.errors import (
     BrokerError,
     ConnectionLost,
@@ -18,7 +19,7 @@ from mdb.errors import (
     SubscriptionFailed,
     TransactionRolledBack,
 )
-from mdb.message import OutgoingMessage
+from mdb.message import OutgoingMessage, ReplyAddress
 from mdb_stomp.dialect import ActiveMQDialect, Dialect, RabbitMQDialect
 from mdb_stomp.frames import escape_name, send_headers, text
 from mdb_stomp.heartbeats import Heartbeats, Silence
@@ -146,18 +147,20 @@ async def test_receipts_are_answered_refused_timed_out_or_failed() -> None:
 
 # -- frames ------------------------------------------------------------------------------------
 
+QUEUE = Destination.parse("queue:q")
+
 
 def test_send_headers_escape_names_drop_frame_headers_and_add_the_dialects() -> None:
     message = OutgoingMessage(
         body=b"{}",
         headers={"a:b": "1", "receipt": "x", "destination": "y", "content-type": "text/plain"},
     )
-    headers = send_headers(message, ActiveMQDialect())
+    headers = send_headers(message, ActiveMQDialect(), QUEUE)
     assert headers["a\\cb"] == "1"
     assert "receipt" not in headers and "destination" not in headers
     assert headers["persistent"] == "true"
     assert headers["amq-msg-type"] == "text"
-    assert "amq-msg-type" not in send_headers(message, RabbitMQDialect())
+    assert "amq-msg-type" not in send_headers(message, RabbitMQDialect(), QUEUE)
 
 
 # A Java TextMessage and BytesMessage as ActiveMQ 5.17 delivers them over STOMP (measured).
@@ -168,23 +171,52 @@ JAVA_BYTES = {**JAVA_TEXT, "persistent": "true", "content-length": "2"}
 
 def test_an_activemq_copy_keeps_the_jms_type_priority_expiry_and_persistence() -> None:
     dialect = ActiveMQDialect()
-    copy = send_headers(OutgoingMessage(b"ab", {"mdb_id": "m"}, copy_of=JAVA_TEXT), dialect)
+    copy = send_headers(OutgoingMessage(b"ab", {"mdb_id": "m"}, copy_of=JAVA_TEXT), dialect,
+                        QUEUE)
     assert {k: copy.get(k) for k in ("amq-msg-type", "priority", "expires", "persistent")} == {
         "amq-msg-type": "text", "priority": "8", "expires": "1795390101926",
         "persistent": "false"}
     assert "timestamp" not in copy and "message-id" not in copy
-    copy = send_headers(OutgoingMessage(b"ab", copy_of=JAVA_BYTES), dialect)
+    copy = send_headers(OutgoingMessage(b"ab", copy_of=JAVA_BYTES), dialect, QUEUE)
     assert "amq-msg-type" not in copy and copy["persistent"] == "true"
     # A TextMessage sent over STOMP comes back with both headers, as properties: still text.
     sent_as_text = {**JAVA_BYTES, "amq-msg-type": "text"}
-    assert send_headers(OutgoingMessage(b"ab", copy_of=sent_as_text), dialect)[
+    assert send_headers(OutgoingMessage(b"ab", copy_of=sent_as_text), dialect, QUEUE)[
         "amq-msg-type"] == "text"
 
 
-def test_a_rabbitmq_copy_is_persistent_as_every_send() -> None:
-    copy = send_headers(OutgoingMessage(b"ab", copy_of={"persistent": "false"}),
-                        RabbitMQDialect())
-    assert copy["persistent"] == "true"
+def test_a_rabbitmq_copy_keeps_its_priority_and_is_persistent_as_every_send() -> None:
+    received = {"message-id": "T_1", "priority": "8", "persistent": "false"}
+    copy = send_headers(OutgoingMessage(b"ab", copy_of=received), RabbitMQDialect(), QUEUE)
+    assert (copy["priority"], copy["persistent"]) == ("8", "true")
+    assert "message-id" not in copy
+
+
+def test_a_rabbitmq_queue_type_declares_every_queue_mdb_sends_to() -> None:
+    message = OutgoingMessage(b"ab", {"x-queue-type": "quorum", "x-delivery-count": "2"})
+    quorum = RabbitMQDialect("quorum")
+    # A SEND to /queue/X declares X: it must say the queue's type, or RabbitMQ refuses it.
+    assert send_headers(message, quorum, QUEUE)["x-queue-type"] == "quorum"
+    assert send_headers(OutgoingMessage(b"ab", {}), quorum, QUEUE)["x-queue-type"] == "quorum"
+    copy = OutgoingMessage(b"ab", copy_of={"persistent": "true"})
+    assert send_headers(copy, RabbitMQDialect("classic"), QUEUE)["x-queue-type"] == "classic"
+    # Topics declare nothing; a reply address is another client's queue, not mdb's to declare.
+    for target in (Destination.parse("topic:t"), ReplyAddress("/queue/theirs")):
+        assert "x-queue-type" not in send_headers(OutgoingMessage(b"ab", {}), quorum, target)
+    assert "x-queue-type" not in send_headers(OutgoingMessage(b"ab", {}), RabbitMQDialect(),
+                                              QUEUE)
+    # What the broker adds to a quorum queue's deliveries is never copied.
+    assert {"x-queue-type", "x-delivery-count"} <= quorum.protocol_headers
+
+
+def test_rabbitmq_explains_a_queue_declared_with_another_type() -> None:
+    refused = ("precondition_failed: PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for "
+               "queue 'Consumer.shop-l.t' in vhost '/': received the value 'quorum' of type "
+               "'longstr' but current is none")
+    explained = RabbitMQDialect("quorum").explain(refused)
+    assert explained.startswith(refused)
+    assert "queue_type" in explained and "delete" in explained
+    assert RabbitMQDialect().explain("access_refused") == "access_refused"
 
 
 def test_an_empty_activemq_frame_without_content_length_is_an_unsupported_kind() -> None:
@@ -194,6 +226,14 @@ def test_an_empty_activemq_frame_without_content_length_is_an_unsupported_kind()
     assert dialect.unsupported({**JAVA_TEXT, "content-length": "0"}, b"") is None  # bytes
     assert dialect.unsupported({**JAVA_TEXT, "mdb_id": "m"}, b"") is None  # mdb sent it
     assert RabbitMQDialect().unsupported({}, b"") is None
+
+
+def test_only_a_persistent_activemq_message_is_dead_lettered() -> None:
+    # ActiveMQ drops a NACKed non-persistent message unless its broker says otherwise;
+    # RabbitMQ drops a NACKed message unless its queue has a dead-letter exchange.
+    assert ActiveMQDialect().dead_letters(JAVA_BYTES)
+    assert not ActiveMQDialect().dead_letters(JAVA_TEXT)
+    assert not RabbitMQDialect().dead_letters(JAVA_BYTES)
 
 
 def test_escape_name_and_text() -> None:

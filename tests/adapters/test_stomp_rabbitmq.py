@@ -6,8 +6,10 @@ evaluates topic selectors itself), a new ``message-id`` on every delivery, and u
 that only come back when their connection closes. The node is started by
 ``tests.harness.rabbitmq``: one for this module.
 What RabbitMQ and ActiveMQ share (a killed or hung broker, connect failures) is tested once
-per broker in ``test_stomp_brokers``. Without RabbitMQ installed the tests are skipped, except
-in CI (``CI=true``) where that is a failure. Every wait is bounded by ``fail_after``.
+per broker in ``test_stomp_brokers``, the seam's general rules (transactions, prefetch, stale
+objects) by ``test_seam`` (``mdb.testing.seam``). Without RabbitMQ installed the tests are
+skipped, except in CI (``CI=true``) where that is a failure. Every wait is bounded by
+``fail_after``.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from collections.abc import Iterator
 import pytest
 
 from mdb.broker import SubscriptionRequest
-from mdb.errors import ConnectionLost, SubscriptionFailed
-from mdb.message import ID
+from mdb.errors import ConnectionLost, SendOutcomeUnknown, SubscriptionFailed
+from mdb.message import ID, OutgoingMessage
 from mdb_stomp import StompBroker
 from mdb_stomp.dialect import RabbitMQDialect
 from tests.adapters.stomp_support import (
@@ -128,36 +130,6 @@ async def test_acks_are_individual_so_deliveries_may_be_settled_in_any_order(
         await connection.ack(again)
 
 
-async def test_commit_makes_ack_and_send_take_effect_together_and_abort_discards(
-    rabbitmq: RabbitMQ,
-) -> None:
-    source, target = unique("queue"), unique("queue")
-    async with connected(rabbitmq.url) as connection:
-        consumer = await connection.subscribe(queue_request(source))
-        watcher = await connection.subscribe(queue_request(target, prefetch=10))
-        await connection.send(source, message("original"))
-        delivery = await receive(consumer)
-
-        aborted = await connection.begin()
-        await aborted.ack(delivery)
-        await aborted.send(target, message("discarded"))
-        await aborted.abort()
-
-        committed = await connection.begin()
-        await committed.ack(delivery)  # still unsettled after the abort
-        forwarded = message("forwarded")
-        await committed.send(target, forwarded)
-        before = message("sent before the commit")
-        await connection.send(target, before)
-        assert (await receive(watcher)).headers[ID] == before.headers[ID]
-        await committed.commit()
-        assert (await receive(watcher)).headers[ID] == forwarded.headers[ID]
-
-        after = message("after")
-        await connection.send(source, after)
-        assert (await receive(consumer)).headers[ID] == after.headers[ID]
-
-
 async def test_closing_a_subscription_that_holds_deliveries_closes_its_connection(
     rabbitmq: RabbitMQ,
 ) -> None:
@@ -195,3 +167,76 @@ async def test_closing_a_settled_subscription_keeps_the_connection(rabbitmq: Rab
         await connection.send(queue, later)
         # Queues are FIFO: a delivery handed back by the close would come first.
         assert (await receive(again)).headers[ID] == later.headers[ID]
+
+
+# -- quorum queues (queue_type) ----------------------------------------------------------------
+
+
+def queue_types(rabbitmq: RabbitMQ) -> dict[str, str]:
+    listed = rabbitmq.ctl("list_queues", "name", "type", "--no-table-headers", "--quiet")
+    return dict(line.split("\t") for line in listed.splitlines() if line)
+
+
+async def test_quorum_queues_take_sends_redelivery_copies_and_their_own_listeners(
+    rabbitmq: RabbitMQ,
+) -> None:
+    # A SEND to /queue/X declares X: without the quorum type it is refused by a quorum queue
+    # (and the connection closed), which would break every redelivery's re-send.
+    topic, queue = unique("topic"), unique("queue")
+    async with connected(rabbitmq.url, queue_type="quorum") as connection:
+        subscription = await connection.subscribe(topic_request(topic, "quorate"))
+        requeue = subscription.requeue_destination
+        listener = await connection.subscribe(queue_request(queue))
+        await connection.send(topic, message("first"))
+        await connection.send(queue, message("to a queue"))
+        delivery = await receive(subscription)
+        # The container's redelivery: ack, and re-send a copy to the subscription's queue.
+        transaction = await connection.begin()
+        await transaction.ack(delivery)
+        copy = OutgoingMessage(delivery.body, {ID: delivery.headers[ID]},
+                               copy_of=delivery.headers)
+        await transaction.send(requeue, copy)
+        await transaction.commit()
+        again = await receive(subscription)
+        assert again.headers[ID] == delivery.headers[ID]
+        await connection.ack(again)
+        await connection.ack(await receive(listener))
+    assert {n: t for n, t in queue_types(rabbitmq).items()
+            if n in (requeue.name, queue.name)} == {requeue.name: "quorum", queue.name: "quorum"}
+
+
+async def test_a_queue_of_another_type_is_refused_with_the_way_out(rabbitmq: RabbitMQ) -> None:
+    topic, queue = unique("topic"), unique("queue")
+    async with connected(rabbitmq.url) as connection:
+        await (await connection.subscribe(topic_request(topic, "classic"))).close()
+        await connection.send(queue, message("a classic queue"))
+    async with connected(rabbitmq.url, queue_type="quorum") as connection:
+        with pytest.raises(SubscriptionFailed,
+                           match=r"inequivalent arg 'x-queue-type' for queue 'Consumer\.classic"
+                                 r".*queue_type \(quorum\).*delete_queue"):
+            await connection.subscribe(topic_request(topic, "classic"))
+    async with connected(rabbitmq.url, queue_type="quorum") as connection:
+        # RabbitMQ answers a refused SEND with an ERROR naming no receipt, then closes.
+        with pytest.raises(SendOutcomeUnknown,
+                           match=f"for queue '{queue.name}'.*queue_type \\(quorum\\)"):
+            await connection.send(queue, message("to the classic queue"))
+
+
+async def test_a_subscription_whose_queue_goes_ends_instead_of_waiting_forever(
+    rabbitmq: RabbitMQ,
+) -> None:
+    # RabbitMQ cancels the consumers of a queue that went (deleted here; on a cluster, a
+    # classic queue whose node died) with an ERROR naming the subscription, and keeps the
+    # connection open: nothing else would ever wake the subscription.
+    queue = unique("queue")
+    async with connected(rabbitmq.url) as connection:
+        subscription = await connection.subscribe(queue_request(queue))
+        rabbitmq.ctl("delete_queue", queue.name)
+        with pytest.raises(ConnectionLost, match="ended the subscription"):
+            await receive(subscription)
+        assert subscription.closed and connection.is_open
+    # The plugin declares a /queue/ once per connection: a new one declares it again.
+    async with connected(rabbitmq.url) as connection:
+        again = await connection.subscribe(queue_request(queue))
+        await connection.send(queue, message("again"))
+        await connection.ack(await receive(again))

@@ -24,6 +24,7 @@ import os
 import queue
 import re
 import signal
+import string
 import subprocess
 import sys
 import threading
@@ -125,18 +126,19 @@ def views(entries: Iterable[Entry], distribution: str) -> dict[str, list[Entry]]
 
 # -- settings and brokers ------------------------------------------------------------------------
 
-BROKER_NAMES = ("a", "b", "c")
+BROKER_NAMES = tuple(string.ascii_lowercase)  # a, b, c, … in the order of the URLs
 
 
-def fault_settings(urls: Sequence[str], topic: str, heartbeat_ms: int = 1000,
+def fault_settings(urls: Sequence[str | list[str]], topic: str, heartbeat_ms: int = 1000,
                    **values: object) -> Settings:
-    """Settings for fault runs: brokers ``a``, ``b``, ``c``… at ``urls`` with short heartbeats
-    (``heartbeat_ms``) and reconnect delays; with several URLs ``topic:<topic>`` is
-    partitioned, one member on each broker."""
+    """Settings for fault runs: brokers ``a``, ``b``, ``c``… at ``urls`` (a list: one broker at
+    several addresses, e.g. a master/slave pair) with short heartbeats (``heartbeat_ms``) and
+    reconnect delays; with several brokers ``topic:<topic>`` is partitioned, one member on
+    each broker."""
     brokers = {name: BrokerSettings(url=url, heartbeat_ms=heartbeat_ms, reconnect_delay=0.2,
                                     reconnect_max_delay=1.0, connect_timeout=3.0,
                                     receipt_timeout=5.0)
-               for name, url in zip(BROKER_NAMES, urls, strict=False)}
+               for name, url in zip(BROKER_NAMES[:len(urls)], urls, strict=True)}
     destinations = ({} if len(urls) == 1 else {f"topic:{topic}": DestinationSettings(
         members=[MemberSettings(broker=b) for b in brokers])})
     values.setdefault("app", "faults")
@@ -161,25 +163,26 @@ class LedgerProcess(ContainerProcess):
 
     With ``config``, the process runs ``mdb run … --config config`` and gets its topology from
     that file only (none in the environment, which would override the file); ``health`` is then
-    its health endpoint's URL if the file sets ``health_port``. ``prefix`` goes before the
-    command (``Namespace.prefix`` of ``tests.harness.netns`` runs it in a network namespace).
+    its health endpoint's URL if the file sets ``health_port``. ``args`` are more options of
+    ``mdb run`` (``--workers 2``). ``prefix`` goes before the command (``Namespace.prefix`` of
+    ``tests.harness.netns`` runs it in a network namespace).
     """
 
     def __init__(self, settings: Settings, app: str, server: str, env: Mapping[str, str],
                  lines: queue.Queue[dict[str, Any]], config: Path | None = None,
-                 prefix: Sequence[str] = ()) -> None:
+                 args: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
         self.app = app
         self.health: str | None = None
         if config is None:
             super().__init__(settings, "unused", app, server, hang=False, module=LEDGER_APP,
-                             env=env, lines=lines, prefix=prefix)
+                             env=env, lines=lines, args=args, prefix=prefix)
             return
         environment = {**{k: v for k, v in os.environ.items() if not k.startswith("MDB_")},
                        "MDB_APP": app, "MDB_SERVER": server, "MDB_LOG_LEVEL": "WARNING", **env}
         self.server, self.lines = server, lines
         self.process = subprocess.Popen(
             [*prefix, sys.executable, "-m", "mdb.cli", "run", LEDGER_APP, "--config",
-             str(config)],
+             str(config), *args],
             cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)
         threading.Thread(target=self._read, daemon=True).start()
@@ -236,16 +239,17 @@ class Fleet:
 
     def start(self, app: str, servers: Sequence[str], distribution: str = PER_APP,
               env: Mapping[str, str] | None = None, config: Path | None = None,
-              prefix: Sequence[str] = ()) -> list[LedgerProcess]:
+              args: Sequence[str] = (), prefix: Sequence[str] = ()) -> list[LedgerProcess]:
         """Start one process per server and wait until each says ``mdb: ready``; with
         ``config``, the processes read their settings from that TOML file (``--config``);
-        ``prefix`` goes before each command (see ``LedgerProcess``)."""
+        ``args`` are more options of ``mdb run`` (``--workers 2``); ``prefix`` goes before each
+        command (see ``LedgerProcess``)."""
         self.distribution[app] = distribution
         started = [self.stack.enter_context(LedgerProcess(
             self.settings, app, server,
             env={"LEDGER_TOPIC": self.topic, "LEDGER_DISTRIBUTION": distribution,
                  "MDB_SHUTDOWN_GRACE_PERIOD": "5", **(env or {})},
-            lines=self.lines, config=config, prefix=prefix)) for server in servers]
+            lines=self.lines, config=config, args=args, prefix=prefix)) for server in servers]
         self.processes += started
         self.servers[app] |= set(servers)
         self.app_of |= {p.process.pid: app for p in started}
@@ -266,11 +270,16 @@ class Fleet:
                 self._add(self.lines.get(timeout=min(remaining, 0.5)))
             except queue.Empty:
                 continue
-            while True:  # take everything already there before checking again
-                try:
-                    self._add(self.lines.get_nowait())
-                except queue.Empty:
-                    break
+            self.catch_up()  # take everything already there before checking again
+
+    def catch_up(self) -> None:
+        """Read every line the processes' readers have queued so far (``wait`` reads only
+        until its condition holds)."""
+        while True:
+            try:
+                self._add(self.lines.get_nowait())
+            except queue.Empty:
+                return
 
     def hold(self, seconds: float) -> None:
         """Let ``seconds`` pass (a fault's duration, a gap of load), reading the ledger
@@ -364,13 +373,15 @@ def fleet(settings: Settings, topic: str) -> Iterator[Fleet]:
 # -- the producer --------------------------------------------------------------------------------
 
 class LoadProducer:
-    """``Producer(settings)`` sending to ``topic:<topic>`` in a loop, in its own thread, with
-    ``pace`` seconds between sends. ``told`` maps the id of every send that returned to the
-    broker that confirmed it; ``raised`` maps the id of every send that raised to the error.
-    ``switch`` makes it send with another topology (``Brokers.apply``)."""
+    """``Producer(settings)`` sending to ``topic:<topic>`` (``kind="queue"``: ``queue:<topic>``)
+    in a loop, in its own thread, with ``pace`` seconds between sends. ``told`` maps the id of
+    every send that returned to the broker that confirmed it; ``raised`` maps the id of every
+    send that raised to the error. ``switch`` makes it send with another topology
+    (``Brokers.apply``)."""
 
-    def __init__(self, settings: Settings, topic: str, pace: float = 0.01) -> None:
-        self.settings, self.destination = settings, Destination.parse(f"topic:{topic}")
+    def __init__(self, settings: Settings, topic: str, pace: float = 0.01,
+                 kind: str = "topic") -> None:
+        self.settings, self.destination = settings, Destination.parse(f"{kind}:{topic}")
         self.pace = pace
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a send returned or the thread ended

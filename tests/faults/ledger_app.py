@@ -3,11 +3,12 @@
 It serves ``topic:$LEDGER_TOPIC`` with the distribution ``$LEDGER_DISTRIBUTION``
 (``one-copy-per-app`` or ``one-copy-per-server``) and prints two JSON lines per delivery to
 stdout (the ledger): ``start`` when the handler begins and ``done`` when it returns, each with
-``ctx.id``, ``ctx.redelivered``, ``ctx.delivery_count``, the pid, the app, the server and
-``started``, when the handler began (``time.monotonic()``: one clock for every process of this
-machine, so deliveries of several processes can be put in order). A
+``ctx.id``, ``ctx.redelivered``, ``ctx.delivery_count``, the logical destination, the pid, the
+app, the server and ``started``, when the handler began (``time.monotonic()``: one clock for
+every process of this machine, so deliveries of several processes can be put in order). A
 ``$LEDGER_DELAY`` (seconds) keeps each handler busy that long, so a test can kill a process
-with work in flight.
+with work in flight. With ``$LEDGER_QUEUE`` set, a second listener does the same for
+``queue:$LEDGER_QUEUE``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ DELAY = float(os.environ.get("LEDGER_DELAY", "0"))
 
 def record(event: str, ctx: Context, started: float) -> None:
     line = json.dumps({"event": event, "id": ctx.id, "redelivered": ctx.redelivered,
-                       "count": ctx.delivery_count, "pid": os.getpid(),
+                       "count": ctx.delivery_count, "destination": str(ctx.destination),
+                       "pid": os.getpid(),
                        "app": os.environ.get("MDB_APP"), "server": os.environ.get("MDB_SERVER"),
                        "started": started})
     # One write of the whole line: stdout and stderr (logs of other threads) share one pipe,
@@ -35,11 +37,21 @@ def record(event: str, ctx: Context, started: float) -> None:
     os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
-@listener(f"topic:{os.environ.get('LEDGER_TOPIC', 'ledger')}",
-          distribution=os.environ.get("LEDGER_DISTRIBUTION", "one-copy-per-app"), pool=2)
-async def on_entry(body: str, ctx: Context) -> None:
+async def ledger(ctx: Context) -> None:
     started = time.monotonic()
     record("start", ctx, started)
     if DELAY:
         await anyio.sleep(DELAY)
     record("done", ctx, started)
+
+
+@listener(f"topic:{os.environ.get('LEDGER_TOPIC', 'ledger')}",
+          distribution=os.environ.get("LEDGER_DISTRIBUTION", "one-copy-per-app"), pool=2)
+async def on_entry(body: str, ctx: Context) -> None:
+    await ledger(ctx)
+
+
+if os.environ.get("LEDGER_QUEUE"):
+    @listener(f"queue:{os.environ['LEDGER_QUEUE']}", pool=2)
+    async def on_queue_entry(body: str, ctx: Context) -> None:
+        await ledger(ctx)

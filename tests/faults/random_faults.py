@@ -1,9 +1,10 @@
 """A randomized fault run (a soak, not a pytest test): ``python -m tests.faults.random_faults
 --minutes 10 --seed 7``.
 
-It starts three private ActiveMQ brokers holding a partitioned topic (one member on each), app
-``shop`` with two container processes on a shared subscription (``one-copy-per-app``) and app
-``audit`` with one server (``one-copy-per-server``), and a producer sending continuously. For
+It starts three private ActiveMQ brokers and a shared-store master/slave pair (broker ``d``, at
+both addresses) holding a partitioned topic (one member on each), app ``shop`` with two
+container processes on a shared subscription (``one-copy-per-app``) and app ``audit`` with one
+server (``one-copy-per-server``), and a producer sending continuously. For
 ``--minutes`` it applies a schedule of faults drawn from ``--seed``, one at a time with random
 gaps of load between them:
 
@@ -11,19 +12,27 @@ gaps of load between them:
 * ``broker-pause``: SIGSTOP one broker for a while (longer than the heartbeat timeout or not),
   then SIGCONT;
 * ``container-kill``: SIGKILL one container process and start it again under its server name;
+* ``master-kill``: SIGKILL the pair's master; the slave takes over (``tests.faults.takeover``);
+  the killed broker starts again as the slave;
+* ``node-kill``: SIGKILL one node of a three-node RabbitMQ cluster (broker ``r``, at the three
+  nodes' addresses, with quorum queues, holding one more member of the topic), wait until its
+  member is consumed again while the node is down, then restart the node (it rejoins). Left
+  out by ``--no-cluster`` or when RabbitMQ is not installed;
 * ``partition``: cut one container process's network link for 2 to 3 heart-beat intervals
   (around the broker's tolerance of a silent client: it may or may not drop the process's
   connections and hand its messages to another), then heal it.
 
 The partition needs network namespaces (root and iproute2, ``tests.harness.netns``): where this
-machine has them, the brokers listen on a private bridge and every container process runs in
-its own namespace (the same one again after a restart); elsewhere the run has no partitions.
+machine has them, every broker (the pair and the cluster's nodes too) listens on a private
+bridge and every container process runs in its own namespace (the same one again after a
+restart); elsewhere the run has no partitions.
 
 After each fault it waits until the affected broker's member is consumed again (or the process
-is ready, or consumes, again): the fault is then counted as survived. At the end it stops the
-producer, waits until everything told-sent is processed (or ``--drain`` seconds pass), stops
-the processes in order and prints a table. The exit status is 1 when a message is lost or a
-repeat was not flagged redelivered (or a fault was not survived), else 0.
+is ready, or consumes, again): the fault is then counted as survived (a takeover's times are
+printed). At the end it stops the producer, waits until everything told-sent is processed (or
+``--drain`` seconds pass), stops the processes in order and prints a table. The exit status is
+1 when a message is lost or a repeat was not flagged redelivered (or a fault was not
+survived), else 0.
 """
 
 from __future__ import annotations
@@ -47,12 +56,21 @@ from tests.faults.ledger import (
     fleet,
     left_behind,
 )
+from tests.faults.node_loss import left_behind as left_on_cluster
+from tests.faults.node_loss import with_cluster
+from tests.faults.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
+from tests.harness.activemq_pair import SharedStorePair
 from tests.harness.netns import Namespace, Network, network_available, private_network
 from tests.harness.process import BrokerProcess, started_together
+from tests.harness.rabbitmq import rabbitmq_available
+from tests.harness.rabbitmq_cluster import RabbitMQCluster
 
-KINDS = ("broker-kill", "broker-pause", "container-kill", "partition")
+KINDS = ("broker-kill", "broker-pause", "container-kill", "master-kill", "node-kill",
+         "partition")
 NAMES = ("a", "b", "c")
+PAIR = "d"  # the shared-store pair's broker name
+CLUSTER = "r"  # the RabbitMQ cluster's broker name
 
 
 class Rooms:
@@ -89,18 +107,23 @@ def consumed_again(processes: Fleet, producer: LoadProducer, app: str, broker: s
     processes.wait(again, f"{app} consuming {broker}'s member again")
 
 
-def run(minutes: float, seed: int, drain: float) -> int:
+def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
     rng = random.Random(seed)
     topic, shop, audit = unique("soak"), unique("shop"), unique("audit")
     survived: Counter[str] = Counter()
     failures: list[str] = []
     with ExitStack() as stack:
         network = stack.enter_context(private_network()) if network_available() else None
-        kinds = KINDS if network else tuple(k for k in KINDS if k != "partition")
+        kinds = tuple(k for k in KINDS if (k != "node-kill" or cluster)
+                      and (k != "partition" or network))
         rooms = Rooms(network)
         host = network.address if network else None
         brokers = stack.enter_context(started_together(lambda: ActiveMQ(host=host), 3))
-        settings = fault_settings([str(b.url) for b in brokers], topic)
+        pair = stack.enter_context(SharedStorePair(host=host))
+        rabbit = stack.enter_context(RabbitMQCluster(host=host)) if cluster else None
+        settings = fault_settings([*(b.url for b in brokers), pair.urls], topic)
+        if rabbit is not None:
+            settings = with_cluster(settings, rabbit, topic, CLUSTER)
         with fleet(settings, topic) as processes:
             rooms.start(processes, shop, ["s1", "s2"], PER_APP)
             rooms.start(processes, audit, ["s1"], PER_SERVER)
@@ -110,7 +133,13 @@ def run(minutes: float, seed: int, drain: float) -> int:
                     processes.hold(rng.uniform(1.0, 6.0))
                     kind = rng.choice(kinds)
                     try:
-                        apply(kind, rng, brokers, processes, producer, shop, rooms)
+                        if kind == "master-kill":
+                            kill_master(rng, pair, processes, producer, shop)
+                        elif kind == "node-kill":
+                            assert rabbit is not None
+                            kill_cluster_node(rng, rabbit, processes, producer, shop)
+                        else:
+                            apply(kind, rng, brokers, processes, producer, shop, rooms)
                     except AssertionError as exc:  # not survived: report, stop the schedule
                         failures.append(f"{kind}: {exc}"[:500])
                         for broker in brokers:
@@ -125,7 +154,9 @@ def run(minutes: float, seed: int, drain: float) -> int:
                 failures.append(f"drain: not everything processed within {drain} s")
             processes.stop()
             verdicts = processes.verdicts(told)
-            stored = left_behind(brokers, processes, told)
+            stored = left_behind([*brokers, pair.master()], processes, told)
+            if rabbit is not None:
+                stored |= left_on_cluster(rabbit, [topic], told)
     print_table(survived, verdicts, len(told), producer.raised, stored, failures)
     bad = any(v.lost or v.unflagged for v in verdicts.values()) or bool(stored or failures)
     return 1 if bad else 0
@@ -166,6 +197,29 @@ def apply(kind: str, rng: random.Random, brokers: Sequence[BrokerProcess], proce
     consumed_again(processes, producer, shop, NAMES[index])
 
 
+def kill_master(rng: random.Random, pair: SharedStorePair, processes: Fleet,
+                producer: LoadProducer, shop: str) -> None:
+    """``master-kill``: SIGKILL the pair's master, wait until ``shop`` consumes the pair's
+    member on the slave, then start the killed broker again as the slave."""
+    taken = take_over(pair, processes, producer, shop, PAIR)
+    print(f"  takeover {taken}", flush=True)
+    processes.hold(rng.uniform(0.0, 3.0))
+    pair.start_as_slave(taken.killed)
+
+
+def kill_cluster_node(rng: random.Random, cluster: RabbitMQCluster, processes: Fleet,
+                      producer: LoadProducer, shop: str) -> None:
+    """``node-kill``: SIGKILL a node of the cluster (the one the processes are connected to,
+    or another), wait until ``shop`` consumes the cluster's member again while it is down, then
+    restart it and wait until it is back in the cluster."""
+    node = rng.choice(cluster.nodes)
+    node.kill()
+    processes.hold(rng.uniform(0.0, 3.0))
+    consumed_again(processes, producer, shop, CLUSTER)
+    node.restart()  # it rejoins: its data remembers the cluster
+    cluster.wait_members(len(cluster.nodes))
+
+
 def print_table(survived: Counter[str], verdicts: dict[str, Verdict], told: int,
                 raised: dict[str, str], stored: dict[str, list[str]], failures: list[str],
                 ) -> None:
@@ -201,11 +255,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7, help="seed of the fault schedule")
     parser.add_argument("--drain", type=float, default=120.0,
                         help="seconds to wait at the end for everything to be processed")
+    parser.add_argument("--no-cluster", action="store_true",
+                        help="leave the RabbitMQ cluster (and its node-kill faults) out")
     args = parser.parse_args(argv)
     if not activemq_available():
         print("ActiveMQ Classic is not installed here", file=sys.stderr)
         return 2
-    return run(args.minutes, args.seed, args.drain)
+    return run(args.minutes, args.seed, args.drain,
+               cluster=not args.no_cluster and rabbitmq_available())
 
 
 if __name__ == "__main__":

@@ -13,7 +13,10 @@ directory::
 The broker requires a login (the reference configuration's ``mdb.user``/``mdb.password``,
 written to ``conf/credentials.properties``): ``url`` carries it. ``ActiveMQ(tls=Certificates)``
 adds a ``stomp+ssl`` connector that wants a client certificate (``tls_url``);
-``ActiveMQ(outsiders={user: password})`` adds users who may connect and nothing else.
+``ActiveMQ(outsiders={user: password})`` adds users who may connect and nothing else;
+``ActiveMQ(confined={user: (password, pattern)})`` users who may read, write and create only
+the queues matching an ActiveMQ wildcard (``confined.*``: one segment, so not
+``confined.x.DLQ``).
 
 Signals go to the broker's PID only. The lifecycle is ``tests.harness.process.BrokerProcess``'s.
 Readiness is polled with a STOMP CONNECT against a
@@ -57,13 +60,14 @@ def activemq_available() -> bool:
     return ACTIVEMQ_JAR.is_file() and shutil.which("java") is not None
 
 
-def reference_config() -> Path:
-    """The reference broker configuration shipped with the ``mdb_stomp`` adapter: the source
+def reference_config(name: str = "activemq.xml") -> Path:
+    """A reference broker configuration shipped with the ``mdb_stomp`` adapter (``name``:
+    ``activemq.xml``, or ``activemq-shared-store.xml`` for a master/slave pair): the source
     tree's copy when running from a checkout, else the installed package's."""
-    in_tree = Path(__file__).resolve().parents[2] / "adapters" / "mdb_stomp" / "activemq.xml"
+    in_tree = Path(__file__).resolve().parents[2] / "adapters" / "mdb_stomp" / name
     if in_tree.is_file():
         return in_tree
-    return Path(str(resources.files("mdb_stomp") / "activemq.xml"))
+    return Path(str(resources.files("mdb_stomp") / name))
 
 
 class ActiveMQ(BrokerProcess):
@@ -91,6 +95,7 @@ class ActiveMQ(BrokerProcess):
         tls: Certificates | None = None,
         outsiders: dict[str, str] | None = None,
         host: str | None = None,
+        confined: dict[str, tuple[str, str]] | None = None,
     ) -> None:
         super().__init__(
             base_dir, port=port, startup_timeout=startup_timeout, dir_prefix="mdb-activemq-",
@@ -104,6 +109,7 @@ class ActiveMQ(BrokerProcess):
         self._jvm_args = jvm_args
         self.tls = tls
         self.outsiders = dict(outsiders or {})
+        self.confined = dict(confined or {})
         self.tls_port = free_port(self.host) if tls is not None else None
 
     @property
@@ -121,7 +127,16 @@ class ActiveMQ(BrokerProcess):
             config = self._with_tls(config, self.tls)
         config = _replace_once(config, "</users>", "".join(
             f'<authenticationUser username="{user}" password="{password}" groups="outsiders"/>'
-            for user, password in self.outsiders.items()) + "</users>")
+            for user, password in self.outsiders.items()) + "".join(
+            f'<authenticationUser username="{user}" password="{password}" groups="{user}"/>'
+            for user, (password, _) in self.confined.items()) + "</users>")
+        # Entries add rights (ActiveMQ unites those of every entry that matches): a confined
+        # user's group is named only here, on its queues and the advisory topics.
+        config = _replace_once(config, "</authorizationEntries>", "".join(
+            f'<authorizationEntry queue="{pattern}" read="{user}" write="{user}" admin="{user}"/>'
+            f'<authorizationEntry topic="ActiveMQ.Advisory.>" read="{user}" write="{user}" '
+            f'admin="{user}"/>'
+            for user, (_, pattern) in self.confined.items()) + "</authorizationEntries>")
         (self.conf_dir / "activemq.xml").write_text(config)
         (self.conf_dir / "log4j.properties").write_text(_LOG4J_PROPERTIES)
         # The reference config reads the user from here (kept out of the process list).

@@ -15,11 +15,13 @@ Java clients reach (the reference config has none: mdb speaks STOMP).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,22 +87,61 @@ class JmsTool:
                                 *(f"{key}={value}" for key, value in options.items()))
         return sent, None if reply.get("timeout") else reply
 
-    def reply_server(self, queue: str, count: int,
-                     timeout: float = 30.0) -> list[dict[str, Any]]:
-        """Answer ``count`` requests from ``queue`` as a JMS replier (a TextMessage "reply to
-        <text>" to the JMSReplyTo, with the request's JMSCorrelationID, else its JMSMessageID),
-        waiting at most ``timeout`` seconds for each; return the requests answered."""
-        seen = self._run("reply-server", queue, str(count), str(int(timeout * 1000)))
+    def reply_server(self, queue: str, count: int, timeout: float = 30.0,
+                     kind: str = "text") -> list[dict[str, Any]]:
+        """Answer ``count`` requests from ``queue`` as a JMS replier (a message of JMS ``kind``,
+        as for ``send`` but not bytes, holding "reply to <text>", to the JMSReplyTo, with the
+        request's JMSCorrelationID, else its JMSMessageID), waiting at most ``timeout``
+        seconds for each; return the requests answered."""
+        seen = self._run("reply-server", queue, str(count), str(int(timeout * 1000)), kind)
         return [m for m in seen if not m.get("timeout")]
 
+    @contextlib.contextmanager
+    def consumer(self, queue: str, rollback_text: str = "") -> Iterator[JavaConsumer]:
+        """A Java consumer of ``queue`` while the block runs (``JavaConsumer``), stopped and
+        waited for at its end. It rolls back the first delivery of a TextMessage whose text
+        is ``rollback_text``, and commits every other."""
+        process = subprocess.Popen(self._command("consume", queue, rollback_text),
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        consumer = JavaConsumer(process)
+        try:
+            yield consumer
+        finally:
+            consumer.stop()
+            if process.wait(timeout=TIMEOUT) != 0:
+                raise RuntimeError(f"JmsTool consume failed ({process.returncode})")
+
     def _run(self, command: str, *args: str) -> list[dict[str, Any]]:
-        done = subprocess.run(
-            ["java", "-cp", _classpath(_compiled()), "JmsTool", command, self.url, self.user,
-             self.password, *args],
-            capture_output=True, text=True, timeout=TIMEOUT)
+        done = subprocess.run(self._command(command, *args),
+                              capture_output=True, text=True, timeout=TIMEOUT)
         if done.returncode != 0:
             raise RuntimeError(f"JmsTool {command} failed ({done.returncode}):\n{done.stderr}")
         return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+    def _command(self, command: str, *args: str) -> list[str]:
+        return ["java", "-cp", _classpath(_compiled()), "JmsTool", command, self.url, self.user,
+                self.password, *args]
+
+
+class JavaConsumer:
+    """A running ``JmsTool consume``: a consumer in a transacted session (prefetch 1), given a
+    message it rolled back again at once (ActiveMQ's client redelivers it, JMSRedelivered)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self._stdin = process.stdin
+        self._stdout = process.stdout
+
+    def messages(self) -> Iterator[dict[str, Any]]:
+        """What it did, one message after each commit or rollback, as ``JmsTool.receive``
+        describes them plus ``outcome`` ("committed" or "rolled back"); blocks for the next
+        one, and ends once the consumer has stopped."""
+        return (json.loads(line) for line in self._stdout if line.startswith("{"))
+
+    def stop(self) -> None:
+        """Close its standard input: it finishes the message at hand, then exits."""
+        if not self._stdin.closed:
+            self._stdin.close()
 
 
 def openwire_config(directory: Path, port: int) -> Path:

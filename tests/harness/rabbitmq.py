@@ -17,7 +17,8 @@ is the script's PID (``pid``). ``stop`` sends SIGTERM to the script; ``kill`` an
 of ``stop`` send SIGKILL to that process group only. Each node gets its own ``epmd`` on its own
 port (``ERL_EPMD_PORT``), started here as a foreground child and stopped by its PID, so nothing
 is registered with, or left behind in, a system-wide epmd (a system RabbitMQ may run on 5672
-and 4369: this node uses neither).
+and 4369: this node uses neither). The nodes of a cluster share one (``Epmd``, and
+``tests.harness.rabbitmq_cluster``).
 
 The node's one user (``username``, with a password of its own, in ``url``) may do anything on
 vhost ``/``; there is no ``guest``. ``ctl`` runs ``rabbitmqctl`` against the node (vhosts, users,
@@ -30,12 +31,14 @@ never a fixed sleep. The node logs to ``<base>/log/`` and its console goes to
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -67,6 +70,51 @@ def _port_open(host: str, port: int) -> bool:
         return False
 
 
+class Epmd:
+    """An Erlang port mapper on its own port: a foreground child, stopped by its PID.
+
+    A node registers its name here and looks other nodes up here, so the nodes of one cluster
+    share one ``Epmd`` (``RabbitMQ(epmd=...)``); a lone node has its own.
+    """
+
+    def __init__(self, host: str, log_path: Path) -> None:
+        self.host, self.log_path = host, log_path
+        self.port = free_port(host)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._starting = threading.Lock()  # the nodes of a cluster start in parallel
+        atexit.register(self.stop)  # a run that dies half-way leaves no epmd behind
+
+    def start(self, env: dict[str, str] | None) -> None:
+        """Start it unless it runs; return once its port answers. Thread-safe."""
+        with self._starting:
+            self._start(env)
+
+    def _start(self, env: dict[str, str] | None) -> None:
+        if self._process is not None and self._process.poll() is None:
+            return
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                [shutil.which("epmd") or "epmd", "-port", str(self.port), "-address", self.host],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 10.0
+        while not _port_open(self.host, self.port):
+            if self._process.poll() is not None or time.monotonic() >= deadline:
+                raise RuntimeError(f"epmd did not start on port {self.port}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Kill it (by its PID) and wait; no-op when not running."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 class RabbitMQ(BrokerProcess):
     """One private RabbitMQ node. Not thread-safe; meant for test fixtures.
 
@@ -77,6 +125,10 @@ class RabbitMQ(BrokerProcess):
     ``resume`` signal that group, ``kill`` (and the fallback of ``stop``) SIGKILL it. epmd keeps
     running across ``kill`` (as a machine's epmd would) until ``close``. ``host`` (default
     ``127.0.0.1``) is the address its listeners and epmd bind (epmd also listens on loopback).
+
+    ``epmd``: a port mapper shared with other nodes (a cluster's), which then outlives this
+    node's ``close``; default: one of its own. ``home``: the ``HOME`` whose ``.erlang.cookie``
+    the node and ``ctl`` use (nodes of a cluster share one); default: ``base_dir``.
     """
 
     name = "RabbitMQ"
@@ -93,6 +145,8 @@ class RabbitMQ(BrokerProcess):
         startup_timeout: float = 90.0,
         tls: Certificates | None = None,
         host: str | None = None,
+        epmd: Epmd | None = None,
+        home: Path | None = None,
     ) -> None:
         super().__init__(
             base_dir, port=port, startup_timeout=startup_timeout, dir_prefix="mdb-rabbitmq-",
@@ -105,9 +159,10 @@ class RabbitMQ(BrokerProcess):
         self.log_dir = self.base_dir / "log"
         self.amqp_port = free_port(self.host)
         self.dist_port = free_port(self.host)
-        self.epmd_port = free_port(self.host)
+        self._owns_epmd = epmd is None
+        self.epmd = epmd or Epmd(self.host, self.base_dir / "epmd.log")
+        self.home = home or self.base_dir
         self.nodename = f"mdbtest-{uuid.uuid4().hex[:10]}@localhost"
-        self._epmd: subprocess.Popen[bytes] | None = None
         self.tls = tls
         self.tls_port = free_port(self.host) if tls is not None else None
 
@@ -172,7 +227,7 @@ class RabbitMQ(BrokerProcess):
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",
-            "HOME": str(self.base_dir),  # the Erlang cookie lives here
+            "HOME": str(self.home),  # the Erlang cookie lives here
             "RABBITMQ_CONF_ENV_FILE": str(self.env_path),
             "RABBITMQ_NODENAME": self.nodename,
             "RABBITMQ_NODE_IP_ADDRESS": self.host,
@@ -184,30 +239,13 @@ class RabbitMQ(BrokerProcess):
             "RABBITMQ_MNESIA_BASE": str(self.mnesia_dir),
             "RABBITMQ_LOG_BASE": str(self.log_dir),
             "RABBITMQ_PID_FILE": str(self.base_dir / "rabbitmq.pid"),
-            "ERL_EPMD_PORT": str(self.epmd_port),
+            "ERL_EPMD_PORT": str(self.epmd.port),
             "ERL_EPMD_ADDRESS": self.host,
         }
         return [str(RABBITMQ_SERVER)], env
 
     def _before_launch(self, env: dict[str, str] | None) -> None:
-        """This node's own epmd, on its own port, a foreground child stopped by its PID."""
-        if self._epmd is not None and self._epmd.poll() is None:
-            return
-        with open(self.base_dir / "epmd.log", "ab") as log:
-            self._epmd = subprocess.Popen(
-                [shutil.which("epmd") or "epmd", "-port", str(self.epmd_port),
-                 "-address", self.host],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + 10.0
-        while not _port_open(self.host, self.epmd_port):
-            if self._epmd.poll() is not None or time.monotonic() >= deadline:
-                raise RuntimeError(f"epmd did not start on port {self.epmd_port}")
-            time.sleep(0.02)
+        self.epmd.start(env)
 
     def _reap(self) -> None:
         """SIGKILL to the node's process group (its id is the script's PID), then wait for the
@@ -220,10 +258,8 @@ class RabbitMQ(BrokerProcess):
         process.wait()
 
     def _close_helpers(self) -> None:
-        epmd, self._epmd = self._epmd, None
-        if epmd is not None and epmd.poll() is None:
-            epmd.kill()
-            epmd.wait()
+        if self._owns_epmd:
+            self.epmd.stop()
 
     def _forget(self) -> None:
         # Stays registered until ``close``: the atexit clean-up must still stop its epmd.

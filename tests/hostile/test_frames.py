@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import anyio
 import pytest
 
-from mdb import Container, Producer, Redelivery, listener
+from mdb import Container, Context, Producer, Redelivery, listener
 from mdb.broker import ConnectionOptions, SubscriptionRequest, broker_for
 from mdb.delivery.copies import bounded
 from mdb.destinations import Destination
@@ -253,3 +253,22 @@ def test_copies_keep_mdb_headers_and_drop_what_does_not_fit() -> None:
     assert "big" not in kept
     assert dropped == len(headers) - (len(kept) - 1) and kept[HEADERS_DROPPED] == str(dropped)
     assert bounded({"a": "b", ID: "1"}) == ({"a": "b", ID: "1"}, 0)
+
+
+async def test_a_reply_split_at_a_nul_reaches_the_requester_whole(stomp_url: str) -> None:
+    """A replier's header holds a NUL: the reply on the requester's temporary queue is joined
+    again, as a listener's message is, never an empty body or a lost reply."""
+    queue = f"queue:{unique('nul_replier')}"
+
+    @listener(queue, pool=1)
+    async def handler(body: str, ctx: Context) -> None:
+        assert ctx.message.reply_to is not None
+        header_lines = f"correlation-id:{ctx.message.id}\na:b\x00c\n".encode()
+        await anyio.to_thread.run_sync(raw_send, stomp_url, str(ctx.message.reply_to),
+                                       header_lines, b"the real reply")
+
+    async with running(settings_for(stomp_url), handler), \
+            Producer(settings_for(stomp_url)) as producer:
+        reply = await producer.request(queue, "ask", timeout=WAIT)
+    assert reply.body == b"the real reply"
+    assert reply.headers["a"] == "b\ufffdc"

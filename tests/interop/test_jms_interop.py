@@ -12,6 +12,7 @@ from typing import cast
 
 import anyio.to_thread
 import pytest
+from pydantic import BaseModel
 
 from mdb import Context, Producer, Redelivery, listener
 from tests.contract.support import Calls, running, settings_for, unique
@@ -62,6 +63,38 @@ async def test_all_byte_values_cross_both_ways(java_broker: JavaBroker) -> None:
         java.send(queue, "bytes", base64.b64encode(every).decode())
         await calls.wait(lambda c: len(c.of("seen")) == 1)
     assert calls.of("seen") == [every]
+
+
+class Order(BaseModel):
+    sku: str
+    quantity: int
+
+
+async def test_java_json_reaches_a_model_handler_and_invalid_json_the_error_destination(
+        java_broker: JavaBroker) -> None:
+    """A TextMessage holding JSON, from Java, into a pydantic-model handler: decoded; one that
+    fails validation is not retried and reaches the error destination as Java sent it."""
+    broker, java = java_broker
+    queue = unique("json")
+    calls = Calls()
+    invalid = '{"sku": "s-2", "quantity": "many"}'
+
+    @listener(f"queue:{queue}")
+    async def handler(order: Order) -> None:
+        calls.add("seen", order)
+
+    async with running(settings_for(broker.url), handler):
+        java.send(queue, "text", '{"sku": "s-ü", "quantity": 3}')  # no content type needed
+        sent = java.send(queue, "text", invalid, JMSPriority=7, region="eu")
+        [moved] = await anyio.to_thread.run_sync(lambda: java.receive(f"{queue}.DLQ", 1))
+        await calls.wait(lambda c: len(c.of("seen")) == 1)
+    assert calls.of("seen") == [Order(sku="s-ü", quantity=3)]
+    assert (moved["kind"], moved["text"], moved["JMSPriority"]) == ("text", invalid, "7")
+    assert moved["JMSExpiration"] == sent["JMSExpiration"]
+    assert moved["properties"]["region"] == "eu"
+    assert moved["properties"]["mdb_error_type"] == "mdb.DecodeError"
+    assert "quantity" in moved["properties"]["mdb_error_message"]
+    assert moved["properties"]["mdb_delivery_count"] == "1"
 
 
 KEEP = {"JMSPriority": 8, "JMSTimeToLive": 3_600_000, "JMSDeliveryMode": "non-persistent",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio.to_thread
 import pytest
 
-from mdb import Context, Producer, listener
+from mdb import Context, Producer, UnsupportedMessageKind, listener
 from tests.contract.support import running, settings_for, unique
 from tests.harness.activemq import ActiveMQ
 from tests.harness.java import JmsTool
@@ -59,6 +59,20 @@ async def test_mdb_requests_a_java_replier(java_broker: JavaBroker) -> None:
     [request] = served
     assert reply.correlation_id == request["JMSCorrelationID"]
     assert str(request["JMSReplyTo"]).startswith("temp-queue://ID:")
+
+
+@pytest.mark.parametrize("kind", ["map", "object", "stream", "plain"])
+async def test_a_java_reply_stomp_cannot_carry_is_an_error_not_an_empty_body(
+        java_broker: JavaBroker, kind: str) -> None:
+    """Issue 12, build item 2, on the reply path: a MapMessage (...) reply reached
+    ``producer.request`` as an empty body; the requester gets an mdb error saying so."""
+    broker, java = java_broker
+    queue = unique(f"mdb_asks_{kind}")
+    async with anyio.create_task_group() as tg, Producer(settings_for(broker.url)) as producer:
+        tg.start_soon(lambda: anyio.to_thread.run_sync(
+            lambda: java.reply_server(queue, 1, kind=kind)))
+        with pytest.raises(UnsupportedMessageKind, match="MapMessage, ObjectMessage"):
+            await producer.request(f"queue:{queue}", "ping", timeout=60)
 
 
 async def test_a_reply_to_in_mdb_syntax_is_the_jms_reply_to(java_broker: JavaBroker) -> None:

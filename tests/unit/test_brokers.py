@@ -10,9 +10,9 @@ from mdb import listener
 from mdb.broker_settings import BrokerSettings
 from mdb.brokers import MAX_CONNECTIONS, Brokers, Skipped, connections_for
 from mdb.destinations import Destination
-from mdb.errors import ConfigurationError, ConnectionFailed, ConnectionLost
+from mdb.errors import ConfigurationError, ConnectionFailed, ConnectionLost, CredentialsRefused
 from mdb.events import BrokerEvent, EventKind, Events
-from mdb.links import adapter, backed_off
+from mdb.links import adapter, adapters, backed_off, round_failed, round_order
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.report import plan_table
 from mdb.settings import DestinationSettings, MemberSettings, Settings
@@ -38,8 +38,50 @@ def test_each_adapter_declares_its_messaging_system() -> None:
     assert adapter("b", BrokerSettings(url="memory://x"), "c").system == "memory"
     assert adapter("b", BrokerSettings(url="stomp+activemq://h:1"), "c").system == "activemq"
     assert adapter("b", BrokerSettings(url="stomp+rabbitmq://h:1"), "c").system == "rabbitmq"
+
+
+def test_queue_type_is_a_rabbitmq_setting_refused_elsewhere() -> None:
+    quorum = BrokerSettings(url=["stomp+rabbitmq://h:1", "stomp+rabbitmq://h:2"],
+                            queue_type="quorum")
+    assert adapter("b", quorum, "c").system == "rabbitmq"
+    for url, why in (("stomp+activemq://h:1", "ActiveMQ has no queue types"),
+                     ("memory://x", "the memory broker has one kind of queue")):
+        with pytest.raises(ConfigurationError, match=f"setting brokers.b.queue_type: .*{why}"):
+            adapter("b", BrokerSettings(url=url, queue_type="classic"), "c")
     with pytest.raises(ConfigurationError, match="no adapter for scheme 'kafka'"):
         adapter("b", BrokerSettings(url="kafka://h:1"), "c")
+
+
+def test_every_address_of_a_broker_is_checked_by_its_adapter() -> None:
+    pair = BrokerSettings(url=["stomp+activemq://u:secret@h1:61613", "stomp+activemq://h2"])
+    with pytest.raises(ConfigurationError, match=r"setting brokers\.b\.url "
+                                                 r"\(stomp\+activemq://h2\): the port is required"):
+        adapters("b", pair, "c")
+    assert len(adapters("b", BrokerSettings(url=["memory://x", "memory://y"]), "c")) == 2
+
+
+def test_a_round_tries_each_address_its_retries_in_a_row_from_the_active_one() -> None:
+    once = BrokerSettings()
+    assert round_order(1, 0, once) == [0]  # one address: one attempt per round, as before
+    assert round_order(3, 0, once) == [0, 1, 2]
+    assert round_order(3, 1, once) == [1, 2, 0]
+    qpid = BrokerSettings(failover_retries=1, failover_cycles=2)
+    assert round_order(2, 1, qpid) == [1, 1, 0, 0, 1, 1, 0, 0]
+
+
+def test_a_failed_round_raises_the_credentials_error_only_when_every_address_refused_it(
+) -> None:
+    alone = ConnectionFailed("broker main (h1:61613): could not connect")
+    assert round_failed("main", {0: alone}) is alone  # one address: its own error, as before
+    login = {0: CredentialsRefused("broker main (h1:61613) refused the credentials"),
+             1: CredentialsRefused("broker main (h2:61613) refused the credentials")}
+    refused = round_failed("main", login)
+    assert isinstance(refused, CredentialsRefused)
+    assert str(refused) == ("broker main answered on none of its 2 addresses: broker main "
+                            "(h1:61613) refused the credentials; broker main (h2:61613) "
+                            "refused the credentials")
+    mixed = round_failed("main", {**login, 1: alone})
+    assert type(mixed) is ConnectionFailed  # one node misconfigured; the other may come back
 
 
 def test_connections_per_broker_one_per_four_slots_at_most_eight() -> None:
@@ -142,5 +184,28 @@ def test_the_plan_is_printed_from_the_planner_with_the_connections_a_container_o
                                 "pool", "broker"]
     assert lines[1].endswith("a (memory://a, 2 connections)")
     assert lines[2].endswith("b (memory://b, 2 connections)")
+    standby = _settings(a=BrokerSettings(url=["stomp+activemq://u:secret@h1:61613",
+                                              "stomp+activemq://u:secret@h2:61613"]))
+    lines = plan_table(standby, plan_listeners(standby, specs(on_order))).splitlines()
+    assert lines[1].endswith("a (stomp+activemq://u:***@h1:61613 | "
+                             "stomp+activemq://u:***@h2:61613, 2 connections)")
     with pytest.raises(ConfigurationError, match="no such listener; listeners are: on_order"):
         plan_listeners(settings.model_copy(update={"listeners": {"nope": {}}}), specs(on_order))
+
+
+def test_a_round_that_fails_after_another_link_connected_is_not_a_new_outage() -> None:
+    """A round that began while the broker was starting again fails after another link of the
+    broker connected: the restored broker is not reported lost again (seen once in five runs of
+    the one-line-per-outage test)."""
+    seen: list[BrokerEvent] = []
+    brokers = Brokers(_settings(a=_quick("memory://a")), Events([seen.append]))
+    status = brokers.watch("a")
+    status.up(0)
+    status.down("gone")
+    began = status.connections  # a link's round begins
+    status.up(0)  # another link connects
+    status.round_failed("could not connect", began)
+    again = status.connections  # a round that begins once the broker is up and fails
+    status.round_failed("could not connect", again)
+    assert [e.kind for e in seen] == [EventKind.CONNECTION_LOST, EventKind.CONNECTION_RESTORED,
+                                      EventKind.CONNECTION_LOST]

@@ -10,21 +10,26 @@ from pydantic import BaseModel, ValidationError
 from mdb.broker import Delivery
 from mdb.delivery.batch import BatchFailure, Ready, Step, fall_back, ready_run
 from mdb.delivery.decision import (
+    DEAD_LETTER,
     ERROR_TEXT_LIMIT,
     MAX_DELIVERY_COUNT,
+    MAX_STRIKES,
     SETTLE,
     InDoubt,
+    Keep,
     MoveToError,
     NotSelected,
     Policy,
     Raised,
     Redeliver,
+    Stuck,
     Succeeded,
     Undecodable,
     decide,
     error_text,
     to_message,
 )
+from mdb.delivery.strikes import Strikes, identity
 from mdb.destinations import Destination
 from mdb.errors import DecodeError
 from mdb.message import Message
@@ -108,6 +113,64 @@ def test_a_delivery_in_doubt_is_redelivered_at_once_and_past_the_limit_says_so()
     assert isinstance(moved, MoveToError)
     assert moved.headers["mdb_error_type"] == "mdb.InDoubt"
     assert "outcome is unknown" in moved.headers["mdb_error_message"]
+
+
+# -- stuck: settling fails outside the handler ---------------------------------------------------
+
+def test_a_stuck_message_moves_to_the_error_destination_whatever_its_count_says() -> None:
+    moved = decide(message(1), Stuck(MAX_STRIKES, dead_letter=True), POLICY)
+    assert isinstance(moved, MoveToError)
+    assert moved.headers["mdb_error_type"] == "mdb.Stuck"
+    assert f"failed {MAX_STRIKES} times outside the handler" in moved.headers["mdb_error_message"]
+
+
+def test_past_that_it_goes_to_the_brokers_dead_letter_queue_where_the_broker_keeps_it() -> None:
+    assert decide(message(9), Stuck(MAX_STRIKES + 1, dead_letter=True), POLICY) is DEAD_LETTER
+
+
+def test_else_it_is_kept_unchanged_on_its_queue_after_growing_pauses() -> None:
+    received = message(3, region="eu", mdb_redelivery_of="queue:orders")
+    outcomes = [decide(received, Stuck(MAX_STRIKES + n, dead_letter=False), POLICY)
+                for n in (1, 2, 3)]
+    assert outcomes[0] == Keep(1.0, REQUEUE, {"region": "eu", "mdb_id": "m-1",
+                                              "mdb_delivery_count": "3",
+                                              "mdb_redelivery_of": "queue:orders"}, 1)
+    assert [o.delay for o in outcomes if isinstance(o, Keep)] == [1.0, 2.0, 3.0]  # max_delay 3
+
+
+def test_a_kept_message_never_goes_round_faster_than_once_a_second() -> None:
+    eager = Redelivery(delay=0, max_delay=0)
+    assert [eager.keep_delay(n) for n in (1, 2, 10**9)] == [1.0, 1.0, 1.0]
+    assert Redelivery(delay=2, max_delay=60).keep_delay(10**9) == 60.0
+
+
+def test_strikes_are_counted_per_message_in_a_bounded_table() -> None:
+    strikes = Strikes(capacity=2)
+    assert [strikes.strike("a"), strikes.strike("a"), strikes.count("b")] == [1, 2, 0]
+    strikes.strike("b")
+    strikes.strike("a")  # "b" is now the least recently struck
+    strikes.strike("c")
+    assert (len(strikes), strikes.count("a"), strikes.count("b")) == (2, 3, 0)
+
+
+def test_coming_back_strikes_only_a_delivery_the_broker_confirmed_moved() -> None:
+    strikes = Strikes()
+    assert strikes.came_back("m", 2) == 0  # in doubt after a lost connection: innocent
+    strikes.moved("m", 2)
+    assert strikes.came_back("m", 3) == 0  # a later delivery (a copy), lost in turn: innocent
+    assert strikes.came_back("m", 2) == 1  # the moved delivery itself: the broker lied
+    assert strikes.came_back("m", 2) == 1  # once per confirmed move
+    assert len(strikes) == 1
+
+
+def test_a_foreign_message_is_known_by_its_content_when_its_broker_id_changes() -> None:
+    first = Delivery(ORDERS, b"x", {"k": "v", "message-id": "1"}, "1", False, None,
+                     protocol_headers=frozenset({"message-id"}))
+    again = Delivery(ORDERS, b"x", {"k": "v", "message-id": "2"}, "2", True, None,
+                     protocol_headers=frozenset({"message-id"}))
+    other = Delivery(ORDERS, b"y", {"k": "v"}, "3", False, None)
+    assert identity(first) == identity(again) != identity(other)
+    assert identity(delivery({"mdb_id": "m-7"})) == "m-7"
 
 
 def test_an_undecodable_body_moves_at_once() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from mdb import reference
@@ -36,3 +37,14 @@ def test_writing_the_reference_replaces_only_what_is_between_the_markers() -> No
         "# Intro\n<!-- reference:start -->\n" + reference.markdown()
         + "\n<!-- reference:end -->\n## After\n"
     )
+
+
+def test_the_shared_store_broker_config_differs_from_the_reference_only_in_its_store() -> None:
+    # Two reference configs an operator copies: a fix to one must reach the other.
+    def without_store(name: str) -> str:
+        text = (ROOT / "adapters" / "mdb_stomp" / name).read_text()
+        text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+        text = re.sub(r"<persistenceAdapter>.*?</persistenceAdapter>", "", text, flags=re.S)
+        return " ".join(text.split())
+
+    assert without_store("activemq-shared-store.xml") == without_store("activemq.xml")

@@ -24,7 +24,7 @@ from mdb.health import BrokerHealth, Health, HealthServer, ListenerHealth
 NOW = time.time()
 READY = Health(
     live=True, ready=True,
-    brokers=(BrokerHealth("main", "up", NOW - 90),),
+    brokers=(BrokerHealth("main", "up", NOW - 90, "stomp+activemq://u:***@standby:61613"),),
     listeners=(ListenerHealth("on_order", members=3, subscribed=3, in_flight=1, processed=42),),
     events={"connection-lost": 1, "connection-restored": 1},
 )
@@ -143,6 +143,7 @@ def test_mdb_status_exits_0_when_ready(tmp_path: Path) -> None:
     assert f"mdb at {url}: live, ready" in result.stdout
     assert "main" in result.stdout and "3/3" in result.stdout and "42" in result.stdout
     assert "connection-lost 1" in result.stdout
+    assert "stomp+activemq://u:***@standby:61613" in result.stdout  # the active address
 
 
 def test_mdb_status_exits_1_when_not_ready_and_says_why(tmp_path: Path) -> None:

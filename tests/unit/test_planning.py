@@ -147,3 +147,16 @@ def test_rabbitmq_maps_a_topic_subscription_to_a_named_durable_queue() -> None:
     assert subscribe.headers["x-queue-name"] == "Consumer.shop-on_event.prices"
     assert subscribe.headers["durable"] == "true"
     assert str(subscribe.requeue_destination) == "queue:Consumer.shop-on_event.prices"
+    assert "x-queue-type" not in subscribe.headers  # the broker's default: classic
+
+
+def test_rabbitmq_declares_quorum_subscription_queues_when_asked() -> None:
+    (planned,) = plan(spec("topic:prices"), ONE_BROKER, app="shop", server="s")
+    subscribe = RabbitMQDialect("quorum").subscribe_spec(planned.request)
+    # A quorum queue must be durable and not auto-delete: RabbitMQ refuses it otherwise.
+    assert {k: subscribe.headers[k] for k in ("x-queue-type", "durable", "auto-delete")} == {
+        "x-queue-type": "quorum", "durable": "true", "auto-delete": "false"}
+    (queue,) = plan(spec("queue:orders"), ONE_BROKER, app="shop", server="s")
+    subscribe = RabbitMQDialect("quorum").subscribe_spec(queue.request)
+    assert subscribe.path == "/queue/orders"
+    assert subscribe.headers["x-queue-type"] == "quorum"

@@ -65,6 +65,15 @@ def test_dotenv_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
          r"destinations\.queue:orders\.broker: 'nowhere' is not a broker; valid: default"),
         ("shutdown_grace_period = 'soon'", r"setting shutdown_grace_period"),
         ("app = ", r"settings could not be read"),
+        ('[brokers.main]\nurl = []', r"setting brokers\.main\.url: .*list of addresses is empty"),
+        ('[brokers.main]\nurl = ["memory://a", 5]',
+         r"setting brokers\.main\.url: .*address \[1\] is not a string"),
+        ('[brokers.main]\nurl = ["memory://a", "b"]',
+         r"setting brokers\.main\.url: .*address \[1\] must look like 'memory://'"),
+        ('[brokers.main]\nurl = ["stomp+activemq://h:1", "stomp+rabbitmq://h:2"]',
+         r"setting brokers\.main\.url: .*mix schemes \(stomp\+activemq, stomp\+rabbitmq\)"),
+        ('[brokers.main]\nurl = 5', r"setting brokers\.main\.url: .*a URL or a list of URLs"),
+        ('[brokers.main]\nfailover_cycles = 0', r"setting brokers\.main\.failover_cycles"),
     ],
 )
 def test_a_bad_setting_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
@@ -94,3 +103,25 @@ def test_a_bad_environment_variable_is_named(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("MDB_SHUTDOWN_GRACE_PERIOD", "-5")
     with pytest.raises(ConfigurationError, match="setting shutdown_grace_period"):
         load_settings()
+
+
+def test_a_broker_is_one_url_or_a_list_of_them_in_the_file_and_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = write(tmp_path, """
+[brokers.one]
+url = "stomp+activemq://h1:61613"
+[brokers.pair]
+url = ["stomp+activemq://h1:61613", "stomp+activemq://h2:61613"]
+failover_retries = 2
+""")
+    brokers = load_settings(config).brokers
+    assert brokers["one"].addresses == ("stomp+activemq://h1:61613",)
+    assert brokers["pair"].addresses == ("stomp+activemq://h1:61613", "stomp+activemq://h2:61613")
+    assert brokers["pair"].failover_retries == 2
+    monkeypatch.setenv("MDB_BROKERS__ONE__URL", '["memory://a", "memory://b"]')
+    monkeypatch.setenv("MDB_BROKERS__PAIR__URL", "memory://c")
+    brokers = load_settings(config).brokers
+    assert brokers["one"].addresses == ("memory://a", "memory://b")
+    assert brokers["pair"].addresses == ("memory://c",)

@@ -33,20 +33,33 @@ import org.apache.activemq.ActiveMQConnectionFactory;
  *   request URL USER PASSWORD QUEUE TEXT TIMEOUT_MS [name=value ...]   sends a TextMessage
  *        whose JMSReplyTo is a TemporaryQueue (options as for send), prints it, then prints the
  *        reply (or a timeout) taken from the temporary queue.
- *   reply-server URL USER PASSWORD QUEUE COUNT TIMEOUT_MS    answers COUNT requests from QUEUE
- *        as a JMS replier does: a TextMessage "reply to " + the request's text, sent to its
- *        JMSReplyTo with JMSCorrelationID set to the request's JMSCorrelationID, or its
- *        JMSMessageID when it has none; prints each request.
+ *   reply-server URL USER PASSWORD QUEUE COUNT TIMEOUT_MS [KIND]   answers COUNT requests from
+ *        QUEUE as a JMS replier does: a message of KIND (text, the default, map, object, stream,
+ *        plain) holding "reply to " + the request's text, sent to its JMSReplyTo with
+ *        JMSCorrelationID set to the request's JMSCorrelationID, or its JMSMessageID when it has
+ *        none; prints each request.
+ *   consume URL USER PASSWORD QUEUE ROLLBACK_TEXT   consumes QUEUE in a transacted session
+ *        (prefetch 1, redelivered at once after a rollback) until its standard input closes:
+ *        rolls back the first delivery of a TextMessage whose text is ROLLBACK_TEXT and commits
+ *        every other; prints each message after its commit or rollback, with "outcome"
+ *        ("committed" or "rolled back").
  */
 public final class JmsTool {
     public static void main(String[] args) throws Exception {
         ActiveMQConnectionFactory factory = new ActiveMQConnectionFactory(args[1]);
         factory.setUserName(args[2].isEmpty() ? null : args[2]);
         factory.setPassword(args[3].isEmpty() ? null : args[3]);
+        // A consumer sharing a queue takes one message at a time, as mdb's pool slots do, and
+        // gets a rolled back one again at once.
+        factory.getPrefetchPolicy().setQueuePrefetch(1);
+        factory.getRedeliveryPolicy().setInitialRedeliveryDelay(0);
+        factory.getRedeliveryPolicy().setRedeliveryDelay(0);
         Connection connection = factory.createConnection();
         try {
             connection.start();
-            Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            boolean transacted = args[0].equals("consume");
+            Session session = connection.createSession(
+                transacted, transacted ? Session.SESSION_TRANSACTED : Session.AUTO_ACKNOWLEDGE);
             switch (args[0]) {
                 case "send":
                     send(session, args);
@@ -60,7 +73,10 @@ public final class JmsTool {
                     break;
                 case "reply-server":
                     replyServer(session, args[4], Integer.parseInt(args[5]),
-                                Long.parseLong(args[6]));
+                                Long.parseLong(args[6]), args.length > 7 ? args[7] : "text");
+                    break;
+                case "consume":
+                    consume(session, args[4], args[5]);
                     break;
                 default:
                     throw new IllegalArgumentException("unknown command " + args[0]);
@@ -86,8 +102,8 @@ public final class JmsTool {
         System.out.println(reply == null ? "{\"timeout\": true}" : describe(reply));
     }
 
-    private static void replyServer(Session session, String name, int count, long timeout)
-            throws Exception {
+    private static void replyServer(Session session, String name, int count, long timeout,
+                                    String kind) throws Exception {
         MessageConsumer consumer = session.createConsumer(session.createQueue(name));
         MessageProducer producer = session.createProducer(null);
         for (int i = 0; i < count; i++) {
@@ -97,13 +113,41 @@ public final class JmsTool {
                 return;
             }
             String text = request instanceof TextMessage ? ((TextMessage) request).getText() : "";
-            Message reply = session.createTextMessage("reply to " + text);
+            Message reply = make(session, kind, "reply to " + text);
             String correlation = request.getJMSCorrelationID();
             reply.setJMSCorrelationID(correlation != null ? correlation
                                                           : request.getJMSMessageID());
             producer.send(request.getJMSReplyTo(), reply);
             System.out.println(describe(request));
         }
+    }
+
+    private static void consume(Session session, String name, String rollbackText)
+            throws Exception {
+        MessageConsumer consumer = session.createConsumer(session.createQueue(name));
+        consumer.setMessageListener(message -> {
+            try {
+                boolean rollback = message instanceof TextMessage
+                    && rollbackText.equals(((TextMessage) message).getText())
+                    && !message.getJMSRedelivered();
+                if (rollback) {
+                    session.rollback();
+                } else {
+                    session.commit();
+                }
+                String described = describe(message);
+                System.out.println("{\"outcome\": \"" + (rollback ? "rolled back" : "committed")
+                                   + "\", " + described.substring(1));
+                System.out.flush();
+            } catch (Exception e) {
+                e.printStackTrace();
+                System.exit(1);
+            }
+        });
+        while (System.in.read() != -1) {
+            // Runs until the test closes standard input; the listener does the work.
+        }
+        consumer.close();
     }
 
     /** Sends the message to the queue with the name=value options of args from index first. */
