@@ -56,9 +56,13 @@ class ConnectionOptions:
 
     ``broker`` is the broker's name in settings, for messages (``brokers.<broker>.url``);
     ``tls`` None means plaintext; an adapter that cannot do TLS refuses it (ConfigurationError).
-    Credentials given here take precedence over those in the URL. ``queue_type`` names the kind
-    of queue to declare (``brokers.<broker>.queue_type``); None is the broker's default, and an
-    adapter whose broker has no such kind refuses it (ConfigurationError).
+    Credentials given here take precedence over those in the URL. ``heartbeat_ms`` is how often
+    the client sends heart-beats (0: none); with them, an adapter notices a silent connection
+    before the broker can give up on it, and hands on nothing read after a silence the broker
+    may not have tolerated: the broker may have redelivered it elsewhere (docs/failover.md).
+    ``queue_type`` names the kind of queue to declare (``brokers.<broker>.queue_type``); None
+    is the broker's default, and an adapter whose broker has no such kind refuses it
+    (ConfigurationError).
     """
 
     url: str

@@ -117,6 +117,10 @@ class Dialect(abc.ABC):
     #: transaction writes anything more (see ``StompTransaction.send``). False when it runs
     #: them only at the COMMIT and answers their receipts then (RabbitMQ).
     confirms_transacted_sends: ClassVar[bool] = True
+    #: The unit the broker counts heart-beat intervals in, and the shortest interval mdb may
+    #: promise it so that mdb notices a silent link before the broker does (``heartbeats``).
+    heartbeat_unit_ms: ClassVar[int] = 1
+    min_heartbeat_ms: ClassVar[int] = 0
     #: The values ``queue_type`` may take on this broker.
     queue_types: ClassVar[frozenset[str]] = frozenset()
     #: The headers of a MESSAGE frame that describe that delivery or frame, or instruct the
@@ -396,6 +400,10 @@ class RabbitMQDialect(Dialect):
     * A receipt asked on a transacted SEND is answered only at the COMMIT (the frames of a
       transaction run then): ``confirms_transacted_sends = False``. No header limit was met:
       a SEND with 2,000 headers, or one of 200 KB, was stored.
+    * Heart-beats count in whole seconds, its own at least 1 s, so mdb's tolerance of its
+      silence is 2.5 s; it drops a connection after 2 to 3 of mdb's intervals of silence, at
+      least one interval after a cut. mdb's interval is therefore at least 4 s here
+      (``mdb_stomp.heartbeats``).
     * A SEND the user may not make (no ``configure`` permission on the queue, which a SEND to
       ``/queue/X`` declares) in a transaction is refused only after the COMMIT's receipt: an
       ERROR ``access_refused`` follows it and the connection closes. The transaction's ACKs,
@@ -429,6 +437,8 @@ class RabbitMQDialect(Dialect):
     unsubscribe_releases_unacked = False
     subscribes_temporary_queues = False
     confirms_transacted_sends = False
+    heartbeat_unit_ms = 1000
+    min_heartbeat_ms = 4000
     queue_types = frozenset({"classic", "quorum"})
     protocol_headers = PROTOCOL_HEADERS | DEAD_LETTER_HEADERS | {"x-queue-type",
                                                                  "x-delivery-count"}

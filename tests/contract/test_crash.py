@@ -44,8 +44,9 @@ class ContainerProcess:
 
     ``url`` is the one broker's URL, or settings whose topology (``brokers`` and
     ``destinations``) the process gets, as ``MDB_BROKERS`` and ``MDB_DESTINATIONS`` in JSON.
-    ``module`` defaults to ``tests.contract.ledger_app``; ``env`` adds environment variables and
-    ``args`` options of ``mdb run`` (``--workers 2``).
+    ``module`` defaults to ``tests.contract.ledger_app``; ``env`` adds environment variables;
+    ``args`` are options of ``mdb run`` (``--workers 2``); ``prefix`` is put before the command
+    (``ip netns exec NAME`` runs it in a namespace).
     Processes given one ``lines`` queue share it. Besides the ledger's JSON lines, the queue gets
     ``ready``, ``stopping`` and ``stopped`` events from the CLI's own lines.
     """
@@ -54,7 +55,7 @@ class ContainerProcess:
                  grace: float = 1, *, module: str = "tests.contract.ledger_app",
                  env: Mapping[str, str] | None = None,
                  lines: queue.Queue[dict[str, Any]] | None = None,
-                 args: Sequence[str] = ()) -> None:
+                 args: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
         environment = {**{k: v for k, v in os.environ.items() if not k.startswith("MDB_")},
                        "LEDGER_QUEUE": ledger_queue, "MDB_APP": app, "MDB_SERVER": server,
                        **topology_environment(url),
@@ -65,7 +66,7 @@ class ContainerProcess:
         self.server = server
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue() if lines is None else lines
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mdb.cli", "run", module, *args],
+            [*prefix, sys.executable, "-m", "mdb.cli", "run", module, *args],
             cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)
         threading.Thread(target=self._read, daemon=True).start()
