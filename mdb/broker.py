@@ -262,6 +262,22 @@ class Connection(abc.ABC):
         message surely was not sent.
         """
 
+    async def delay_unsupported(self) -> str | None:
+        """None when the broker holds a message sent with ``OutgoingMessage.delay`` (to a
+        queue) back for that long, else why it cannot (for a startup line). Never raises.
+
+        Where it returns None a delayed send keeps the rest of this contract: in a transaction
+        it is held only once the commit is confirmed (an abort discards it, as any send), the
+        held message is persistent like the others (it survives the sender, and a restart of
+        the broker where the broker's documentation says so) and it reaches its queue's
+        consumers after at least ``delay`` seconds, behind the messages already there. Where
+        it does not, a delayed send may be delivered at once: the container then waits the
+        delay out itself. The delay is on ``mdb.clock``'s time: a broker with a time of its
+        own cannot hold one while a test drives that clock. The adapter may ask the broker the
+        first time (a probe) and keep the answer for the connection; a probe that fails is an
+        answer too (not supported). By default, not supported."""
+        return "its adapter cannot hold a message back"
+
     @property
     @abc.abstractmethod
     def is_open(self) -> bool:

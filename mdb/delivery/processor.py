@@ -226,7 +226,13 @@ class Processor:
             log.warning("listener %s: message %s handed to the broker's dead-letter queue (%s: "
                         "%s)", spec.name, message.id, failure.error_type, failure.text)
             return
-        if isinstance(outcome, Redeliver | Keep):
+        held = 0.0  # the delay the broker holds the copy for, freeing this slot at once
+        if isinstance(outcome, Redeliver) and outcome.delay > 0:
+            if await connection.delay_unsupported() is None:
+                held = outcome.delay
+            else:
+                await clock.current().sleep(outcome.delay)
+        elif isinstance(outcome, Keep):
             await clock.current().sleep(outcome.delay)
         span.failed(failure.error_type, failure.text)
         target = outcome.destination
@@ -236,7 +242,7 @@ class Processor:
         # what its protocol says of the message (copy_of).
         copy = OutgoingMessage(message.body, outcome.headers, reply_to=message.reply_to,
                                correlation_id=message.correlation_id,
-                               copy_of=delivery.headers)
+                               copy_of=delivery.headers, delay=held)
         try:
             with tracing.sending(self._system, target, copy) as traced:
                 await commit(tx, [delivery], sends=[(target, traced)])

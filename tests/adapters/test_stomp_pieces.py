@@ -15,13 +15,14 @@ from mdb.destinations import Destination
 from mdb.errors import (
     BrokerError,
     ConnectionLost,
+    EncodeError,
     SendOutcomeUnknown,
     SubscriptionFailed,
     TransactionRolledBack,
 )
 from mdb.message import OutgoingMessage, ReplyAddress
 from mdb_stomp.dialect import ActiveMQDialect, Dialect, RabbitMQDialect
-from mdb_stomp.frames import escape_name, send_headers, text
+from mdb_stomp.frames import escape_name, send_frame, send_headers, text
 from mdb_stomp.heartbeats import Heartbeats, Silence
 from mdb_stomp.listener import FrameReader, Listener
 from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
@@ -347,3 +348,31 @@ def test_no_frame_read_after_too_long_a_silence_goes_further() -> None:
     loop.run_until_complete(asyncio.sleep(0))
     loop.close()
     assert events.silences == [pytest.approx((0.7, 0.625))]
+
+
+# -- delayed sends -----------------------------------------------------------------------------
+
+
+def test_a_delayed_send_is_held_as_each_dialect_says_at_least_its_delay() -> None:
+    queue, topic = Destination.parse("queue:orders"), Destination.parse("topic:orders")
+    held = OutgoingMessage(b"x", {"mdb_id": "1"}, delay=1.0001)
+    path, headers = send_frame(queue, held, ActiveMQDialect())
+    assert (path, headers["AMQ_SCHEDULED_DELAY"]) == ("/queue/orders", "1001")
+    path, headers = send_frame(queue, held, RabbitMQDialect())
+    assert path == "/queue/mdb.delay.1001.orders"
+    assert (headers["x-message-ttl"], headers["x-dead-letter-exchange"],
+            headers["x-dead-letter-routing-key"]) == ("1001", "", "orders")
+    long_name = Destination.parse("queue:" + "q" * 250)
+    path, headers = send_frame(long_name, held, RabbitMQDialect())
+    assert len(path.removeprefix("/queue/")) <= 255 and path.startswith("/queue/mdb.delay.1001.")
+    assert headers["x-dead-letter-routing-key"] == long_name.name
+    assert send_frame(queue, OutgoingMessage(b"x", {}), RabbitMQDialect())[0] == "/queue/orders"
+    for dialect in (ActiveMQDialect(), RabbitMQDialect()):
+        with pytest.raises(EncodeError):
+            send_frame(topic, held, dialect)
+
+
+def test_what_held_a_message_is_not_inherited_by_its_copies() -> None:
+    assert {"scheduledJobId", "AMQ_SCHEDULED_DELAY"} <= ActiveMQDialect.protocol_headers
+    assert {"x-message-ttl", "x-dead-letter-routing-key", "x-first-death-queue"} <= (
+        RabbitMQDialect.protocol_headers)

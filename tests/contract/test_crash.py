@@ -84,6 +84,8 @@ class ContainerProcess:
                                 "pid": self.process.pid, "line": line})
             elif "stopping" in line:
                 self.lines.put({"event": "stopping", "line": line})
+            elif " of at most " in line:  # a failure settled for a redelivery (at INFO)
+                self.lines.put({"event": "redelivering", "line": line})
 
     def take(self, count: int, event: str) -> list[dict[str, Any]]:
         """The next ``count`` ledger entries of ``event`` (others are kept in ``seen``)."""
@@ -134,6 +136,22 @@ def test_a_killed_container_process_has_its_work_redelivered_flagged(real_url: s
     for entry in done:
         assert entry["redelivered"] == (entry["id"] in hung), entry
     assert all(e["count"] == 2 for e in done if e["id"] in hung)
+
+
+def test_a_redelivery_held_by_the_broker_outlives_the_killed_container_that_failed_it(
+    real_url: str,
+) -> None:
+    ledger, app = unique("ledger"), unique("app")
+    env = {"FAIL_FIRST_DELIVERY": "1", "MDB_LOG_LEVEL": "INFO",
+           "MDB_LISTENERS__ON_ENTRY__REDELIVERY__DELAY": "1"}
+    [sent] = anyio.run(send_all, real_url, f"queue:{ledger}", ["fails once"])
+    with ContainerProcess(real_url, ledger, app, "s1", hang=False, env=env) as first:
+        first.take(1, "redelivering")  # acked, its copy held by the broker for a second
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait(timeout=WAIT)
+    with ContainerProcess(real_url, ledger, app, "s2", hang=False, env=env) as second:
+        [done] = second.take(1, "done")
+    assert (done["id"], done["redelivered"], done["count"]) == (sent, True, 2)
 
 
 def test_a_second_signal_exits_at_once(real_url: str) -> None:
