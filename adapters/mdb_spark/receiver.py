@@ -3,18 +3,19 @@
 It runs in Spark's long-lived driver-side Python process (where ``latestOffset``, ``partitions``
 and ``commit`` run), on a private event loop thread, one task per member:
 
-    receive (up to ``prefetch`` already pushed) → drop ids already journaled → append the rest
-    to the member's journal (fsync) → ack them all in one broker transaction → publish the
-    journal's new end for ``latestOffset``.
+    receive (up to ``prefetch`` already pushed) → drop redeliveries of journaled messages →
+    append the rest to the member's journal (fsync) → ack them all in one broker transaction
+    → publish the journal's new end for ``latestOffset``.
 
 Acking right after the journal write, not in Spark's ``commit`` (which lags a batch), keeps the
 broker's prefetch window moving. A message whose ack was lost (crash, dropped connection,
-rolled-back commit) comes back from the broker and is recognised by its id. A member whose
-broker is down is reconnected as the container reconnects (``BrokerLink.connection``: the
-broker's ``reconnect_delay`` doubling up to ``reconnect_max_delay``, with jitter) while the
-other members go on. Every message is taken from the
-member's shared subscription, so several Spark queries (or mdb listeners) of one app split the
-messages between them.
+rolled-back commit) comes back from the broker flagged redelivered and is recognised by its id
+and body digest; a message that only shares an id with a journaled one is journaled too. A
+member whose broker is down is reconnected as the container reconnects
+(``BrokerLink.connection``: the broker's ``reconnect_delay`` doubling up to
+``reconnect_max_delay``, with jitter) while the other members go on. Every message is taken
+from the member's shared subscription, so several Spark queries (or mdb listeners) of one app
+split the messages between them.
 """
 
 from __future__ import annotations
@@ -147,15 +148,21 @@ class Receiver:
 
     async def _journal(self, key: str, batch: list[Delivery]) -> None:
         journal = self._journals[key]
-        fresh: dict[str, Record] = {}
+        fresh: list[Record] = []
         for delivery in batch:
-            ident = message_id(delivery)
-            if journal.is_new(ident) and ident not in fresh:
-                fresh[ident] = record_of(delivery)
+            record = record_of(delivery)
+            if delivery.broker_redelivered and journal.holds(record):
+                # Provably this message again (its ack was lost): same id, same body, and the
+                # broker says it delivered it before. Anything less is journaled, even a
+                # repeated id: a drop would be silent, a doubled row can be seen.
+                log.info("mdb_spark member %s: %s redelivered, already journaled; acked",
+                         key, record.message_id)
+                continue
+            fresh.append(record)
         if not fresh:
             return
         append: Callable[[list[Record]], int] = journal.append
-        end = await anyio.to_thread.run_sync(append, list(fresh.values()))
+        end = await anyio.to_thread.run_sync(append, fresh)
         with self._lock:
             self._ends[key] = end
 

@@ -12,9 +12,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import mdb_spark
+from mdb.destinations import Destination
+from mdb.message import ID, OutgoingMessage, labelled
+from mdb.producer import Producer
+from mdb.settings import load_settings
 from tests.harness.activemq import free_port
 from tests.spark.conftest import publish, settings_json, source_options, wait_for
 
@@ -131,3 +136,33 @@ def test_kill_9_mid_stream_and_restart_keeps_each_message_exactly_once(
     seen = Counter(_parquet_ids(spark, output))
     assert sorted(seen) == sorted(ids)
     assert set(seen.values()) == {1}, [k for k, v in seen.items() if v > 1][:10]
+
+
+def test_distinct_messages_sharing_an_mdb_id_are_all_read(
+        spark: Any, activemq: Any, tmp_path: Path) -> None:
+    """A foreign or careless producer reuses an ``mdb_id``: each message is still a row. Only a
+    redelivery of a journaled message (same id, same body, flagged redelivered) is a repeat."""
+    settings = settings_json("shared_ids", [str(activemq.url)], names=["dups"])
+    options = source_options(settings, str(tmp_path / "journal"))
+    assert set(mdb_spark.create_subscriptions(options).values()) == {"created"}
+    bodies = [b"first", b"second", b"second", b"third"]
+
+    async def send_all() -> None:
+        async with Producer(load_settings(None, **settings)) as producer:
+            for body in bodies:
+                message = OutgoingMessage(body, {**labelled({}, "text/plain"), ID: "reused"})
+                await producer.send_message(Destination.parse("topic:orders"), message)
+
+    anyio.run(send_all)
+    query = (spark.readStream.format("mdb").options(**options).load()
+             .writeStream.format("memory").queryName("shared_ids")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    try:
+        wait_for(lambda: len(_memory_rows(spark, "shared_ids")) >= len(bodies),
+                 "a row for each of the 4 messages")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = _memory_rows(spark, "shared_ids")
+    assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
+    assert {r.message_id for r in rows} == {"reused"}
