@@ -83,11 +83,8 @@ class Journal:
         trimmed = self._read_trimmed()
         self.start: int = trimmed["position"]
         self._trimmed: deque[str] = deque(trimmed["seen"], maxlen=SEEN_LIMIT)
-        self._seen: set[str] = set(self._trimmed)
-        segments = self._segments()
-        self.end: int = max([self.start, *(end for _, end, _ in segments)])
-        for _, _, path in segments:
-            self._seen.update(r.fingerprint for r in self._load(path))
+        self._seen: set[str] | None = None  # built on first use: a reader never needs it
+        self.end: int = max([self.start, *(end for _, end, _ in self._segments())])
 
     # -- writing (the driver-side receiver) ------------------------------------------------
 
@@ -95,7 +92,14 @@ class Journal:
         """True when a record with the same id and body is journaled (or was trimmed lately).
         Alone this does not prove a repeat: the receiver also asks the broker's redelivered
         flag."""
-        return record.fingerprint in self._seen
+        return record.fingerprint in self._fingerprints()
+
+    def _fingerprints(self) -> set[str]:
+        if self._seen is None:
+            self._seen = set(self._trimmed)
+            for _, _, path in self._segments():
+                self._seen.update(r.fingerprint for r in self._load(path))
+        return self._seen
 
     def append(self, records: list[Record]) -> int:
         """Write ``records`` durably as one segment; return the new end position."""
@@ -104,7 +108,8 @@ class Journal:
         start, end = self.end, self.end + len(records)
         data = "".join(r.to_json() + "\n" for r in records).encode()
         self._write_atomically(self._path(f"seg-{start:020d}-{end:020d}.jsonl"), data)
-        self._seen.update(r.fingerprint for r in records)
+        if self._seen is not None:
+            self._seen.update(r.fingerprint for r in records)
         self.end = end
         return end
 
@@ -116,8 +121,8 @@ class Journal:
         gone = [path for _, seg_end, path in self._segments() if seg_end <= position]
         for path in gone:
             for record in self._load(path):
-                if len(self._trimmed) == SEEN_LIMIT:
-                    self._seen.discard(self._trimmed.popleft())
+                if len(self._trimmed) == SEEN_LIMIT and self._seen is not None:
+                    self._seen.discard(self._trimmed[0])
                 self._trimmed.append(record.fingerprint)
         state = {"position": position, "seen": list(self._trimmed)}
         self._write_atomically(self._path(_TRIMMED), json.dumps(state).encode())
@@ -146,7 +151,12 @@ class Journal:
 
     def _segments(self) -> list[tuple[int, int, str]]:
         found = []
-        for path in self._fs.ls(self._root, detail=False):
+        self._fs.invalidate_cache(self._root)  # s3fs and others cache listings per process
+        try:
+            paths = self._fs.ls(self._root, detail=False)
+        except FileNotFoundError:  # an object store has no empty folders: nothing written yet
+            paths = []
+        for path in paths:
             match = _SEGMENT.match(str(path).rstrip("/").rsplit("/", 1)[-1])
             if match:
                 found.append((int(match[1]), int(match[2]), str(path)))
