@@ -148,7 +148,10 @@ class SparkCluster:
         self.workers: list[Daemon] = []
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": HOST,
+        """The environment of every process of the cluster. Not this one's ``PYTHONPATH``: the
+        code a job imports comes from its ``--py-files`` (and the installed environment)."""
+        inherited = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        return {**inherited, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": HOST,
                 "SPARK_DAEMON_MEMORY": "256m", "SPARK_LOG_DIR": str(self.base_dir / "logs"),
                 "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
@@ -182,7 +185,11 @@ class SparkCluster:
     def submit(self, script: Path, args: list[str], *, py_files: Path, env: Mapping[str, str],
                log: Path, conf: Mapping[str, str] | None = None) -> Daemon:
         """``spark-submit --master spark://… --py-files PY_FILES SCRIPT ARGS`` with ``env`` in
-        the driver and, through ``spark.executorEnv.*``, in every executor."""
+        the driver and, through ``spark.executorEnv.*``, in every executor.
+
+        ``PY_FILES`` is also the driver's ``PYTHONPATH``: the Python process the driver's JVM
+        starts for a streaming data source (where the source's ``latestOffset`` and receiver
+        run) does not get ``--py-files`` on its path, only the executors' workers do."""
         settings = {"spark.executor.memory": "512m", "spark.executor.cores": "1",
                     "spark.cores.max": str(self._workers), "spark.driver.memory": "512m",
                     "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
@@ -192,8 +199,8 @@ class SparkCluster:
                    "--py-files", str(py_files)]
         for key, value in settings.items():
             command += ["--conf", f"{key}={value}"]
-        return Daemon([*command, str(script), *args], {**self.env(), **env}, log,
-                      self.base_dir)
+        return Daemon([*command, str(script), *args],
+                      {**self.env(), **env, "PYTHONPATH": str(py_files)}, log, self.base_dir)
 
     def stop(self) -> None:
         for daemon in [*self.workers, *([self.master] if self.master else [])]:
