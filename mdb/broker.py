@@ -56,9 +56,13 @@ class ConnectionOptions:
 
     ``broker`` is the broker's name in settings, for messages (``brokers.<broker>.url``);
     ``tls`` None means plaintext; an adapter that cannot do TLS refuses it (ConfigurationError).
-    Credentials given here take precedence over those in the URL. ``queue_type`` names the kind
-    of queue to declare (``brokers.<broker>.queue_type``); None is the broker's default, and an
-    adapter whose broker has no such kind refuses it (ConfigurationError).
+    Credentials given here take precedence over those in the URL. ``heartbeat_ms`` is how often
+    the client sends heart-beats (0: none); with them, an adapter notices a silent connection
+    before the broker can give up on it, and hands on nothing read after a silence the broker
+    may not have tolerated: the broker may have redelivered it elsewhere (docs/failover.md).
+    ``queue_type`` names the kind of queue to declare (``brokers.<broker>.queue_type``); None
+    is the broker's default, and an adapter whose broker has no such kind refuses it
+    (ConfigurationError).
     """
 
     url: str
@@ -257,6 +261,22 @@ class Connection(abc.ABC):
         Raises ``SendOutcomeUnknown`` when no confirmation came, ``ConnectionLost`` when the
         message surely was not sent.
         """
+
+    async def delay_unsupported(self) -> str | None:
+        """None when the broker holds a message sent with ``OutgoingMessage.delay`` (to a
+        queue) back for that long, else why it cannot (for a startup line). Never raises.
+
+        Where it returns None a delayed send keeps the rest of this contract: in a transaction
+        it is held only once the commit is confirmed (an abort discards it, as any send), the
+        held message is persistent like the others (it survives the sender, and a restart of
+        the broker where the broker's documentation says so) and it reaches its queue's
+        consumers after at least ``delay`` seconds, behind the messages already there. Where
+        it does not, a delayed send may be delivered at once: the container then waits the
+        delay out itself. The delay is on ``mdb.clock``'s time: a broker with a time of its
+        own cannot hold one while a test drives that clock. The adapter may ask the broker the
+        first time (a probe) and keep the answer for the connection; a probe that fails is an
+        answer too (not supported). By default, not supported."""
+        return "its adapter cannot hold a message back"
 
     @property
     @abc.abstractmethod

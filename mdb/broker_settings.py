@@ -73,7 +73,11 @@ class BrokerSettings(BaseModel):
     tls: TlsSettings | None = Field(
         None, description="connect over TLS (see the `tls` fields; default: plaintext)")
     heartbeat_ms: Annotated[int, Field(ge=0)] = Field(
-        4000, description="heartbeat interval both ways; a hung broker is noticed after ~2.5x")
+        4000, description=(
+            "how often mdb sends a heart-beat (RabbitMQ: whole seconds, at least 4000); it asks "
+            "the broker for one every quarter of it and drops a connection silent for 2.5 of "
+            "the broker's intervals (ActiveMQ: 0.625x this), before the broker can drop a "
+            "silent mdb (after 2-3x this); 0: no heart-beats (docs/failover.md#partitions)"))
     connect_timeout: Annotated[float, Field(gt=0)] = Field(
         10.0, description="seconds to wait for the broker to accept a connection")
     receipt_timeout: Annotated[float, Field(gt=0)] = Field(

@@ -1,7 +1,8 @@
 """The ``mdb`` command.
 
-``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]``
-runs the container process; ``mdb subscriptions MODULE... [--config FILE]`` prints the
+``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]
+[--workers N]`` runs the container process (``mdb.serve``; N of them under a supervisor,
+``mdb.supervisor``); ``mdb subscriptions MODULE... [--config FILE]`` prints the
 subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
 NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION (BODY | --file
 PATH) [--header k=v]... [--json | --content-type TYPE] [--key K] [--reply-to DEST]
@@ -16,7 +17,8 @@ Exit status (a failure is one line on stderr, ``mdb: configuration error: ...`` 
 error: ...``, never a traceback):
 
 - 0: a clean stop; ``mdb status``: the container is ready;
-- 1: ``mdb status``: the container answered and is not ready (or not live);
+- 1: ``mdb status``: the container answered and is not ready (or not live); ``mdb run
+  --workers N``: a worker could not be kept up (its status, when 2 or 3, is the supervisor's);
 - 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
   a listener module that does not import or raises at import, an invalid selector, a
   ``health_port`` that cannot be bound, a ``--file`` that cannot be read, a ``--json`` body that
@@ -32,36 +34,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 
 import anyio
-from dependency_injector import containers
 
-from mdb import codec, logs, tracing
+from mdb import codec, logs, serve, tracing
 from mdb.brokers import Brokers
-from mdb.container import Container
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError, EncodeError
-from mdb.health import HealthServer, NotLive, Unreachable, fetch_status, health_url
+from mdb.health import NotLive, Unreachable, fetch_status, health_url
 from mdb.links import adapters
-from mdb.listener import ListenerSpec
 from mdb.message import CONTENT_TYPE
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.producer import Producer
-from mdb.reload import reload_on_change
-from mdb.report import plan_table, print_status, status_line, status_report
+from mdb.report import plan_table, status_report
 from mdb.settings import Settings, load_settings
 from mdb.wiring import (
-    find_container,
-    find_event_callbacks,
     find_listeners,
     import_modules,
-    wired,
 )
 
 
@@ -84,48 +76,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"mdb: broker error: {exc}", file=sys.stderr)
         sys.exit(3)
     sys.exit(code)
-
-
-async def run(args: argparse.Namespace, settings: Settings) -> None:
-    modules = import_modules(args.modules)
-    listeners = find_listeners(modules)
-    di = find_container(args.container or settings.container, modules)
-    flush_telemetry = tracing.configure(settings.app)
-    try:
-        await _run(settings, args, modules, listeners, di)
-    finally:
-        flush_telemetry()
-
-
-async def _run(settings: Settings, args: argparse.Namespace, modules: list[ModuleType],
-               listeners: list[ListenerSpec], di: containers.Container | None) -> None:
-    async with wired(di, modules, listeners) as handlers:
-        container = Container(settings, handlers, on_event=find_event_callbacks(modules))
-        print(plan_table(container.settings, [(d.spec, d.planned) for d in container.deployed]),
-              flush=True)
-        health = None
-        if settings.health_port is not None:
-            health = HealthServer(container.health, settings.health_host, settings.health_port)
-            health.start()
-            print(f"mdb: health on http://{settings.health_host}:{health.port}", flush=True)
-        try:
-            async with anyio.create_task_group() as helpers:
-                helpers.start_soon(_stop_on_signals, container)
-                async with anyio.create_task_group() as running:
-                    await running.start(container.run)
-                    print(f"mdb: ready (app {settings.app}, server {settings.server})",
-                          flush=True)
-                    helpers.start_soon(
-                        print_status, lambda: status_line(d.stats for d in container.deployed),
-                        settings.status_interval, sys.stdout)
-                    if args.config is not None:
-                        helpers.start_soon(reload_on_change, container, args.config,
-                                           args.app, args.server)
-                helpers.cancel_scope.cancel()
-        finally:
-            if health is not None:
-                health.close()
-    print(f"mdb: stopped; {status_line(d.stats for d in container.deployed)}", flush=True)
 
 
 async def send(args: argparse.Namespace, settings: Settings) -> None:
@@ -206,17 +156,6 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if health.ready else 1
 
 
-async def _stop_on_signals(container: Container) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            if container.stopping:
-                print("mdb: second signal, exiting now", file=sys.stderr, flush=True)
-                os._exit(128 + signum)
-            print(f"mdb: {signal.Signals(signum).name}: stopping (signal again to exit now)",
-                  file=sys.stderr, flush=True)
-            container.request_stop()
-
-
 def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """The one exception a task group wrapped; the group itself when there are several."""
     while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
@@ -245,6 +184,12 @@ def _header(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mdb", description="Message-driven beans for Python")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
@@ -257,8 +202,12 @@ def _parser() -> argparse.ArgumentParser:
     p_run = sub.add_parser("run", help="run the listeners of MODULE(s) in a container")
     p_run.add_argument("modules", nargs="+", metavar="MODULE")
     p_run.add_argument("--container", help="dependency-injector container, module:Attribute")
+    p_run.add_argument("--workers", type=_positive, default=1, metavar="N",
+                       help="run the server as N container processes under a supervisor "
+                            "that restarts them (default: 1, this process alone)")
+    p_run.add_argument("--worker", help=argparse.SUPPRESS)  # INDEX:FD, from the supervisor
     common(p_run)
-    p_run.set_defaults(command=run)
+    p_run.set_defaults(command=serve.run)
 
     p_subs = sub.add_parser(
         "subscriptions", help="print the subscriptions the listeners of MODULE(s) would create")

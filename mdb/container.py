@@ -7,7 +7,8 @@ Lifecycle (``run``):
    default, so a process never holds more unsettled messages than it can work on), then report
    ready. A broker that cannot be reached is left to its slots, which keep reconnecting in the
    background; only when no broker at all can be reached is startup a failure
-   (``ConnectionFailed``). A subscription the broker refuses is a failure too.
+   (``ConnectionFailed``). A subscription the broker refuses is a failure too. A broker that
+   cannot hold a redelivery's delay back (see ``Processor``) is named in one line.
 2. run: each slot waits for a delivery, adds the ones its subscription already holds (up to
    ``max_messages_per_transaction``; it never waits for a batch to fill) and hands them to its
    ``Processor``. A slot whose connection was lost reconnects (with backoff and jitter; the
@@ -31,6 +32,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from mdb import tracing
+from mdb.broker import Connection
 from mdb.brokers import Brokers
 from mdb.errors import BrokerError, ConnectionFailed
 from mdb.events import BrokerEvent, Callback, EventKind, Events
@@ -200,16 +202,29 @@ class Container:
         unreachable: dict[str, ConnectionFailed] = {}
         for name, links in self.brokers.pools.items():
             try:
-                await links[0].connect()
+                connection = await links[0].connect()
             except ConnectionFailed as exc:
                 unreachable[name] = exc
                 log.warning("broker %s unreachable at startup (%s); its listeners start "
                             "when it answers", name, exc)
+                continue
+            await self._say_where_delays_wait(name, connection)
         if self.brokers.pools and len(unreachable) == len(self.brokers.pools):
             raise next(iter(unreachable.values()))
         slots = self.slots.new([(d, p) for d in self.deployed for p in d.planned])
         await subscribe([s for s in slots if s.planned.broker not in unreachable])
         return slots
+
+    async def _say_where_delays_wait(self, name: str, connection: Connection) -> None:
+        """One line for a broker that cannot hold a redelivery's delay back, when a listener
+        on it has one: there each delay is waited out in the process, holding a pool slot."""
+        if not any(d.spec.options.redelivery.delay_before(1) > 0
+                   for d in self.deployed for p in d.planned if p.broker == name):
+            return
+        why = await connection.delay_unsupported()
+        if why is not None:
+            log.warning("broker %s cannot hold a redelivery delay back (%s): each delay is "
+                        "waited out in this process, holding a pool slot", name, why)
 
     async def _undeploy(self) -> None:
         """Delete the subscriptions of listeners with ``durable_subscription_deletion``; a

@@ -13,6 +13,9 @@ Off by default; setting ``health_port`` turns it on. Three routes, all ``GET``, 
     200 with :meth:`Health.to_json`, which :meth:`Health.from_json` rebuilds
     (:func:`fetch_status`, for ``mdb status``).
 
+Under ``mdb run --workers N`` the supervisor serves these routes for the whole server, from its
+workers' snapshots (``mdb.supervisor``); its snapshot lists the workers (``WorkerHealth``).
+
 Any other path is 404. The server logs nothing per request.
 """
 
@@ -22,7 +25,7 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -64,8 +67,25 @@ class ListenerHealth:
 
 
 @dataclass(frozen=True)
+class WorkerHealth:
+    """One worker process of ``mdb run --workers N``, as its supervisor sees it."""
+
+    index: int
+    """1 to N: the worker's place, kept by the process that replaces it."""
+    pid: int
+    """The process now in that place; 0 while none runs."""
+    state: str
+    """``"starting"``, ``"ready"``, ``"not ready"``, ``"no answer"`` (its health endpoint did
+    not answer), ``"restarting"`` (waiting to be started again), ``"stopping"`` or
+    ``"stopped"``."""
+    restarts: int
+    """How many times the supervisor started this place again after its process ended."""
+
+
+@dataclass(frozen=True)
 class Health:
-    """A snapshot of the container, taken on its event loop."""
+    """A snapshot of the container, taken on its event loop (or of a server of several worker
+    processes, taken by their supervisor: then ``workers`` lists them)."""
 
     live: bool
     ready: bool
@@ -73,6 +93,8 @@ class Health:
     listeners: tuple[ListenerHealth, ...] = ()
     events: dict[str, int] = field(default_factory=dict)
     """How many availability events of each kind (``EventKind`` value) were emitted."""
+    workers: tuple[WorkerHealth, ...] = ()
+    """The worker processes (``mdb run --workers N``); empty for a single process."""
 
     def unready(self) -> dict[str, object]:
         """Why the container is not ready: the brokers not up, the listeners short of members."""
@@ -97,6 +119,9 @@ class Health:
                 for lh in self.listeners
             ],
             "events": dict(self.events),
+            **({"workers": [{"index": w.index, "pid": w.pid, "state": w.state,
+                             "restarts": w.restarts} for w in self.workers]}
+               if self.workers else {}),
         }
 
     @classmethod
@@ -119,6 +144,11 @@ class Health:
                     for lh in data["listeners"]
                 ),
                 events={_typed(k, str): _typed(v, int) for k, v in data["events"].items()},
+                workers=tuple(
+                    WorkerHealth(_typed(w["index"], int), _typed(w["pid"], int),
+                                 _typed(w["state"], str), _typed(w["restarts"], int))
+                    for w in data.get("workers", ())
+                ),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not an mdb health snapshot: {exc!r}") from None
@@ -134,15 +164,16 @@ class HealthServer:
     """Serves the routes above on ``host``:``port`` from a daemon thread.
 
     Construct it on the running event loop whose state ``snapshot`` reads: every request calls
-    ``snapshot`` on that loop (it must not block), and waits for it. ``port`` 0 picks a free port;
+    ``snapshot`` on that loop (it must not block; a coroutine function may await, as the
+    supervisor's asks its workers), and waits for it. ``port`` 0 picks a free port;
     after :meth:`start`, ``port`` is the bound one. :meth:`close` is idempotent; it blocks its
     caller (the loop) for at most the server's poll interval.
     """
 
     POLL_INTERVAL = 0.05
 
-    def __init__(self, snapshot: Callable[[], Health], host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+    def __init__(self, snapshot: Callable[[], Health | Awaitable[Health]],
+                 host: str = "127.0.0.1", port: int = 0) -> None:
         self.host = host
         self.port = port
         self._snapshot = snapshot
@@ -180,7 +211,7 @@ class HealthServer:
             return HTTPStatus.NOT_FOUND, {"error": f"no route {path}; try /health/live, "
                                                    f"/health/ready or /status"}
         try:
-            health = anyio.from_thread.run_sync(self._snapshot, token=self._token)
+            health = anyio.from_thread.run(self._take, token=self._token)
         except RuntimeError:
             return HTTPStatus.SERVICE_UNAVAILABLE, {
                 "live": False, "ready": False,
@@ -190,6 +221,11 @@ class HealthServer:
         if path == "/health/ready":
             return _ok(health.ready), {"ready": health.ready, **health.unready()}
         return HTTPStatus.OK, health.to_json()
+
+
+    async def _take(self) -> Health:
+        taken = self._snapshot()
+        return taken if isinstance(taken, Health) else await taken
 
 
 def _ok(good: bool) -> HTTPStatus:

@@ -95,13 +95,20 @@ class OutgoingMessage:
     error destination): the headers of that delivery, all of them, as the adapter delivered
     them. The adapter carries over those of its protocol that make the copy the same message
     (on ActiveMQ its JMS type, priority, expiration and persistence; see ``Dialect.copy``);
-    the core only says whose copy it is."""
+    the core only says whose copy it is.
+
+    ``delay`` is how many seconds the broker holds the message back before any consumer can
+    receive it (a redelivery's delay); 0 for none. The core sets it only on a send to a queue,
+    on a connection whose broker can hold one (``Connection.delay_unsupported`` is None).
+    Held messages are the broker's: they wait in its store like any other (a transacted one
+    from the commit on) and survive the sender."""
 
     body: bytes
     headers: Mapping[str, str] = field(default_factory=dict)
     reply_to: ReplyTo | None = None
     correlation_id: str | None = None
     copy_of: Mapping[str, str] | None = None
+    delay: float = 0.0
 
     @property
     def content_type(self) -> str | None:

@@ -33,10 +33,11 @@ class Distribution(enum.StrEnum):
 
 
 class Redelivery(BaseModel):
-    """When a handler raises: wait ``delay`` seconds (times ``backoff`` for each further failure,
-    at most ``max_delay``) and deliver again, at most ``limit`` times; then move the message to
-    the error destination. Every number is finite and bounded: a wait holds a pool slot, so an
-    endless one would stall it, and a limit nobody reaches is a poison message looping."""
+    """When a handler raises: deliver again ``delay`` seconds later (times ``backoff`` for each
+    further failure, at most ``max_delay``), at most ``limit`` times; then move the message to
+    the error destination. The broker holds the message back meanwhile where it can, and the
+    pool slot takes the next message; where it cannot, the slot waits (docs/concepts.md).
+    Every number is finite and bounded: a limit nobody reaches is a poison message looping."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True,
                               allow_inf_nan=False)
@@ -45,8 +46,9 @@ class Redelivery(BaseModel):
     """redeliveries after the first delivery before the message moves to the error
     destination (bounded: past a few thousand failures a message is poison, not unlucky)"""
     delay: float = Field(1.0, ge=0, le=MAX_WAIT)
-    """seconds before the first redelivery; the wait holds the message's pool slot (bounded:
-    a longer wait belongs to a scheduler)"""
+    """seconds before the first redelivery: the broker holds the message back meanwhile, or,
+    where it cannot, the message's pool slot waits (bounded: a longer wait belongs to a
+    scheduler)"""
     backoff: float = Field(2.0, ge=1, le=MAX_BACKOFF)
     """factor applied to the delay for each further redelivery (bounded: 10 turns one second
     into a day by the sixth redelivery)"""

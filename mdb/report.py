@@ -54,13 +54,15 @@ def status_line(stats: Iterable[Stats]) -> str:
 
 
 def status_report(health: Health, url: str, now: float | None = None) -> str:
-    """What ``mdb status`` prints: a headline and why, then brokers, listeners, event counts."""
+    """What ``mdb status`` prints: a headline and why, then brokers, listeners, the workers
+    (``mdb run --workers N``), event counts."""
     now = time.time() if now is None else now
     lines = [f"mdb at {url}: {'live' if health.live else 'NOT LIVE'}, "
              f"{'ready' if health.ready else 'NOT READY'}"]
     reasons = [f"broker {b.name} is {b.state}" for b in health.brokers if b.state != "up"]
     reasons += [f"listener {lh.name} has {lh.subscribed} of {lh.members} members subscribed"
                 for lh in health.listeners if lh.subscribed < lh.members]
+    reasons += [f"worker {w.index} is {w.state}" for w in health.workers if w.state != "ready"]
     if reasons and not health.ready:
         lines.append(f"  because {'; '.join(reasons)}")
     brokers = [("broker", "state", "since", "address")] + [
@@ -71,8 +73,12 @@ def status_report(health: Health, url: str, now: float | None = None) -> str:
         (lh.name, f"{lh.subscribed}/{lh.members}", str(lh.in_flight), str(lh.processed))
         for lh in health.listeners]
     events = ", ".join(f"{kind} {count}" for kind, count in sorted(health.events.items()))
-    return "\n\n".join(["\n".join(lines), _table(brokers), _table(listeners),
-                        f"events: {events or 'none'}"])
+    parts = [_table(brokers), _table(listeners)]
+    if health.workers:
+        parts.append(_table([("worker", "pid", "state", "restarts")] + [
+            (str(w.index), str(w.pid or "-"), w.state, str(w.restarts))
+            for w in health.workers]))
+    return "\n\n".join(["\n".join(lines), *parts, f"events: {events or 'none'}"])
 
 
 def _table(rows: Sequence[Sequence[str]]) -> str:
@@ -92,8 +98,9 @@ def _ago(seconds: float) -> str:
     return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
 
 
-async def print_status(line: Callable[[], str], interval: float, out: TextIO) -> None:
-    """Every ``interval`` seconds print ``mdb: <line()>`` to ``out``: every time on a terminal,
+async def print_status(line: Callable[[], str], interval: float, out: TextIO,
+                       label: str = "mdb") -> None:
+    """Every ``interval`` seconds print ``<label>: <line()>`` to ``out``: every time on a terminal,
     where it is watched; elsewhere (a log collector) only when the line changed, so an idle
     container's log does not grow by a line every few seconds."""
     last = None
@@ -102,5 +109,5 @@ async def print_status(line: Callable[[], str], interval: float, out: TextIO) ->
         await anyio.sleep(interval)
         now = line()
         if terminal or now != last:
-            print(f"mdb: {now}", file=out, flush=True)
+            print(f"{label}: {now}", file=out, flush=True)
         last = now

@@ -17,6 +17,8 @@ Behaviour follows ActiveMQ Classic where the seam leaves room:
   ``ConnectionLost``; ``Transaction.ack`` and ``send`` on a finished or stale transaction do
   nothing (its ``commit`` raises ``TransactionRolledBack``); ``receive`` on a closed
   subscription raises ``ConnectionLost`` too, since no delivery will ever come.
+* A message sent with a delay (``OutgoingMessage.delay``) is held by the broker until it is
+  due, then joins the back of its queue; a transacted one from the commit on.
 * Every operation except the ``close``/``abort`` family and ``receive_nowait`` is a cancellation
   point before it acts: cancelled means not done. ``close`` and ``abort`` act first and cannot be
   cancelled; ``receive_nowait`` is not a coroutine.
@@ -178,6 +180,10 @@ class MemoryConnection(Connection):
             )
         exchange.publish(target, frozen(message))
         exchange.notify()
+
+    async def delay_unsupported(self) -> None:
+        """None: the broker holds delayed messages (``mdb_memory.exchange``)."""
+        await _checkpoint()
 
     async def close(self) -> None:
         if self._session.is_open:

@@ -1,23 +1,34 @@
 """``Exchange``: the engine of one named memory broker, which its connections talk to.
 
 It keeps the queues and routes a sent message to them (topics work like ActiveMQ Classic
-virtual topics, see ``mdb_memory.state``), counts down the failures a test injected, knows the
-open connections (as ``Link``s it can drop) and wakes whoever waits for a change. Loop thread
+virtual topics, see ``mdb_memory.state``), holds back a message sent with a delay until it is
+due (``OutgoingMessage.delay``), counts down the failures a test injected, knows the open
+connections (as ``Link``s it can drop) and wakes whoever waits for a change. Loop thread
 only. ``BrokerState`` is the face tests see; connections, subscriptions and transactions use
 this object's public methods and nothing else of the broker.
+
+A held message is released by whoever waits on the broker when it falls due (``wait``): the
+broker has no task of its own, since it outlives event loops. So nothing is released while
+nobody waits; what looks inside (``BrokerState``) releases what is due first. Its time is
+``mdb.clock``'s, which a test may drive (``mdb.testing``).
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import re
+from dataclasses import replace
 from typing import Protocol
 
+from mdb import clock
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, SendOutcomeUnknown
 from mdb.message import OutgoingMessage, ReplyAddress
 from mdb_memory.queue import MemoryQueue, StoredMessage
 from mdb_memory.signals import Signal
+
+Held = tuple[float, int, Destination, OutgoingMessage]  # (due, order sent, where, message)
 
 _VIRTUAL_TOPIC_QUEUE = re.compile(r"^Consumer\.([^.]+)\.VirtualTopic\.(.+)$")
 DEAD_LETTER_QUEUE = "DLQ"  # where ``Connection.dead_letter`` leaves messages, as ActiveMQ.DLQ
@@ -45,6 +56,9 @@ class Exchange:
         self._queues: dict[str, MemoryQueue] = {}
         self._topics: dict[str, dict[str, MemoryQueue]] = {}  # topic -> subscription -> queue
         self._links: dict[Link, None] = {}
+        self._held: list[Held] = []  # a heap: the next message due first
+        self._held_order = itertools.count()
+        self._waiting: dict[Signal, int] = {}  # what tasks in ``wait`` wait on, and how many
         self._failures_left = 0
         self._failure_type: type[BrokerError] = SendOutcomeUnknown
         self._failure_stored = False
@@ -103,7 +117,16 @@ class Exchange:
 
     def publish(self, destination: Destination, sent: OutgoingMessage) -> None:
         """Store a message (``queue.frozen``): in the queue, or a copy in every subscription
-        queue of the topic."""
+        queue of the topic; one with a ``delay`` only once that many seconds passed."""
+        if sent.delay > 0:
+            due = clock.current().now() + sent.delay
+            sooner = not self._held or due < self._held[0][0]
+            heapq.heappush(self._held, (due, next(self._held_order), destination,
+                                        replace(sent, delay=0.0)))
+            if sooner:  # whoever waits must wake by then now: let each wait again
+                for signal in list(self._waiting):
+                    signal.notify()
+            return
         reply_to = sent.reply_to
         message = StoredMessage(
             f"ID:memory-{next(_message_ids)}", destination, sent.body, sent.headers,
@@ -113,6 +136,22 @@ class Exchange:
                 queue.put(message)
         else:
             self.queue(destination.name).put(message)
+
+    @property
+    def held_count(self) -> int:
+        """Messages sent with a delay and not yet due."""
+        return len(self._held)
+
+    def release_due(self) -> None:
+        """Store the held messages that are due, in the order they fell due."""
+        now = clock.current().now()
+        released = False
+        while self._held and self._held[0][0] <= now:
+            _, _, destination, sent = heapq.heappop(self._held)
+            self.publish(destination, sent)
+            released = True
+        if released:
+            self.notify()
 
     def dead_letter(self, message: StoredMessage) -> None:
         """Keep ``message`` as it is on the dead-letter queue."""
@@ -173,4 +212,22 @@ class Exchange:
 
     async def wait_for_change(self) -> None:
         """Return at the next change."""
-        await self._changed.wait()
+        await self.wait(self._changed)
+
+    async def wait(self, signal: Signal) -> None:
+        """Return at the next ``signal``, or once the next held message fell due (released
+        then, which may be what ``signal`` waited for). A message held meanwhile that falls
+        due sooner notifies ``signal``: the caller checks what it waits for, and waits again."""
+        self._waiting[signal] = self._waiting.get(signal, 0) + 1
+        try:
+            if not self._held:
+                await signal.wait()
+                return
+            time = clock.current()
+            with time.deadline(self._held[0][0] - time.now()):
+                await signal.wait()
+        finally:
+            left = self._waiting.pop(signal) - 1
+            if left:
+                self._waiting[signal] = left
+        self.release_due()

@@ -10,6 +10,9 @@ every queue named ``Consumer.<name>.VirtualTopic.X`` that exists at that moment 
 ``subscription_queue_name``), and is not kept anywhere when there is none. Such a queue is an
 ordinary queue: sending to ``queue:Consumer.<name>.VirtualTopic.X`` feeds that subscription
 only, and consumers of the queue share its messages.
+
+A message sent with a delay (``OutgoingMessage.delay``) is held by the broker, not by any
+connection, until it is due (``held_count``): then it joins the back of its queue.
 """
 
 from __future__ import annotations
@@ -75,8 +78,15 @@ class BrokerState:
         """Names of the subscriptions (subscription queues) that exist on ``topic:<topic>``."""
         return self.exchange.subscription_names(topic)
 
+    @property
+    def held_count(self) -> int:
+        """Messages sent with a delay (``OutgoingMessage.delay``) that are not due yet."""
+        self.exchange.release_due()
+        return self.exchange.held_count
+
     def stats(self, destination: Destination | str) -> QueueStats | None:
         """Counters of a queue, or None when it does not exist."""
+        self.exchange.release_due()
         queue = self.exchange.find(_queue_name(destination))
         if queue is None:
             return None
@@ -85,12 +95,14 @@ class BrokerState:
 
     def queue_depth(self, destination: Destination | str) -> int:
         """Ready messages of a queue (0 when it does not exist); unsettled ones not counted."""
+        self.exchange.release_due()
         queue = self.exchange.find(_queue_name(destination))
         return 0 if queue is None else len(queue.messages)
 
     def browse(self, destination: Destination | str) -> list[Delivery]:
         """The ready messages of a queue in delivery order, as deliveries that cannot be
         settled (``token`` is None). Does not consume them."""
+        self.exchange.release_due()
         queue = self.exchange.find(_queue_name(destination))
         if queue is None:
             return []

@@ -74,7 +74,7 @@ class MemorySubscription(Subscription):
                     f"{self.session.exchange.name!r}: "
                     + ("the connection was lost" if self._ended == "lost" else "it was closed")
                 )
-            await self._arrived.wait()
+            await self.session.exchange.wait(self._arrived)
 
     def receive_nowait(self) -> Delivery | None:
         """A delivery already pushed to this subscription, or None. Not a cancellation point."""

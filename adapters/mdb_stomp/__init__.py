@@ -3,7 +3,8 @@
 ``StompBroker`` (``broker``) is the entry point; ``connection``, ``subscription`` and
 ``transaction`` are the seam's objects, which share one ``wire`` (the stomp.py connection bridged
 into anyio, with its ``receipts``); ``unsettled`` keeps cumulative acks safe; ``frames`` holds the
-pure header work; ``dialect`` holds what differs per broker; and ``activemq.xml`` (next to this
+pure header work; ``dialect`` holds what differs per broker (how each holds a delayed message
+back, too); ``scheduler`` probes whether an ActiveMQ can; and ``activemq.xml`` (next to this
 file) is the reference ActiveMQ Classic configuration, ``activemq-shared-store.xml`` the same
 for a shared-store master/slave pair.
 """

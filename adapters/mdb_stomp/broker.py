@@ -11,6 +11,7 @@ from mdb.errors import ConfigurationError
 from mdb.redaction import redact_url
 from mdb_stomp.connection import StompConnection
 from mdb_stomp.dialect import DIALECTS
+from mdb_stomp.heartbeats import Heartbeats
 from mdb_stomp.wire import Wire
 
 # STOMP 1.2 does not escape CONNECT headers (login, passcode, host): these would inject one.
@@ -29,9 +30,10 @@ class StompBroker:
     options' ``username``/``password`` take precedence over the URL's. A ``queue_type`` the
     dialect does not know (any, on ActiveMQ) is refused too.
 
-    ``connect`` opens one STOMP 1.2 connection with heartbeats of ``heartbeat_ms`` both ways,
-    over TLS when ``options.tls`` says so. No ``client-id`` is sent: ActiveMQ refuses a second
-    connection with the same one, and the container opens several.
+    ``connect`` opens one STOMP 1.2 connection with heart-beats planned from ``heartbeat_ms``
+    (``mdb_stomp.heartbeats``), over TLS when ``options.tls`` says so. No ``client-id`` is
+    sent: ActiveMQ refuses a second connection with the same one, and the container opens
+    several.
     """
 
     def __init__(self, options: ConnectionOptions) -> None:
@@ -98,7 +100,10 @@ class StompBroker:
         """Open a connection; raises ``ConnectionFailed`` (refused, a TLS failure, or no
         CONNECTED frame within ``connect_timeout``), ``CredentialsRefused`` when the broker
         refuses the login or the vhost."""
+        dialect = self._dialect
+        heartbeats = Heartbeats.plan(self.options.heartbeat_ms, dialect.heartbeat_unit_ms,
+                                     dialect.min_heartbeat_ms)
         wire = Wire(self.options, self._host, self._port, self.vhost, asyncio.get_running_loop(),
-                    self._dialect.explain)
+                    heartbeats, dialect.explain)
         await wire.open(self.username, self.password)
         return StompConnection(wire, self._dialect)

@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import uuid
 
+import anyio
+
+from mdb import clock
 from mdb.broker import Connection, Delivery, SubscriptionRequest
 from mdb.destinations import Destination
 from mdb.errors import BrokerError, SendOutcomeUnknown, SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyTo
+from mdb_stomp import scheduler
 from mdb_stomp.dialect import Dialect
-from mdb_stomp.frames import send_headers
+from mdb_stomp.frames import send_frame
 from mdb_stomp.receipts import ReceiptErrors
 from mdb_stomp.subscription import StompSubscription, ack_token
 from mdb_stomp.temporary import StompTemporaryQueue
@@ -36,6 +40,8 @@ class StompConnection(Connection):
     def __init__(self, wire: Wire, dialect: Dialect) -> None:
         self._wire = wire
         self._dialect = dialect
+        self._probing = anyio.Lock()
+        self._delays: tuple[str | None] | None = None  # the probe's answer, once asked
 
     @property
     def is_open(self) -> bool:
@@ -108,11 +114,12 @@ class StompConnection(Connection):
         """SEND with a receipt. ``ConnectionLost`` when it surely was not sent (down before or
         during the write); ``SendOutcomeUnknown`` when no receipt came (timeout, or the
         connection dropped after the write); ``BrokerError`` when the broker refused it."""
+        path, headers = send_frame(destination, message, self._dialect)
         await self._wire.request(
             "send",
-            self._dialect.address(destination),
+            path,
             message.body,
-            headers=send_headers(message, self._dialect, destination),
+            headers=headers,
             errors=ReceiptErrors(
                 str(destination),
                 refused=BrokerError,
@@ -121,6 +128,20 @@ class StompConnection(Connection):
                 consequence="the message may have been stored",
             ),
         )
+
+    async def delay_unsupported(self) -> str | None:
+        """None where the broker holds delayed sends back: always on RabbitMQ (delay queues,
+        ``RabbitMQDialect.delayed``); on ActiveMQ when its scheduler is on, which the first
+        call probes (``mdb_stomp.scheduler``) and later ones remember for this connection.
+        Never while a test drives ``mdb.clock``: the broker's time would not follow it."""
+        if clock.current() is not clock.SYSTEM:
+            return "mdb.clock is a test's clock, which the broker's own time does not follow"
+        if not self._dialect.probes_delay:
+            return None
+        async with self._probing:
+            if self._delays is None:
+                self._delays = (await scheduler.probe(self._wire),)
+            return self._delays[0]
 
     async def close(self) -> None:
         """DISCONNECT, wait briefly for its receipt, then close the socket. Never raises and

@@ -24,6 +24,7 @@ mapping and the facts it rests on.
 from __future__ import annotations
 
 import abc
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from typing import ClassVar
 from mdb import message as m
 from mdb.broker import SubscriptionRequest
 from mdb.destinations import Destination, Kind
-from mdb.errors import SubscriptionFailed
+from mdb.errors import EncodeError, SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 
 # The headers of a STOMP MESSAGE frame that describe that delivery or frame rather than the
@@ -45,6 +46,26 @@ PROTOCOL_HEADERS = frozenset(
 
 # The protocol headers of a MESSAGE frame that a copy's SEND carries over (see ``copy``).
 _KEPT_ON_COPY = ("priority", "expires")
+
+# ActiveMQ's scheduler: a message sent with one of these is held back (``delayed``); one
+# delivered by the scheduler carries ``scheduledJobId``, which stops it being held again.
+SCHEDULED_DELAY = "AMQ_SCHEDULED_DELAY"
+SCHEDULER_HEADERS = frozenset(
+    {SCHEDULED_DELAY, "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_REPEAT", "AMQ_SCHEDULED_CRON",
+     "scheduledJobId"}
+)
+
+# RabbitMQ's delay queues (``RabbitMQDialect.delayed``). A message dead-lettered from one keeps
+# the arguments of the SEND that declared it as headers, and gains x-first-death-* (x-death,
+# an array, does not cross STOMP; 3.13 adds x-last-death-*): a copy sent with them would
+# declare its queue with them (a TTL and dead-lettering on an error destination).
+DELAY_QUEUE_PREFIX = "mdb.delay."
+MAX_QUEUE_NAME_BYTES = 255
+DEAD_LETTER_HEADERS = frozenset(
+    {"x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-death",
+     "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+     "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,15 +109,23 @@ class Dialect(abc.ABC):
     #: broker creates it and subscribes the connection at the first SEND naming it in
     #: ``reply-to`` (RabbitMQ). See ``mdb_stomp.temporary``.
     subscribes_temporary_queues: ClassVar[bool] = True
+    #: True when whether the broker holds a delayed send back depends on its configuration,
+    #: which a probe finds out (``mdb_stomp.scheduler``); False when it always does.
+    probes_delay: ClassVar[bool] = False
     #: True when the broker runs each frame of a transaction as it reads it and answers a
     #: receipt on a transacted SEND at once: then such a SEND waits for its receipt before the
     #: transaction writes anything more (see ``StompTransaction.send``). False when it runs
     #: them only at the COMMIT and answers their receipts then (RabbitMQ).
     confirms_transacted_sends: ClassVar[bool] = True
+    #: The unit the broker counts heart-beat intervals in, and the shortest interval mdb may
+    #: promise it so that mdb notices a silent link before the broker does (``heartbeats``).
+    heartbeat_unit_ms: ClassVar[int] = 1
+    min_heartbeat_ms: ClassVar[int] = 0
     #: The values ``queue_type`` may take on this broker.
     queue_types: ClassVar[frozenset[str]] = frozenset()
-    #: The headers of a MESSAGE frame that describe that delivery or frame rather than the
-    #: sender's application (``Delivery.protocol_headers``): never copied.
+    #: The headers of a MESSAGE frame that describe that delivery or frame, or instruct the
+    #: broker, rather than carry the sender's application (``Delivery.protocol_headers``):
+    #: never copied.
     protocol_headers: ClassVar[frozenset[str]] = PROTOCOL_HEADERS
 
     def __init__(self, queue_type: str | None = None, name: str = "<name>") -> None:
@@ -121,6 +150,11 @@ class Dialect(abc.ABC):
         """Headers this broker needs on every SEND of ``message`` to ``target`` (added over the
         message's own); for a copy (``message.copy_of``), those that keep it the same message
         (``copy``)."""
+
+    @abc.abstractmethod
+    def delayed(self, queue: Destination, delay_ms: int) -> tuple[str, dict[str, str]]:
+        """Where to SEND a message for ``queue`` that the broker holds back ``delay_ms``
+        milliseconds first, and the headers that make it so (``OutgoingMessage.delay``)."""
 
     def copy(self, received: Mapping[str, str]) -> dict[str, str]:
         """The protocol headers of a SEND of a copy of the message received with the headers
@@ -200,6 +234,8 @@ class ActiveMQDialect(Dialect):
 
     scheme = "stomp+activemq"
     broker = "ActiveMQ"
+    protocol_headers = PROTOCOL_HEADERS | SCHEDULER_HEADERS
+    probes_delay = True
 
     def send_path(self, destination: Destination) -> str:
         if destination.kind is Kind.QUEUE:
@@ -215,6 +251,17 @@ class ActiveMQDialect(Dialect):
         if is_text(message.content_type):
             headers["amq-msg-type"] = "text"
         return headers
+
+    def delayed(self, queue: Destination, delay_ms: int) -> tuple[str, dict[str, str]]:
+        """The queue itself, with ``AMQ_SCHEDULED_DELAY``: the broker's scheduler holds the
+        message (``schedulerSupport``, see ``mdb_stomp.scheduler``). Measured on 5.17.2, raw
+        STOMP 1.2: a transacted SEND is scheduled at the COMMIT (its delay counts from there)
+        and an ABORT discards it; the held message survived a kill -9 of the broker (it is
+        in the scheduler's store under the data directory) and came out on time after the
+        restart, with its headers and a ``scheduledJobId`` added, without the
+        ``AMQ_SCHEDULED_DELAY``. A message carrying a ``scheduledJobId`` is never scheduled
+        again (it was delivered at once): a copy does not inherit it (``protocol_headers``)."""
+        return self.send_path(queue), {SCHEDULED_DELAY: str(delay_ms)}
 
     def copy(self, received: Mapping[str, str]) -> dict[str, str]:
         """The same JMS message as ``received`` (measured on 5.17.2, Java OpenWire producer,
@@ -353,6 +400,10 @@ class RabbitMQDialect(Dialect):
     * A receipt asked on a transacted SEND is answered only at the COMMIT (the frames of a
       transaction run then): ``confirms_transacted_sends = False``. No header limit was met:
       a SEND with 2,000 headers, or one of 200 KB, was stored.
+    * Heart-beats count in whole seconds, its own at least 1 s, so mdb's tolerance of its
+      silence is 2.5 s; it drops a connection after 2 to 3 of mdb's intervals of silence, at
+      least one interval after a cut. mdb's interval is therefore at least 4 s here
+      (``mdb_stomp.heartbeats``).
     * A SEND the user may not make (no ``configure`` permission on the queue, which a SEND to
       ``/queue/X`` declares) in a transaction is refused only after the COMMIT's receipt: an
       ERROR ``access_refused`` follows it and the connection closes. The transaction's ACKs,
@@ -386,8 +437,11 @@ class RabbitMQDialect(Dialect):
     unsubscribe_releases_unacked = False
     subscribes_temporary_queues = False
     confirms_transacted_sends = False
+    heartbeat_unit_ms = 1000
+    min_heartbeat_ms = 4000
     queue_types = frozenset({"classic", "quorum"})
-    protocol_headers = PROTOCOL_HEADERS | {"x-queue-type", "x-delivery-count"}
+    protocol_headers = PROTOCOL_HEADERS | DEAD_LETTER_HEADERS | {"x-queue-type",
+                                                                 "x-delivery-count"}
 
     def explain(self, error: str) -> str:
         if "inequivalent arg 'x-queue-type'" not in error:
@@ -414,6 +468,23 @@ class RabbitMQDialect(Dialect):
         if isinstance(target, Destination) and target.kind is Kind.QUEUE:
             headers.update(self._declared())
         return headers
+
+    def delayed(self, queue: Destination, delay_ms: int) -> tuple[str, dict[str, str]]:
+        """A delay queue of ``queue`` for this delay, ``mdb.delay.<ms>.<queue>``: every
+        message in it expires after ``delay_ms`` (``x-message-ttl``) and is dead-lettered
+        through the default exchange to ``queue`` (``x-dead-letter-exchange:""``,
+        ``x-dead-letter-routing-key``). The SEND declares it (durable) with these arguments;
+        the name says them all, so two SENDs never declare it differently (which RabbitMQ
+        refuses, closing the connection). A name too long for RabbitMQ (255 bytes) ends in a
+        digest of the queue's instead. See docs/rabbitmq.md for what was measured."""
+        if queue.kind is not Kind.QUEUE:
+            raise EncodeError(f"{queue}: RabbitMQ holds a delayed message for a queue only")
+        name = f"{DELAY_QUEUE_PREFIX}{delay_ms}.{queue.name}"
+        if len(name.encode()) > MAX_QUEUE_NAME_BYTES:
+            digest = hashlib.sha256(queue.name.encode()).hexdigest()
+            name = f"{DELAY_QUEUE_PREFIX}{delay_ms}.{digest}"
+        return f"/queue/{name}", {"x-message-ttl": str(delay_ms), "x-dead-letter-exchange": "",
+                                  "x-dead-letter-routing-key": queue.name}
 
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
         destination = request.destination
@@ -452,4 +523,3 @@ DIALECTS: dict[str, type[Dialect]] = {
     ActiveMQDialect.scheme: ActiveMQDialect,
     RabbitMQDialect.scheme: RabbitMQDialect,
 }
-

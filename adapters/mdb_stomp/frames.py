@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
-from mdb.destinations import Destination
-from mdb.errors import ConfigurationError
+from mdb.destinations import Destination, Kind
+from mdb.errors import ConfigurationError, EncodeError
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo, refuse_nul
 from mdb_stomp.dialect import Dialect
 
@@ -47,6 +48,23 @@ def send_headers(message: OutgoingMessage, dialect: Dialect, target: ReplyTo,
     if message.correlation_id is not None:
         headers[CORRELATION_ID] = message.correlation_id
     return headers
+
+
+def send_frame(target: ReplyTo, message: OutgoingMessage,
+               dialect: Dialect) -> tuple[str, dict[str, str]]:
+    """The STOMP destination and the headers (``send_headers``) of a SEND of ``message`` to
+    ``target``; for one with a ``delay``, where the dialect has the broker hold it back
+    (``Dialect.delayed``), at least that long to the millisecond. ``EncodeError``, before
+    anything is written, for a header holding a NUL byte or a delay on a send to anything but
+    a queue."""
+    headers = send_headers(message, dialect, target)
+    if message.delay <= 0:
+        return dialect.address(target), headers
+    if not (isinstance(target, Destination) and target.kind is Kind.QUEUE):
+        raise EncodeError(f"{target}: only a send to a queue can be delayed")
+    path, held = dialect.delayed(target, math.ceil(message.delay * 1000))
+    headers.update(held)
+    return path, headers
 
 
 def _logical(reply_to: str | None) -> Destination | None:

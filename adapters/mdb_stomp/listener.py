@@ -1,16 +1,18 @@
 """``Listener``: stomp.py's callbacks, which run on its threads, handed over to the event loop;
-``FrameReader``: the frames stomp.py read, checked before its callbacks see them."""
+``FrameReader``: the bytes and frames stomp.py read, checked before its callbacks see them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import stomp
 import stomp.utils
 
+from mdb_stomp.heartbeats import Heartbeats, Silence
 from mdb_stomp.reassembly import CONTENT_LENGTH, HEADERS_END, Joiner
 
 
@@ -26,6 +28,8 @@ class Events(Protocol):
     def on_receipt(self, receipt: str | None) -> None: ...
 
     def on_error(self, headers: Mapping[str, str], body: bytes | str | None) -> None: ...
+
+    def on_silence(self, silence: float, limit: float) -> None: ...
 
     def lose(self, reason: str) -> None: ...
 
@@ -64,21 +68,55 @@ class Listener(stomp.ConnectionListener):  # type: ignore[misc]
         """A MESSAGE frame ``FrameReader`` found damaged."""
         self._post(self._events.on_damaged, headers, body, why)
 
+    def on_silence(self, silence: float, limit: float) -> None:
+        """``FrameReader`` read something after ``silence`` seconds, longer than ``limit``."""
+        self._post(self._events.on_silence, silence, limit)
+
 
 class FrameReader:
-    """Stands in for stomp.py's ``Transport.process_frame`` (called on its receiver thread with
-    each frame read, parsed and raw). MESSAGE frames cut at a NUL byte are joined again
-    (``mdb_stomp.reassembly``); one that was cut, or lacks the ``subscription`` header that
-    routes it, goes to ``Listener.on_damaged`` instead of stomp.py's listeners (whether one
-    without an ``ack`` header is damaged depends on its subscription: ``Wire.on_message``).
-    Every other frame goes on to stomp.py's ``process_frame``."""
+    """Stands in for stomp.py's ``Transport.receive`` and ``Transport.process_frame`` (called
+    on its receiver thread: with nothing, for the next bytes, and with each frame read, parsed
+    and raw).
 
-    def __init__(self, process_frame: Callable[[Any, bytes], None], listener: Listener) -> None:
+    Every read is timed (``heartbeats.Silence``, with the limit the CONNECTED frame's
+    ``heart-beat`` header sets through ``heartbeats``): from the first read after too long a
+    silence on, no frame goes further, and ``Listener.on_silence`` says so once - what arrives
+    then may be what the broker wrote before it dropped the connection and handed the messages
+    to another consumer.
+
+    MESSAGE frames cut at a NUL byte are joined again (``mdb_stomp.reassembly``); one that was
+    cut, or lacks the ``subscription`` header that routes it, goes to ``Listener.on_damaged``
+    instead of stomp.py's listeners (whether one without an ``ack`` header is damaged depends
+    on its subscription: ``Wire.on_message``). Every other frame goes on to stomp.py's
+    ``process_frame``."""
+
+    def __init__(self, process_frame: Callable[[Any, bytes], None],
+                 receive: Callable[[], bytes | None], listener: Listener,
+                 heartbeats: Heartbeats, clock: Callable[[], float] = time.monotonic) -> None:
         self._process_frame = process_frame
+        self._receive = receive
+        self._clock = clock
         self._listener = listener
+        self._heartbeats = heartbeats
+        self._silence = Silence()
+        self._told = False  # on_silence was called
         self._joiner = Joiner()
 
+    def receive(self) -> bytes | None:
+        """The next bytes from the socket (``Transport.receive``), their arrival timed."""
+        data = self._receive()
+        if data:
+            self._silence.heard(self._clock())
+        return data
+
     def __call__(self, frame: Any, raw: bytes) -> None:
+        if self._silence.broken is not None:
+            if not self._told:
+                self._told = True
+                self._listener.on_silence(*self._silence.broken)
+            return
+        if frame.cmd == "CONNECTED":
+            self._silence.limit = self._heartbeats.silence_limit(frame.headers.get("heart-beat"))
         whole = self._joiner.feed(raw)
         if whole is None:
             return

@@ -11,7 +11,7 @@ from mdb.broker import Delivery, Transaction
 from mdb.errors import ConnectionLost, TransactionRolledBack
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp.dialect import Dialect
-from mdb_stomp.frames import send_headers
+from mdb_stomp.frames import send_frame
 from mdb_stomp.receipts import ReceiptErrors
 from mdb_stomp.subscription import ack_token
 from mdb_stomp.unsettled import Unsettled
@@ -48,7 +48,8 @@ class StompTransaction(Transaction):
             raise
 
     async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
-        """Transacted SEND. ``EncodeError``, writing nothing, for a header holding a NUL byte.
+        """Transacted SEND. ``EncodeError``, writing nothing, for a header holding a NUL byte
+        (or a delay on a send to anything but a queue, ``frames.send_frame``).
         Otherwise any failure dooms the transaction (its commit raises
         ``TransactionRolledBack``): ``ConnectionLost`` when the connection is or went down,
         and where the dialect ``confirms_transacted_sends``, ``TransactionRolledBack`` when
@@ -60,9 +61,8 @@ class StompTransaction(Transaction):
         written behind it before it closes the connection, so a pipelined ACK and COMMIT could
         settle the delivery without the refused send (measured: 1 run in 5 lost the message,
         issue 11 finding 2). Elsewhere the COMMIT's receipt covers it."""
-        headers = send_headers(message, self._dialect, destination)
+        path, headers = send_frame(destination, message, self._dialect)
         headers["transaction"] = self.id
-        path = self._dialect.address(destination)
         try:
             self._check_usable()
             if not self._dialect.confirms_transacted_sends:

@@ -12,8 +12,12 @@ Outcomes. Frames that carry a receipt are written with ``request`` (see ``mdb_st
 Everything else (ACK, BEGIN, ABORT, transacted SEND) is fire-and-forget: a failure there shows
 up at the COMMIT. stomp.py exceptions never leave the wire; they become ``mdb.errors``.
 
-Staleness. A wire is one generation: once it is lost (socket closed, heartbeat timeout, failed
-write, ``close``) every pending receipt fails and every attached ``Subscriber`` is told, once.
+Staleness. A wire is one generation: once it is lost (socket closed, heartbeat timeout, a read
+after too long a silence, failed write, ``close``) every pending receipt fails and every
+attached ``Subscriber`` is told, once. Heart-beats (``mdb_stomp.heartbeats``) are planned so
+that mdb notices a silent link before the broker does; what is read after a longer silence
+never reaches a subscriber (``FrameReader``): the broker may have handed it to another
+consumer already.
 """
 
 from __future__ import annotations
@@ -35,14 +39,12 @@ from mdb.broker import ConnectionOptions
 from mdb.errors import ConnectionLost
 from mdb_stomp import connect_failure, tls
 from mdb_stomp.frames import text
+from mdb_stomp.heartbeats import RECEIVE_SCALE, Heartbeats
 from mdb_stomp.listener import FrameReader, Listener
 from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
 
 log = logging.getLogger("mdb_stomp")
 
-# ActiveMQ was measured leaving gaps of ~1.75x the agreed heartbeat interval; stomp.py's default
-# tolerance (1.5x) would drop healthy connections.
-HEARTBEAT_RECEIVE_SCALE = 2.5
 # close() waits at most this long (and at most receipt_timeout) for the DISCONNECT receipt.
 CLOSE_GRACE = 2.0
 
@@ -79,19 +81,19 @@ class Wire:
         port: int,
         vhost: str | None,
         loop: asyncio.AbstractEventLoop,
+        heartbeats: Heartbeats,
         explain: Callable[[str], str] = str,
     ) -> None:
         self.options = options
         self._explain = explain
         self.address = f"{host}:{port}"
-        heartbeat = max(0, options.heartbeat_ms)
         self._stomp: Any = stomp.Connection12(
             host_and_ports=[(host, port)],
             try_loopback_connect=False,
             reconnect_attempts_max=1,  # reconnecting is the container's job, not stomp.py's
             timeout=options.connect_timeout,
-            heartbeats=(heartbeat, heartbeat),
-            heart_beat_receive_scale=HEARTBEAT_RECEIVE_SCALE,
+            heartbeats=(heartbeats.send_ms, heartbeats.ask_ms),
+            heart_beat_receive_scale=RECEIVE_SCALE,
             vhost=vhost,
             auto_decode=False,  # bodies stay bytes
         )
@@ -100,10 +102,12 @@ class Wire:
             tls.enable(self._stomp, host, port, options.tls)
         listener = Listener(loop, self)
         self._stomp.set_listener("mdb", listener)
-        # Every frame read is checked first: see ``FrameReader`` (a NUL byte in a header cuts
-        # a frame in two, and stomp.py would drop or misread both pieces).
+        # Every read is timed and every frame checked first: see ``FrameReader`` (a read after
+        # too long a silence is in doubt; a NUL byte in a header cuts a frame in two, and
+        # stomp.py would drop or misread both pieces).
         transport = self._stomp.transport
-        transport.process_frame = FrameReader(transport.process_frame, listener)
+        reader = FrameReader(transport.process_frame, transport.receive, listener, heartbeats)
+        transport.receive, transport.process_frame = reader.receive, reader
         self._connected: asyncio.Future[None] = loop.create_future()
         self._connecting = Request("CONNECT", self.address, options.connect_timeout)
         self._receipts = Receipts(loop)
@@ -338,6 +342,16 @@ class Wire:
         log.error("broker %s: %s, with no ack header; closing the connection so that the "
                   "broker redelivers it", self.address, why)
         self.lose(f"{why}, with no ack header")
+        self._shutdown_transport()
+
+    def on_silence(self, silence: float, limit: float) -> None:
+        """Something was read after ``silence`` seconds of nothing, longer than the ``limit``
+        the heart-beats allow: the connection is lost, and what was read is dropped unread
+        (``FrameReader``)."""
+        reason = (f"nothing heard for {silence:.1f} s (the heart-beats allow {limit:.1f} s); "
+                  "what came after is dropped unread: the broker may have redelivered it")
+        log.warning("broker %s: %s", self.address, reason)
+        self.lose(reason)
         self._shutdown_transport()
 
     def on_receipt(self, receipt: str | None) -> None:

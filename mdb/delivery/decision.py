@@ -169,9 +169,10 @@ class Settle:
 
 @dataclass(frozen=True, slots=True)
 class Redeliver:
-    """Wait ``delay`` seconds, then ack the delivery and, in the same transaction, send a copy
-    of its body, delivery number ``delivery_count``, with ``headers`` to ``destination`` (the
-    subscription's requeue destination)."""
+    """Ack the delivery and, in the same transaction, send a copy of its body, delivery number
+    ``delivery_count``, with ``headers`` to ``destination`` (the subscription's requeue
+    destination), to be delivered ``delay`` seconds later: held back by the broker where it
+    can (``Connection.delay_unsupported``), else waited out before the transaction."""
 
     delay: float
     delivery_count: int

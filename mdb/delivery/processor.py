@@ -69,7 +69,8 @@ class Processor:
         """Process and settle ``deliveries``, received in this order from ``subscription`` on
         ``connection``, in as few transactions as ``mdb.delivery.batch`` allows. Return False
         as soon as one could not be settled (a broker error): it and the later ones stay
-        unsettled, and the broker redelivers them once the subscription is closed. Once
+        unsettled, and the broker redelivers them, flagged: once the subscription is closed,
+        or on its own when the connection was lost (perhaps already, elsewhere). Once
         ``stopping()`` is true no further message goes to the handler; the unprocessed ones stay
         unsettled too. Raises only BaseExceptions such as cancellation."""
         destination = self._spec.destination
@@ -115,7 +116,7 @@ class Processor:
                                                   self._stats, self._stopping)
         except BrokerError as exc:
             return self._not_settled(f"a batch of {len(run)} from message {run[0].message.id}",
-                                     exc)
+                                     exc, connection)
         if failed is None:
             return True
         log.info("listener %s: the batch of %d from message %s failed at message %d (%s: %s); "
@@ -152,7 +153,7 @@ class Processor:
         except BrokerError as exc:
             if connection.is_open:  # refused, not lost: it counts against this message
                 self._strikes.strike(identity(delivery))
-            return self._not_settled(f"message {message.id}", exc)
+            return self._not_settled(f"message {message.id}", exc, connection)
         return True
 
     def _selected(self, delivery: Delivery) -> bool:
@@ -225,7 +226,13 @@ class Processor:
             log.warning("listener %s: message %s handed to the broker's dead-letter queue (%s: "
                         "%s)", spec.name, message.id, failure.error_type, failure.text)
             return
-        if isinstance(outcome, Redeliver | Keep):
+        held = 0.0  # the delay the broker holds the copy for, freeing this slot at once
+        if isinstance(outcome, Redeliver) and outcome.delay > 0:
+            if await connection.delay_unsupported() is None:
+                held = outcome.delay
+            else:
+                await clock.current().sleep(outcome.delay)
+        elif isinstance(outcome, Keep):
             await clock.current().sleep(outcome.delay)
         span.failed(failure.error_type, failure.text)
         target = outcome.destination
@@ -235,7 +242,7 @@ class Processor:
         # what its protocol says of the message (copy_of).
         copy = OutgoingMessage(message.body, outcome.headers, reply_to=message.reply_to,
                                correlation_id=message.correlation_id,
-                               copy_of=delivery.headers)
+                               copy_of=delivery.headers, delay=held)
         try:
             with tracing.sending(self._system, target, copy) as traced:
                 await commit(tx, [delivery], sends=[(target, traced)])
@@ -278,9 +285,14 @@ class Processor:
                 self._spec.name, message.id, outcome.destination, failure.error_type,
                 failure.text, outcome.round)
 
-    def _not_settled(self, what: str, exc: BrokerError) -> bool:
+    def _not_settled(self, what: str, exc: BrokerError, connection: Connection) -> bool:
         self._stats.rolled_back += 1
-        log.warning("listener %s: %s not settled (%s); redelivered once the subscription closes",
-                    self._spec.name, what, exc)
+        # On a lost connection the broker redelivers on its own, perhaps long ago and to
+        # another consumer; on a live one only once the subscription is closed (the caller's
+        # next step).
+        fate = ("the connection is lost: the broker redelivers it, flagged, to this or another "
+                "consumer (it may have done so already)" if not connection.is_open
+                else "its subscription is closed: the broker redelivers it, flagged")
+        log.warning("listener %s: %s not settled (%s); %s", self._spec.name, what, exc, fate)
         return False
 

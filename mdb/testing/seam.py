@@ -16,13 +16,15 @@ docstrings of ``mdb.broker``: a round trip keeps body and headers; a commit make
 sends take effect together, an abort discards the sends and leaves the delivery unsettled;
 a subscription that closes hands its unsettled deliveries back, flagged redelivered; prefetch
 bounds what is pushed; ``receive_nowait`` takes from the same stream as ``receive`` and never
-waits; the requeue destination reaches its subscription only; after ``close`` every object of
-the connection is stale.
+waits; the requeue destination reaches its subscription only; where the broker holds delayed
+sends back, a delayed send is held from its commit and then goes behind later ones; after
+``close`` every object of the connection is stale.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -45,6 +47,7 @@ from mdb.message import ID, OutgoingMessage, new_id
 __all__ = [
     "test_a_closed_connection_makes_every_object_stale",
     "test_a_closed_subscription_hands_unsettled_deliveries_back_flagged",
+    "test_a_delayed_send_is_held_from_its_commit_then_goes_behind_later_ones",
     "test_a_round_trip_keeps_body_and_headers",
     "test_abort_discards_sends_and_leaves_the_delivery_unsettled",
     "test_an_aborted_ack_is_settled_by_a_later_transaction",
@@ -252,6 +255,35 @@ async def test_the_requeue_destination_reaches_its_subscription_only(seam_url: s
         assert only.body == b"everyone"  # the requeued copy did not reach it
         for subscription in (mine, other):
             await subscription.close()
+
+
+@pytest.mark.anyio
+async def test_a_delayed_send_is_held_from_its_commit_then_goes_behind_later_ones(
+    seam_url: str,
+) -> None:
+    """Where the broker holds delayed sends back (``Connection.delay_unsupported``), a delayed
+    send in a transaction is held from the commit and an abort discards it; once due it joins
+    the back of the queue with its headers. The aborted one, held as long and sent first,
+    would come first. Skipped where the broker cannot hold one."""
+    queue = _queue()
+    async with _connected(seam_url) as connection:
+        why = await connection.delay_unsupported()
+        if why is not None:
+            pytest.skip(f"the broker cannot hold a delayed send: {why}")
+        subscription = await connection.subscribe(_on(queue, prefetch=10))
+        aborted = await connection.begin()
+        await aborted.send(queue, dataclasses.replace(_message("aborted"), delay=0.3))
+        await aborted.abort()
+        committed = await connection.begin()
+        held = dataclasses.replace(_message("held", colour="blue"), delay=0.3)
+        await committed.send(queue, held)
+        await committed.commit()
+        await connection.send(queue, _message("later"))
+        first, second = await _receive(subscription), await _receive(subscription)
+        assert (first.body, second.body) == (b"later", b"held")
+        assert (second.headers[ID], second.headers["colour"]) == (held.headers[ID], "blue")
+        await connection.ack(first)
+        await connection.ack(second)
 
 
 @pytest.mark.anyio

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 
 import anyio
 import pytest
@@ -516,6 +517,59 @@ async def test_a_finished_transaction_ignores_work_and_refuses_to_commit(
     with pytest.raises(TransactionRolledBack):
         await aborted.commit()
     assert [m.body for m in state.browse("queue:out")] == [b"1"]
+
+
+# --- delayed sends ---------------------------------------------------------------------------
+
+
+async def test_a_delayed_send_is_held_from_the_commit_then_goes_behind_later_messages(
+    conn: MemoryConnection, state: BrokerState,
+) -> None:
+    assert await conn.delay_unsupported() is None
+    queue = d("queue:held")
+    sub = await conn.subscribe(req("queue:held"))
+    aborted = await conn.begin()
+    await aborted.send(queue, replace(msg("aborted"), delay=0.2))
+    await aborted.abort()
+    tx = await conn.begin()
+    await tx.send(queue, replace(msg("held", region="eu"), delay=0.2))
+    assert state.held_count == 0  # nothing is held before the commit
+    await tx.commit()
+    assert state.held_count == 1 and sub.receive_nowait() is None
+    await conn.send(queue, msg("later"))
+    later, held = await receive(sub), await receive(sub)
+    assert (later.body, held.body) == (b"later", b"held")
+    assert held.headers["region"] == "eu" and not held.broker_redelivered
+    assert state.held_count == 0 and state.queue_depth(queue) == 0  # the aborted one: gone
+
+
+async def test_a_held_message_outlives_its_sender_and_is_released_to_a_waiter(
+    broker: MemoryBroker, state: BrokerState,
+) -> None:
+    sender = await broker.connect()
+    await sender.send(d("queue:later"), replace(msg("held"), delay=0.1))
+    state.drop_connections()
+    assert state.held_count == 1
+    with anyio.fail_after(WAIT):
+        await state.wait_until(lambda s: s.queue_depth("queue:later") == 1)
+    assert [m.body for m in state.browse("queue:later")] == [b"held"]
+
+
+async def test_a_receiver_waiting_before_a_message_is_held_gets_it_when_due(
+    broker: MemoryBroker,
+) -> None:
+    receiver, sender = await broker.connect(), await broker.connect()
+    sub = await receiver.subscribe(req("queue:waited"))
+    got: list[Delivery] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _append(got, sub))
+        await anyio.wait_all_tasks_blocked()  # the receiver waits, with nothing held yet
+        await sender.send(d("queue:waited"), replace(msg("held"), delay=0.1))
+    assert [g.body for g in got] == [b"held"]
+
+
+async def _append(got: list[Delivery], sub: MemorySubscription) -> None:
+    got.append(await receive(sub))
 
 
 # --- redelivery on close ---------------------------------------------------------------------

@@ -1,24 +1,30 @@
 """The STOMP adapter's pure pieces, without a broker: the ack bookkeeping
 (``mdb_stomp.unsettled``), receipts and how an unanswered one is reported
-(``mdb_stomp.receipts``), and the SEND headers (``mdb_stomp.frames``)."""
+(``mdb_stomp.receipts``), the SEND headers (``mdb_stomp.frames``), and the heart-beats and the
+silence rule (``mdb_stomp.heartbeats``, ``FrameReader``)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 import pytest
+import stomp.utils
 
 from mdb.destinations import Destination
 from mdb.errors import (
     BrokerError,
     ConnectionLost,
+    EncodeError,
     SendOutcomeUnknown,
     SubscriptionFailed,
     TransactionRolledBack,
 )
 from mdb.message import OutgoingMessage, ReplyAddress
-from mdb_stomp.dialect import ActiveMQDialect, RabbitMQDialect
-from mdb_stomp.frames import escape_name, send_headers, text
+from mdb_stomp.dialect import ActiveMQDialect, Dialect, RabbitMQDialect
+from mdb_stomp.frames import escape_name, send_frame, send_headers, text
+from mdb_stomp.heartbeats import Heartbeats, Silence
+from mdb_stomp.listener import FrameReader, Listener
 from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
 from mdb_stomp.unsettled import Unsettled
 
@@ -237,3 +243,136 @@ def test_escape_name_and_text() -> None:
     assert text(None) == ""
     assert text("s") == "s"
     assert text(b"\xff ok") == "\ufffd ok"
+
+
+# -- heart-beats and silences ------------------------------------------------------------------
+
+
+def plan(heartbeat_ms: int, dialect: Dialect) -> Heartbeats:
+    return Heartbeats.plan(heartbeat_ms, dialect.heartbeat_unit_ms, dialect.min_heartbeat_ms)
+
+
+def test_mdb_promises_the_setting_and_asks_the_broker_for_four_times_as_often() -> None:
+    assert plan(4000, ActiveMQDialect()) == Heartbeats(4000, 1000)
+    assert plan(1000, ActiveMQDialect()) == Heartbeats(1000, 250)
+    # RabbitMQ counts in whole seconds, and needs 4 s for mdb to notice a silence first.
+    assert plan(1000, RabbitMQDialect()) == Heartbeats(4000, 1000)
+    assert plan(4500, RabbitMQDialect()) == Heartbeats(5000, 1250)
+    assert plan(0, ActiveMQDialect()) == plan(0, RabbitMQDialect()) == Heartbeats(0, 0)
+
+
+def test_the_silence_limit_is_two_and_a_half_of_the_brokers_agreed_intervals() -> None:
+    heartbeats = Heartbeats(4000, 1000)
+    assert heartbeats.silence_limit("1000,4000") == 2.5
+    assert heartbeats.silence_limit("3000,4000") == 7.5  # the broker insists on sending less
+    assert heartbeats.silence_limit("0,4000") is None  # it sends none: no limit
+    assert heartbeats.silence_limit(None) is None
+    assert heartbeats.silence_limit("garbage") is None
+    assert Heartbeats(0, 0).silence_limit("1000,0") is None
+
+
+@pytest.mark.parametrize("dialect", [ActiveMQDialect(), RabbitMQDialect()],
+                         ids=["activemq", "rabbitmq"])
+def test_mdb_gives_up_on_a_silent_broker_before_the_broker_can_give_up_on_mdb(
+        dialect: Dialect) -> None:
+    """Both brokers drop a connection after 2 to 3 of mdb's intervals of silence (measured),
+    at least one interval after a cut (mdb's last byte may be an interval older); mdb's limit
+    must be shorter, with the broker's interval as it answers (RabbitMQ: whole seconds, at
+    least one)."""
+    for heartbeat_ms in (100, 1000, 1500, 2000, 3999, 4000, 10_000, 60_000):
+        heartbeats = plan(heartbeat_ms, dialect)
+        unit = dialect.heartbeat_unit_ms
+        offered = max(unit, -(-heartbeats.ask_ms // unit) * unit)
+        limit = heartbeats.silence_limit(f"{offered},{heartbeats.send_ms}")
+        assert limit is not None and limit < heartbeats.send_ms / 1000, heartbeat_ms
+
+
+def test_a_read_after_too_long_a_silence_breaks_the_connection_for_good() -> None:
+    silence = Silence()
+    silence.heard(0.0)
+    silence.heard(100.0)  # no limit before heart-beats were agreed
+    assert silence.broken is None
+    silence.limit = 1.0
+    for now in (100.5, 101.4, 102.4):
+        silence.heard(now)
+    assert silence.broken is None
+    silence.heard(104.0)
+    silence.heard(104.1)
+    assert silence.broken == pytest.approx((1.6, 1.0))
+
+
+class Recorder:
+    """The loop-side events of a connection (``listener.Events``), recorded."""
+
+    def __init__(self) -> None:
+        self.silences: list[tuple[float, float]] = []
+
+    def on_connected(self) -> None: ...
+
+    def on_message(self, headers: dict[str, str], body: bytes | str | None) -> None: ...
+
+    def on_damaged(self, headers: dict[str, str], body: bytes, why: str) -> None: ...
+
+    def on_receipt(self, receipt: str | None) -> None: ...
+
+    def on_error(self, headers: Mapping[str, str], body: bytes | str | None) -> None: ...
+
+    def on_silence(self, silence: float, limit: float) -> None:
+        self.silences.append((silence, limit))
+
+    def lose(self, reason: str) -> None: ...
+
+
+def test_no_frame_read_after_too_long_a_silence_goes_further() -> None:
+    """A MESSAGE frame the broker wrote before it dropped a silent connection arrives once the
+    link heals: it never reaches stomp.py's listeners (nor a handler); the wire is told once."""
+    now = [0.0]
+    passed: list[str] = []
+    loop = asyncio.new_event_loop()
+    events = Recorder()
+    reader = FrameReader(lambda frame, raw: passed.append(frame.cmd), lambda: b"bytes",
+                         Listener(loop, events), Heartbeats(1000, 250), clock=lambda: now[0])
+
+    def read(raw: bytes, at: float) -> None:
+        now[0] = at
+        assert reader.receive() == b"bytes"
+        reader(stomp.utils.parse_frame(raw), raw)
+
+    message = b"MESSAGE\nsubscription:1\nack:a\nmessage-id:m\n\nbody"
+    read(b"CONNECTED\nversion:1.2\nheart-beat:250,1000\n\n", 0.0)  # limit 0.625 s
+    read(message, 0.5)
+    read(message, 1.1)
+    read(message, 1.8)  # 0.7 s of silence before it
+    read(b"\n", 1.9)
+    assert passed == ["CONNECTED", "MESSAGE", "MESSAGE"]
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+    assert events.silences == [pytest.approx((0.7, 0.625))]
+
+
+# -- delayed sends -----------------------------------------------------------------------------
+
+
+def test_a_delayed_send_is_held_as_each_dialect_says_at_least_its_delay() -> None:
+    queue, topic = Destination.parse("queue:orders"), Destination.parse("topic:orders")
+    held = OutgoingMessage(b"x", {"mdb_id": "1"}, delay=1.0001)
+    path, headers = send_frame(queue, held, ActiveMQDialect())
+    assert (path, headers["AMQ_SCHEDULED_DELAY"]) == ("/queue/orders", "1001")
+    path, headers = send_frame(queue, held, RabbitMQDialect())
+    assert path == "/queue/mdb.delay.1001.orders"
+    assert (headers["x-message-ttl"], headers["x-dead-letter-exchange"],
+            headers["x-dead-letter-routing-key"]) == ("1001", "", "orders")
+    long_name = Destination.parse("queue:" + "q" * 250)
+    path, headers = send_frame(long_name, held, RabbitMQDialect())
+    assert len(path.removeprefix("/queue/")) <= 255 and path.startswith("/queue/mdb.delay.1001.")
+    assert headers["x-dead-letter-routing-key"] == long_name.name
+    assert send_frame(queue, OutgoingMessage(b"x", {}), RabbitMQDialect())[0] == "/queue/orders"
+    for dialect in (ActiveMQDialect(), RabbitMQDialect()):
+        with pytest.raises(EncodeError):
+            send_frame(topic, held, dialect)
+
+
+def test_what_held_a_message_is_not_inherited_by_its_copies() -> None:
+    assert {"scheduledJobId", "AMQ_SCHEDULED_DELAY"} <= ActiveMQDialect.protocol_headers
+    assert {"x-message-ttl", "x-dead-letter-routing-key", "x-first-death-queue"} <= (
+        RabbitMQDialect.protocol_headers)

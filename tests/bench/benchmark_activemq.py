@@ -3,10 +3,16 @@
     .venv/bin/python -m tests.bench.benchmark_activemq [--messages 5000] [--rss-messages 100000]
 
 Starts a private ActiveMQ with the reference config (persistJMSRedelivered on), preloads a queue
-for each workload and prints a table:
+for each workload and prints a table, with the consumer's CPU per message (user + system time
+of the consuming process: this one for the in-process consumers, the ``mdb run`` process and
+its workers for W3):
 
 * W1: an empty transacted handler vs a hand-written BEGIN/ACK/COMMIT loop (bar: >= 0.8x);
-* W2: a handler awaiting 2 ms with pool=16 vs a one-at-a-time consumer (bar: >= 8x);
+* W2: a handler awaiting 2 ms with pool=16 vs a one-at-a-time consumer (bar: >= 8x) and vs 16
+  hand-written client-ack connections with a prefetch of 10 (goal: >= 1x);
+* W3: a handler burning 2 ms of CPU in pure Python (``tests.bench.burn_app``) under ``mdb run``
+  with ``--workers 1`` and ``--workers 2`` (goal: 2 workers >= 1.5x one), next to a hand-written
+  one-at-a-time consumer doing the same work;
 * RSS of this process after 100k messages vs after 10k (bar: growth < 20 MB).
 
 Not a test: CI never times anything.
@@ -15,7 +21,10 @@ Not a test: CI never times anything.
 from __future__ import annotations
 
 import argparse
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -27,10 +36,15 @@ import stomp
 
 from mdb import Container, Context, listener
 from mdb.broker_settings import BrokerSettings
+from mdb.health import fetch_status
 from mdb.settings import Settings
+from tests.bench.burn_app import BURN
 from tests.harness.activemq import ActiveMQ
+from tests.harness.process import free_port
 
 Login = tuple[str, str]  # the broker requires one (user, password): the harness's
+Measured = tuple[float, float]  # msg/s, consumer CPU µs per message
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def preload(port: int, login: Login, queue: str, count: int) -> None:
@@ -52,7 +66,7 @@ def preload(port: int, login: Login, queue: str, count: int) -> None:
 
 def hand_written(port: int, login: Login, queue: str, count: int, *, transacted: bool,
                  send: bool = False,
-                 work: Callable[[], None] = lambda: None) -> float:
+                 work: Callable[[], None] = lambda: None) -> Measured:
     """What a user writes with stomp.py alone: handle on the receiver thread, ack each (in a
     transaction without waiting for the commit's receipt: the most favourable baseline), with
     TCP_NODELAY as mdb uses (without it every commit waits ~40 ms for a delayed TCP ACK)."""
@@ -81,18 +95,63 @@ def hand_written(port: int, login: Login, queue: str, count: int, *, transacted:
     conn.set_listener("consumer", Consumer())
     conn.connect(*login, wait=True)
     conn.transport.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     conn.subscribe(f"/queue/{queue}", id="1", ack="client",
                    headers={"activemq.prefetchSize": "1"})
     finished.wait(600)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     conn.disconnect()
-    return count / elapsed
+    return count / elapsed, cpu / count * 1e6
+
+
+def hand_written_pool(port: int, login: Login, queue: str, count: int, connections: int,
+                      prefetch: int, work: Callable[[], None]) -> Measured:
+    """``connections`` hand-written consumers of one queue, each on its own connection with an
+    ``ack:client`` subscription of ``prefetch``, acking each message after ``work`` on its
+    receiver thread (in order, so each cumulative ack covers just that message)."""
+    lock = threading.Lock()
+    finished = threading.Event()
+    seen = 0
+    conns = [stomp.Connection12([("127.0.0.1", port)]) for _ in range(connections)]
+
+    class Consumer(stomp.ConnectionListener):
+        def __init__(self, conn: stomp.Connection12) -> None:
+            self.conn = conn
+
+        def on_message(self, frame: stomp.utils.Frame) -> None:
+            nonlocal seen
+            work()
+            self.conn.ack(frame.headers["ack"])
+            with lock:
+                seen += 1
+                if seen == count:
+                    finished.set()
+
+    for conn in conns:
+        conn.set_listener("consumer", Consumer(conn))
+        conn.connect(*login, wait=True)
+        conn.transport.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    start, cpu = time.perf_counter(), time.process_time()
+    for conn in conns:
+        conn.subscribe(f"/queue/{queue}", id="1", ack="client",
+                       headers={"activemq.prefetchSize": str(prefetch)})
+    finished.wait(600)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    for conn in conns:
+        conn.disconnect()
+    return count / elapsed, cpu / count * 1e6
+
+
+def burn() -> None:
+    """W3's work on a hand-written consumer: what ``tests.bench.burn_app`` does."""
+    end = time.thread_time() + BURN
+    while time.thread_time() < end:
+        pass
 
 
 async def container_rate(url: str, queue: str, count: int, pool: int, sleep: float,
                          rss_at: tuple[int, ...] = (), send: bool = False,
-                         ) -> tuple[float, dict[int, int]]:
+                         ) -> tuple[Measured, dict[int, int]]:
     @listener(f"queue:{queue}", pool=pool, name="bench")
     async def handler(body: bytes, ctx: Context) -> None:
         if sleep:
@@ -107,15 +166,61 @@ async def container_rate(url: str, queue: str, count: int, pool: int, sleep: flo
     async with anyio.create_task_group() as tg:
         await tg.start(container.run)
         stats = container.deployed[0].stats
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         pending = sorted(rss_at)
         while stats.processed < count:
             await anyio.sleep(0.01)
             while pending and stats.processed >= pending[0]:
                 rss[pending.pop(0)] = rss_kib()
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         container.request_stop()
-    return count / elapsed, rss
+    return (count / elapsed, cpu / count * 1e6), rss
+
+
+def mdb_run(url: str, queue: str, count: int, workers: int) -> Measured:
+    """``mdb run tests.bench.burn_app --workers N`` as a user starts it, on a preloaded queue:
+    the rate and CPU (the process and its workers, from /proc) from its ready line until
+    ``/status`` counts ``count`` processed, less what was processed before the ready line."""
+    health = f"http://127.0.0.1:{free_port()}"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MDB_")},
+           "MDB_BROKERS__DEFAULT__URL": url, "MDB_APP": "bench", "MDB_SERVER": "w3",
+           "MDB_HEALTH_PORT": health.rsplit(":", 1)[1], "MDB_LOG_LEVEL": "WARNING",
+           "MDB_STATUS_INTERVAL": "3600", "BENCH_QUEUE": queue}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mdb.cli", "run", "tests.bench.burn_app", "--workers",
+         str(workers)], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("mdb: ready"):
+                break
+        start, cpu = time.perf_counter(), tree_cpu(process.pid)
+        before = processed(health)
+        while (done := processed(health)) < count:
+            time.sleep(0.1)
+        elapsed, cpu = time.perf_counter() - start, tree_cpu(process.pid) - cpu
+    finally:
+        process.terminate()
+        process.wait(60)
+    return (done - before) / elapsed, cpu / (done - before) * 1e6
+
+
+def processed(health_url: str) -> int:
+    return sum(lh.processed for lh in fetch_status(health_url, 10).listeners)
+
+
+def tree_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and its children (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if stat.parent.name == str(pid) or fields[1] == str(pid):  # itself, or its parent
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
 
 
 def rss_kib() -> int:
@@ -131,36 +236,50 @@ def main() -> None:
     parser.add_argument("--rss-messages", type=int, default=100_000)
     args = parser.parse_args()
     n = args.messages
-    rows: list[tuple[str, str, float, str]] = []
+    rows: list[tuple[str, str, Measured, str]] = []
     with ActiveMQ(heap_mb=1024) as broker:
         login = (broker.username, broker.password)
 
-        def queue(kind: str) -> str:
+        def queue(kind: str, count: int = n) -> str:
             name = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
-            preload(broker.port, login, name, n)
+            preload(broker.port, login, name, count)
             return name
 
+        w1 = "W1 empty handler, transacted"
+        hand_ack = hand_written(broker.port, login, queue("w1a"), n, transacted=False)
+        rows.append((w1, "hand-written client ACK per message, not transacted", hand_ack, ""))
         hand_tx = hand_written(broker.port, login, queue("w1h"), n, transacted=True)
-        rows.append(("W1 empty handler, transacted", "hand-written BEGIN/ACK/COMMIT", hand_tx, ""))
+        rows.append((w1, "hand-written BEGIN/ACK/COMMIT", hand_tx, ""))
         for pool in (1, 4):
             rate, _ = anyio.run(container_rate, broker.url, queue(f"w1c{pool}"), n, pool, 0.0)
-            rows.append(("W1 empty handler, transacted", f"mdb pool={pool}", rate,
-                         f"{rate / hand_tx:.2f}x (bar 0.8x)"))
+            rows.append((w1, f"mdb pool={pool}", rate,
+                         f"{rate[0] / hand_tx[0]:.2f}x (bar 0.8x); CPU "
+                         f"{rate[1] / hand_ack[1]:.1f}x the ACK loop's (goal 1.5x)"))
+        w1s = "W1s handler sends 1 message, transacted"
         hand_send = hand_written(broker.port, login, queue("w1sh"), n, transacted=True, send=True)
-        rows.append(("W1s handler sends 1 message, transacted",
-                     "hand-written BEGIN/SEND/ACK/COMMIT", hand_send, ""))
+        rows.append((w1s, "hand-written BEGIN/SEND/ACK/COMMIT", hand_send, ""))
         for pool in (1, 4):
             rate, _ = anyio.run(container_rate, broker.url, queue(f"w1s{pool}"), n, pool, 0.0,
                                 (), True)
-            rows.append(("W1s handler sends 1 message, transacted", f"mdb pool={pool}", rate,
-                         f"{rate / hand_send:.2f}x"))
-        m = max(n // 4, 500)
-        one = hand_written(broker.port, login, queue("w2h"), m, transacted=False,
+            rows.append((w1s, f"mdb pool={pool}", rate, f"{rate[0] / hand_send[0]:.2f}x"))
+        w2, m = "W2 handler awaits 2 ms", max(n // 4, 500)
+        one = hand_written(broker.port, login, queue("w2h", m), m, transacted=False,
                            work=lambda: time.sleep(0.002))
-        rows.append(("W2 handler awaits 2 ms", "hand-written one at a time", one, ""))
+        rows.append((w2, "hand-written one at a time", one, ""))
+        sixteen = hand_written_pool(broker.port, login, queue("w2p"), n, 16, 10,
+                                    lambda: time.sleep(0.002))
+        rows.append((w2, "hand-written client acks, 16 connections, prefetch 10", sixteen, ""))
         rate, _ = anyio.run(container_rate, broker.url, queue("w2c"), n, 16, 0.002)
-        rows.append(("W2 handler awaits 2 ms", "mdb pool=16", rate,
-                     f"{rate / one:.1f}x (bar 8x)"))
+        rows.append((w2, "mdb pool=16", rate, f"{rate[0] / one[0]:.1f}x (bar 8x); "
+                                              f"{rate[0] / sixteen[0]:.2f}x 16 connections"))
+        w3 = "W3 handler burns 2 ms of CPU"
+        burnt = hand_written(broker.port, login, queue("w3h", m), m, transacted=False, work=burn)
+        rows.append((w3, "hand-written one at a time", burnt, ""))
+        single = mdb_run(broker.url, queue("w3w1", m), m, 1)
+        rows.append((w3, "mdb run --workers 1 (pool=4)", single, ""))
+        double = mdb_run(broker.url, queue("w3w2", m), m, 2)
+        rows.append((w3, "mdb run --workers 2 (pool=4)", double,
+                     f"{double[0] / single[0]:.2f}x --workers 1 (goal 1.5x)"))
         total = args.rss_messages
         name = f"bench-rss-{uuid.uuid4().hex[:6]}"
         preload(broker.port, login, name, total)
@@ -172,11 +291,12 @@ def main() -> None:
                      f"+{growth:.1f} MB (bar < 20)"))
     print()
     print("ActiveMQ 5.17 (Debian), reference config: persistJMSRedelivered=true, "
-          f"{n} persistent messages per run, STOMP 1.2, stomp.py {stomp.__version__}")
-    print("| workload | consumer | msg/s | vs baseline |")
-    print("|---|---|---:|---|")
-    for workload, consumer, rate, ratio in rows:
-        print(f"| {workload} | {consumer} | {rate:,.0f} | {ratio} |")
+          f"{n} persistent messages per run ({m} for the one-at-a-time and W3 runs), STOMP 1.2, "
+          f"stomp.py {stomp.__version__}, {os.cpu_count()} cores shared with the broker")
+    print("| workload | consumer | msg/s | CPU µs/msg | vs baseline |")
+    print("|---|---|---:|---:|---|")
+    for workload, consumer, (msgs, cpu), ratio in rows:
+        print(f"| {workload} | {consumer} | {msgs:,.0f} | {cpu:,.0f} | {ratio} |")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 It serves ``$LEDGER_QUEUE`` and prints one JSON line per event to stdout (the ledger). While
 ``$HANG_FIRST_DELIVERY`` is set, a first delivery never finishes, so a test can kill the
-process with work in flight.
+process with work in flight; while ``$FAIL_FIRST_DELIVERY`` is set, a first delivery raises.
 """
 
 from __future__ import annotations
@@ -31,4 +31,6 @@ async def on_entry(body: str, ctx: Context) -> None:
     record("start", ctx, body)
     if os.environ.get("HANG_FIRST_DELIVERY") and not ctx.redelivered:
         await anyio.sleep_forever()
+    if os.environ.get("FAIL_FIRST_DELIVERY") and ctx.delivery_count == 1:
+        raise RuntimeError("the first delivery fails")
     record("done", ctx, body)

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,9 @@ class ContainerProcess:
 
     ``url`` is the one broker's URL, or settings whose topology (``brokers`` and
     ``destinations``) the process gets, as ``MDB_BROKERS`` and ``MDB_DESTINATIONS`` in JSON.
-    ``module`` defaults to ``tests.contract.ledger_app``; ``env`` adds environment variables.
+    ``module`` defaults to ``tests.contract.ledger_app``; ``env`` adds environment variables;
+    ``args`` are options of ``mdb run`` (``--workers 2``); ``prefix`` is put before the command
+    (``ip netns exec NAME`` runs it in a namespace).
     Processes given one ``lines`` queue share it. Besides the ledger's JSON lines, the queue gets
     ``ready``, ``stopping`` and ``stopped`` events from the CLI's own lines.
     """
@@ -52,7 +54,8 @@ class ContainerProcess:
     def __init__(self, url: str | Settings, ledger_queue: str, app: str, server: str, hang: bool,
                  grace: float = 1, *, module: str = "tests.contract.ledger_app",
                  env: Mapping[str, str] | None = None,
-                 lines: queue.Queue[dict[str, Any]] | None = None) -> None:
+                 lines: queue.Queue[dict[str, Any]] | None = None,
+                 args: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
         environment = {**{k: v for k, v in os.environ.items() if not k.startswith("MDB_")},
                        "LEDGER_QUEUE": ledger_queue, "MDB_APP": app, "MDB_SERVER": server,
                        **topology_environment(url),
@@ -63,7 +66,7 @@ class ContainerProcess:
         self.server = server
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue() if lines is None else lines
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mdb.cli", "run", module],
+            [*prefix, sys.executable, "-m", "mdb.cli", "run", module, *args],
             cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)
         threading.Thread(target=self._read, daemon=True).start()
@@ -81,6 +84,8 @@ class ContainerProcess:
                                 "pid": self.process.pid, "line": line})
             elif "stopping" in line:
                 self.lines.put({"event": "stopping", "line": line})
+            elif " of at most " in line:  # a failure settled for a redelivery (at INFO)
+                self.lines.put({"event": "redelivering", "line": line})
 
     def take(self, count: int, event: str) -> list[dict[str, Any]]:
         """The next ``count`` ledger entries of ``event`` (others are kept in ``seen``)."""
@@ -131,6 +136,22 @@ def test_a_killed_container_process_has_its_work_redelivered_flagged(real_url: s
     for entry in done:
         assert entry["redelivered"] == (entry["id"] in hung), entry
     assert all(e["count"] == 2 for e in done if e["id"] in hung)
+
+
+def test_a_redelivery_held_by_the_broker_outlives_the_killed_container_that_failed_it(
+    real_url: str,
+) -> None:
+    ledger, app = unique("ledger"), unique("app")
+    env = {"FAIL_FIRST_DELIVERY": "1", "MDB_LOG_LEVEL": "INFO",
+           "MDB_LISTENERS__ON_ENTRY__REDELIVERY__DELAY": "1"}
+    [sent] = anyio.run(send_all, real_url, f"queue:{ledger}", ["fails once"])
+    with ContainerProcess(real_url, ledger, app, "s1", hang=False, env=env) as first:
+        first.take(1, "redelivering")  # acked, its copy held by the broker for a second
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait(timeout=WAIT)
+    with ContainerProcess(real_url, ledger, app, "s2", hang=False, env=env) as second:
+        [done] = second.take(1, "done")
+    assert (done["id"], done["redelivered"], done["count"]) == (sent, True, 2)
 
 
 def test_a_second_signal_exits_at_once(real_url: str) -> None:

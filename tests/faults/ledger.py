@@ -5,7 +5,8 @@ The contract after a fault (DESIGN.md §4, rules 4 and 5):
 * every message whose ``Producer.send`` returned (``told``) is processed — once per app in
   ``one-copy-per-app``, by every server in ``one-copy-per-server``;
 * a message may be processed again by the same app (or server) only when it was in doubt, and
-  then the repeat is flagged: at most one of its deliveries there has ``redelivered`` False;
+  then the repeat is flagged: only the first of its deliveries there may have ``redelivered``
+  False (one processed unflagged after a flagged one is a stale delivery processed as fresh);
 * nothing told-sent is left behind on a broker once the processes stopped.
 
 A message whose send raised is not told-sent: it may or may not arrive (``SendOutcomeUnknown``),
@@ -65,7 +66,7 @@ class Verdict:
     deliveries: int  # ``done`` entries, repeats included
     lost: list[str] = field(default_factory=list)  # told-sent, never processed
     flagged: int = 0  # repeats flagged redelivered
-    unflagged: list[str] = field(default_factory=list)  # ids processed twice unflagged
+    unflagged: list[str] = field(default_factory=list)  # ids with a repeat not flagged
     unconfirmed: int = 0  # processed ids the producer was not told were sent
 
     @property
@@ -88,8 +89,10 @@ def check(told: Collection[str], entries: Iterable[Entry]) -> Verdict:
     """Check the ``done`` entries of one app or one server against the told-sent ids.
 
     Ledger lines of several processes reach the test through separate pipes, so their order is
-    not trusted: a repeat counts as flagged unless the id was delivered unflagged more than
-    once (each unflagged delivery after the first is an unflagged repeat).
+    not trusted; the deliveries of one id are put in the order their handlers began
+    (``started``, one clock for every process) and each after the first is a repeat, which
+    must be flagged. Without ``started`` a repeat counts as flagged unless the id was
+    delivered unflagged more than once.
     """
     told_set = set(told)
     by_id: dict[str, list[Entry]] = defaultdict(list)
@@ -101,10 +104,14 @@ def check(told: Collection[str], entries: Iterable[Entry]) -> Verdict:
     verdict.lost = sorted(told_set - by_id.keys())
     verdict.unconfirmed = len(by_id.keys() - told_set)
     for message_id, deliveries in by_id.items():
-        unflagged = sum(1 for e in deliveries if not e["redelivered"])
-        if unflagged > 1:
+        if all("started" in e for e in deliveries):
+            repeats = sorted(deliveries, key=lambda e: e["started"])[1:]
+            unflagged = sum(1 for e in repeats if not e["redelivered"])
+        else:
+            unflagged = max(0, sum(1 for e in deliveries if not e["redelivered"]) - 1)
+        if unflagged:
             verdict.unflagged.append(message_id)
-        verdict.flagged += len(deliveries) - 1 - max(0, unflagged - 1)
+        verdict.flagged += len(deliveries) - 1 - unflagged
     return verdict
 
 
@@ -122,11 +129,13 @@ def views(entries: Iterable[Entry], distribution: str) -> dict[str, list[Entry]]
 BROKER_NAMES = tuple(string.ascii_lowercase)  # a, b, c, … in the order of the URLs
 
 
-def fault_settings(urls: Sequence[str | list[str]], topic: str, **values: object) -> Settings:
+def fault_settings(urls: Sequence[str | list[str]], topic: str, heartbeat_ms: int = 1000,
+                   **values: object) -> Settings:
     """Settings for fault runs: brokers ``a``, ``b``, ``c``… at ``urls`` (a list: one broker at
-    several addresses, e.g. a master/slave pair) with short heartbeats and reconnect delays;
-    with several brokers ``topic:<topic>`` is partitioned, one member on each broker."""
-    brokers = {name: BrokerSettings(url=url, heartbeat_ms=1000, reconnect_delay=0.2,
+    several addresses, e.g. a master/slave pair) with short heartbeats (``heartbeat_ms``) and
+    reconnect delays; with several brokers ``topic:<topic>`` is partitioned, one member on
+    each broker."""
+    brokers = {name: BrokerSettings(url=url, heartbeat_ms=heartbeat_ms, reconnect_delay=0.2,
                                     reconnect_max_delay=1.0, connect_timeout=3.0,
                                     receipt_timeout=5.0)
                for name, url in zip(BROKER_NAMES[:len(urls)], urls, strict=True)}
@@ -154,22 +163,26 @@ class LedgerProcess(ContainerProcess):
 
     With ``config``, the process runs ``mdb run … --config config`` and gets its topology from
     that file only (none in the environment, which would override the file); ``health`` is then
-    its health endpoint's URL if the file sets ``health_port``.
+    its health endpoint's URL if the file sets ``health_port``. ``args`` are more options of
+    ``mdb run`` (``--workers 2``). ``prefix`` goes before the command (``Namespace.prefix`` of
+    ``tests.harness.netns`` runs it in a network namespace).
     """
 
     def __init__(self, settings: Settings, app: str, server: str, env: Mapping[str, str],
-                 lines: queue.Queue[dict[str, Any]], config: Path | None = None) -> None:
+                 lines: queue.Queue[dict[str, Any]], config: Path | None = None,
+                 args: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
         self.app = app
         self.health: str | None = None
         if config is None:
             super().__init__(settings, "unused", app, server, hang=False, module=LEDGER_APP,
-                             env=env, lines=lines)
+                             env=env, lines=lines, args=args, prefix=prefix)
             return
         environment = {**{k: v for k, v in os.environ.items() if not k.startswith("MDB_")},
                        "MDB_APP": app, "MDB_SERVER": server, "MDB_LOG_LEVEL": "WARNING", **env}
         self.server, self.lines = server, lines
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mdb.cli", "run", LEDGER_APP, "--config", str(config)],
+            [*prefix, sys.executable, "-m", "mdb.cli", "run", LEDGER_APP, "--config",
+             str(config), *args],
             cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)
         threading.Thread(target=self._read, daemon=True).start()
@@ -226,15 +239,17 @@ class Fleet:
 
     def start(self, app: str, servers: Sequence[str], distribution: str = PER_APP,
               env: Mapping[str, str] | None = None, config: Path | None = None,
-              ) -> list[LedgerProcess]:
+              args: Sequence[str] = (), prefix: Sequence[str] = ()) -> list[LedgerProcess]:
         """Start one process per server and wait until each says ``mdb: ready``; with
-        ``config``, the processes read their settings from that TOML file (``--config``)."""
+        ``config``, the processes read their settings from that TOML file (``--config``);
+        ``args`` are more options of ``mdb run`` (``--workers 2``); ``prefix`` goes before each
+        command (see ``LedgerProcess``)."""
         self.distribution[app] = distribution
         started = [self.stack.enter_context(LedgerProcess(
             self.settings, app, server,
             env={"LEDGER_TOPIC": self.topic, "LEDGER_DISTRIBUTION": distribution,
                  "MDB_SHUTDOWN_GRACE_PERIOD": "5", **(env or {})},
-            lines=self.lines, config=config)) for server in servers]
+            lines=self.lines, config=config, args=args, prefix=prefix)) for server in servers]
         self.processes += started
         self.servers[app] |= set(servers)
         self.app_of |= {p.process.pid: app for p in started}
@@ -266,6 +281,12 @@ class Fleet:
             except queue.Empty:
                 return
 
+    def hold(self, seconds: float) -> None:
+        """Let ``seconds`` pass (a fault's duration, a gap of load), reading the ledger
+        meanwhile."""
+        until = time.monotonic() + seconds
+        self.wait(lambda f: time.monotonic() >= until, "a gap", timeout=seconds + WAIT)
+
     def _add(self, entry: dict[str, Any]) -> None:
         self.seen.append(entry)
         if entry.get("event") == "done":
@@ -280,6 +301,11 @@ class Fleet:
 
     def done(self, app: str | None = None) -> list[dict[str, Any]]:
         return [e for e in self.events("done") if app is None or e["app"] == app]
+
+    def consumed_since(self, pid: int, since: int) -> bool:
+        """True when process ``pid`` processed a message after the ``since``-th line of
+        ``seen``."""
+        return any(e.get("event") == "done" and e["pid"] == pid for e in self.seen[since:])
 
     def processed(self, app: str, server: str | None = None) -> set[str]:
         """The ids ``app`` (or its ``server``) processed so far (a live set: do not change)."""

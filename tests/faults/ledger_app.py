@@ -4,9 +4,11 @@ It serves ``topic:$LEDGER_TOPIC`` with the distribution ``$LEDGER_DISTRIBUTION``
 (``one-copy-per-app`` or ``one-copy-per-server``) and prints two JSON lines per delivery to
 stdout (the ledger): ``start`` when the handler begins and ``done`` when it returns, each with
 ``ctx.id``, ``ctx.redelivered``, ``ctx.delivery_count``, the logical destination, the pid, the
-app and the server. A ``$LEDGER_DELAY`` (seconds) keeps each handler busy that long, so a test
-can kill a process with work in flight. With ``$LEDGER_QUEUE`` set, a second listener does the
-same for ``queue:$LEDGER_QUEUE``.
+app, the server and ``started``, when the handler began (``time.monotonic()``: one clock for
+every process of this machine, so deliveries of several processes can be put in order). A
+``$LEDGER_DELAY`` (seconds) keeps each handler busy that long, so a test can kill a process
+with work in flight. With ``$LEDGER_QUEUE`` set, a second listener does the same for
+``queue:$LEDGER_QUEUE``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import anyio
 
@@ -22,11 +25,12 @@ from mdb import Context, listener
 DELAY = float(os.environ.get("LEDGER_DELAY", "0"))
 
 
-def record(event: str, ctx: Context) -> None:
+def record(event: str, ctx: Context, started: float) -> None:
     line = json.dumps({"event": event, "id": ctx.id, "redelivered": ctx.redelivered,
                        "count": ctx.delivery_count, "destination": str(ctx.destination),
                        "pid": os.getpid(),
-                       "app": os.environ.get("MDB_APP"), "server": os.environ.get("MDB_SERVER")})
+                       "app": os.environ.get("MDB_APP"), "server": os.environ.get("MDB_SERVER"),
+                       "started": started})
     # One write of the whole line: stdout and stderr (logs of other threads) share one pipe,
     # and a line written in two pieces could be split by a log line.
     sys.stdout.flush()
@@ -34,10 +38,11 @@ def record(event: str, ctx: Context) -> None:
 
 
 async def ledger(ctx: Context) -> None:
-    record("start", ctx)
+    started = time.monotonic()
+    record("start", ctx, started)
     if DELAY:
         await anyio.sleep(DELAY)
-    record("done", ctx)
+    record("done", ctx, started)
 
 
 @listener(f"topic:{os.environ.get('LEDGER_TOPIC', 'ledger')}",

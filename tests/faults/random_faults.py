@@ -17,13 +17,22 @@ gaps of load between them:
 * ``node-kill``: SIGKILL one node of a three-node RabbitMQ cluster (broker ``r``, at the three
   nodes' addresses, with quorum queues, holding one more member of the topic), wait until its
   member is consumed again while the node is down, then restart the node (it rejoins). Left
-  out by ``--no-cluster`` or when RabbitMQ is not installed.
+  out by ``--no-cluster`` or when RabbitMQ is not installed;
+* ``partition``: cut one container process's network link for 2 to 3 heart-beat intervals
+  (around the broker's tolerance of a silent client: it may or may not drop the process's
+  connections and hand its messages to another), then heal it.
+
+The partition needs network namespaces (root and iproute2, ``tests.harness.netns``): where this
+machine has them, every broker (the pair and the cluster's nodes too) listens on a private
+bridge and every container process runs in its own namespace (the same one again after a
+restart); elsewhere the run has no partitions.
 
 After each fault it waits until the affected broker's member is consumed again (or the process
-is ready again): the fault is then counted as survived (a takeover's times are printed). At the
-end it stops the producer, waits until everything told-sent is processed (or ``--drain``
-seconds pass), stops the processes in order and prints a table. The exit status is 1 when a
-message is lost or a repeat was not flagged redelivered (or a fault was not survived), else 0.
+is ready, or consumes, again): the fault is then counted as survived (a takeover's times are
+printed). At the end it stops the producer, waits until everything told-sent is processed (or
+``--drain`` seconds pass), stops the processes in order and prints a table. The exit status is
+1 when a message is lost or a repeat was not flagged redelivered (or a fault was not
+survived), else 0.
 """
 
 from __future__ import annotations
@@ -34,13 +43,12 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import nullcontext
+from contextlib import ExitStack
 
 from tests.contract.support import unique
 from tests.faults.ledger import (
     PER_APP,
     PER_SERVER,
-    WAIT,
     Fleet,
     LoadProducer,
     Verdict,
@@ -53,20 +61,38 @@ from tests.faults.node_loss import with_cluster
 from tests.faults.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
+from tests.harness.netns import Namespace, Network, network_available, private_network
 from tests.harness.process import BrokerProcess, started_together
 from tests.harness.rabbitmq import rabbitmq_available
 from tests.harness.rabbitmq_cluster import RabbitMQCluster
 
-KINDS = ("broker-kill", "broker-pause", "container-kill", "master-kill", "node-kill")
+KINDS = ("broker-kill", "broker-pause", "container-kill", "master-kill", "node-kill",
+         "partition")
 NAMES = ("a", "b", "c")
 PAIR = "d"  # the shared-store pair's broker name
 CLUSTER = "r"  # the RabbitMQ cluster's broker name
 
 
-def hold(processes: Fleet, seconds: float) -> None:
-    """Let ``seconds`` of load pass, reading the ledger meanwhile."""
-    until = time.monotonic() + seconds
-    processes.wait(lambda f: time.monotonic() >= until, "a gap", timeout=seconds + WAIT)
+class Rooms:
+    """Where each container process runs: its own network namespace, one per app and server
+    and kept across restarts, on ``network``; the host's network when there is none."""
+
+    def __init__(self, network: Network | None) -> None:
+        self.network = network
+        self._rooms: dict[tuple[str, str], Namespace] = {}
+
+    def of(self, app: str, server: str) -> Namespace | None:
+        if self.network is None:
+            return None
+        if (app, server) not in self._rooms:
+            self._rooms[app, server] = self.network.namespace()
+        return self._rooms[app, server]
+
+    def start(self, processes: Fleet, app: str, servers: Sequence[str], distribution: str,
+              ) -> None:
+        for server in servers:
+            room = self.of(app, server)
+            processes.start(app, [server], distribution, prefix=room.prefix if room else ())
 
 
 def consumed_again(processes: Fleet, producer: LoadProducer, app: str, broker: str,
@@ -86,19 +112,25 @@ def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
     topic, shop, audit = unique("soak"), unique("shop"), unique("audit")
     survived: Counter[str] = Counter()
     failures: list[str] = []
-    kinds = KINDS if cluster else tuple(k for k in KINDS if k != "node-kill")
-    with started_together(ActiveMQ, 3) as brokers, SharedStorePair() as pair, \
-            (RabbitMQCluster() if cluster else nullcontext()) as rabbit:
+    with ExitStack() as stack:
+        network = stack.enter_context(private_network()) if network_available() else None
+        kinds = tuple(k for k in KINDS if (k != "node-kill" or cluster)
+                      and (k != "partition" or network))
+        rooms = Rooms(network)
+        host = network.address if network else None
+        brokers = stack.enter_context(started_together(lambda: ActiveMQ(host=host), 3))
+        pair = stack.enter_context(SharedStorePair(host=host))
+        rabbit = stack.enter_context(RabbitMQCluster(host=host)) if cluster else None
         settings = fault_settings([*(b.url for b in brokers), pair.urls], topic)
         if rabbit is not None:
             settings = with_cluster(settings, rabbit, topic, CLUSTER)
         with fleet(settings, topic) as processes:
-            processes.start(shop, ["s1", "s2"], PER_APP)
-            processes.start(audit, ["s1"], PER_SERVER)
+            rooms.start(processes, shop, ["s1", "s2"], PER_APP)
+            rooms.start(processes, audit, ["s1"], PER_SERVER)
             with LoadProducer(settings, topic, pace=0.01) as producer:
                 end = time.monotonic() + minutes * 60
                 while time.monotonic() < end:
-                    hold(processes, rng.uniform(1.0, 6.0))
+                    processes.hold(rng.uniform(1.0, 6.0))
                     kind = rng.choice(kinds)
                     try:
                         if kind == "master-kill":
@@ -107,7 +139,7 @@ def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
                             assert rabbit is not None
                             kill_cluster_node(rng, rabbit, processes, producer, shop)
                         else:
-                            apply(kind, rng, brokers, processes, producer, shop)
+                            apply(kind, rng, brokers, processes, producer, shop, rooms)
                     except AssertionError as exc:  # not survived: report, stop the schedule
                         failures.append(f"{kind}: {exc}"[:500])
                         for broker in brokers:
@@ -131,23 +163,36 @@ def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
 
 
 def apply(kind: str, rng: random.Random, brokers: Sequence[BrokerProcess], processes: Fleet,
-          producer: LoadProducer, shop: str) -> None:
-    if kind == "container-kill":
+          producer: LoadProducer, shop: str, rooms: Rooms) -> None:
+    if kind in ("container-kill", "partition"):
         victim = rng.choice(processes.alive())
         app = processes.app_of[victim.process.pid]
-        processes.kill(victim)
-        hold(processes, rng.uniform(0.0, 3.0))
-        processes.start(app, [victim.server], processes.distribution[app])
+        if kind == "container-kill":
+            processes.kill(victim)
+            processes.hold(rng.uniform(0.0, 3.0))
+            rooms.start(processes, app, [victim.server], processes.distribution[app])
+            return
+        room = rooms.of(app, victim.server)
+        assert room is not None  # partitions are drawn only where there are namespaces
+        heartbeat = processes.settings.brokers[NAMES[0]].heartbeat_ms / 1000
+        since = len(processes.seen)
+        room.cut()
+        try:
+            processes.hold(rng.uniform(2.0, 3.0) * heartbeat)
+        finally:
+            room.heal()
+        pid = victim.process.pid
+        processes.wait(lambda f: f.consumed_since(pid, since), f"process {pid} consuming again")
         return
     index = rng.randrange(len(brokers))
     broker, outage = brokers[index], rng.uniform(0.5, 6.0)
     if kind == "broker-kill":
         broker.kill()
-        hold(processes, outage)
+        processes.hold(outage)
         broker.restart()  # same port, same data directory
     else:
         broker.pause()
-        hold(processes, outage)
+        processes.hold(outage)
         broker.resume()
     consumed_again(processes, producer, shop, NAMES[index])
 
@@ -158,7 +203,7 @@ def kill_master(rng: random.Random, pair: SharedStorePair, processes: Fleet,
     member on the slave, then start the killed broker again as the slave."""
     taken = take_over(pair, processes, producer, shop, PAIR)
     print(f"  takeover {taken}", flush=True)
-    hold(processes, rng.uniform(0.0, 3.0))
+    processes.hold(rng.uniform(0.0, 3.0))
     pair.start_as_slave(taken.killed)
 
 
@@ -169,7 +214,7 @@ def kill_cluster_node(rng: random.Random, cluster: RabbitMQCluster, processes: F
     restart it and wait until it is back in the cluster."""
     node = rng.choice(cluster.nodes)
     node.kill()
-    hold(processes, rng.uniform(0.0, 3.0))
+    processes.hold(rng.uniform(0.0, 3.0))
     consumed_again(processes, producer, shop, CLUSTER)
     node.restart()  # it rejoins: its data remembers the cluster
     cluster.wait_members(len(cluster.nodes))

@@ -38,3 +38,14 @@ def test_views_are_per_app_or_per_server() -> None:
     assert set(views(entries, PER_APP)) == {"shop"}
     assert set(views(entries, PER_SERVER)) == {"shop/s1", "shop/s2"}
     assert not check(["a"], views(entries, PER_APP)["shop"]).ok  # two unflagged in one app
+
+
+def test_a_delivery_processed_unflagged_after_a_flagged_one_is_an_unflagged_repeat() -> None:
+    def at(entry: dict[str, object], started: float) -> dict[str, object]:
+        return {**entry, "started": started}
+
+    # A stale frame processed as fresh after the broker redelivered it, flagged, elsewhere.
+    stale = check(["a"], [at(done("a", True, "s2"), 1.0), at(done("a", False), 2.0)])
+    assert stale.unflagged == ["a"] and stale.flagged == 0 and not stale.ok
+    in_order = check(["a"], [at(done("a", True, "s2"), 2.0), at(done("a", False), 1.0)])
+    assert in_order.ok and in_order.flagged == 1

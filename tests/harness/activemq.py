@@ -75,7 +75,8 @@ class ActiveMQ(BrokerProcess):
     for test fixtures.
 
     ``base_dir`` (default: a new temporary directory, deleted by ``close``) holds ``conf/`` and
-    ``data/``; ``port`` defaults to a free one and stays the same across ``restart``.
+    ``data/``; ``port`` defaults to a free one and stays the same across ``restart``; ``host``
+    (default ``127.0.0.1``) is the address its STOMP connector binds.
     """
 
     name = "ActiveMQ"
@@ -93,10 +94,12 @@ class ActiveMQ(BrokerProcess):
         jvm_args: tuple[str, ...] = (),
         tls: Certificates | None = None,
         outsiders: dict[str, str] | None = None,
+        host: str | None = None,
         confined: dict[str, tuple[str, str]] | None = None,
     ) -> None:
         super().__init__(
-            base_dir, port=port, startup_timeout=startup_timeout, dir_prefix="mdb-activemq-"
+            base_dir, port=port, startup_timeout=startup_timeout, dir_prefix="mdb-activemq-",
+            host=host,
         )
         self.conf_dir = self.base_dir / "conf"
         self.data_dir = self.base_dir / "data"

@@ -39,9 +39,10 @@ class SharedStoreBroker(ActiveMQ):
     KahaDB directory. ``start`` returns once it serves (``serving``) or waits for the lock
     (``waiting``); ``RuntimeError`` if neither happens within ``startup_timeout``."""
 
-    def __init__(self, base_dir: Path, store_dir: Path, password: str | None = None) -> None:
+    def __init__(self, base_dir: Path, store_dir: Path, password: str | None = None,
+                 host: str | None = None) -> None:
         super().__init__(base_dir, config=reference_config("activemq-shared-store.xml"),
-                         jvm_args=(f"-Dmdb.store.dir={store_dir}",))
+                         jvm_args=(f"-Dmdb.store.dir={store_dir}",), host=host)
         if password is not None:
             self.password = password
         self._log_offset = 0  # where this start's log begins
@@ -82,14 +83,16 @@ class SharedStoreBroker(ActiveMQ):
 
 
 class SharedStorePair:
-    """Two ``SharedStoreBroker`` on one store in a temporary directory (deleted by ``close``).
-    Not thread-safe; meant for test fixtures."""
+    """Two ``SharedStoreBroker`` on one store in a temporary directory (deleted by ``close``),
+    listening on ``host`` (default ``127.0.0.1``; see ``ActiveMQ``). Not thread-safe; meant for
+    test fixtures."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str | None = None) -> None:
         self.base_dir = Path(tempfile.mkdtemp(prefix="mdb-activemq-pair-"))
         store = self.base_dir / "store"
-        first = SharedStoreBroker(self.base_dir / "a", store)
-        self.brokers = (first, SharedStoreBroker(self.base_dir / "b", store, first.password))
+        first = SharedStoreBroker(self.base_dir / "a", store, host=host)
+        self.brokers = (first, SharedStoreBroker(self.base_dir / "b", store, first.password,
+                                                 host=host))
 
     @property
     def urls(self) -> list[str]:

@@ -88,7 +88,8 @@ class BrokerProcess:
 
     ``base_dir`` (default: a new temporary directory, deleted by ``close``) holds everything the
     broker writes; ``port`` (STOMP) defaults to a free one and stays the same across
-    ``restart``.
+    ``restart``; ``host`` is the address it listens on (default ``127.0.0.1``; another one
+    of this machine, e.g. a ``tests.harness.netns`` bridge's, for clients in namespaces).
     """
 
     host = "127.0.0.1"
@@ -106,7 +107,10 @@ class BrokerProcess:
         port: int | None,
         startup_timeout: float,
         dir_prefix: str,
+        host: str | None = None,
     ) -> None:
+        if host is not None:
+            self.host = host
         self._owns_dir = base_dir is None
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix=dir_prefix))
         self.console_path = self.base_dir / "console.log"

@@ -123,7 +123,8 @@ class RabbitMQ(BrokerProcess):
     ports default to free ones and stay the same across ``restart``. ``pid`` is the
     ``rabbitmq-server`` script's PID, also the id of the node's process group: ``pause`` and
     ``resume`` signal that group, ``kill`` (and the fallback of ``stop``) SIGKILL it. epmd keeps
-    running across ``kill`` (as a machine's epmd would) until ``close``.
+    running across ``kill`` (as a machine's epmd would) until ``close``. ``host`` (default
+    ``127.0.0.1``) is the address its listeners and epmd bind (epmd also listens on loopback).
 
     ``epmd``: a port mapper shared with other nodes (a cluster's), which then outlives this
     node's ``close``; default: one of its own. ``home``: the ``HOME`` whose ``.erlang.cookie``
@@ -143,11 +144,13 @@ class RabbitMQ(BrokerProcess):
         port: int | None = None,
         startup_timeout: float = 90.0,
         tls: Certificates | None = None,
+        host: str | None = None,
         epmd: Epmd | None = None,
         home: Path | None = None,
     ) -> None:
         super().__init__(
-            base_dir, port=port, startup_timeout=startup_timeout, dir_prefix="mdb-rabbitmq-"
+            base_dir, port=port, startup_timeout=startup_timeout, dir_prefix="mdb-rabbitmq-",
+            host=host,
         )
         self.config_path = self.base_dir / "rabbitmq.conf"
         self.plugins_path = self.base_dir / "enabled_plugins"

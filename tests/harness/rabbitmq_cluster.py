@@ -33,17 +33,19 @@ from tests.harness.rabbitmq import Epmd, RabbitMQ
 
 
 class RabbitMQCluster:
-    """``size`` private RabbitMQ nodes in one cluster. Not thread-safe; for test fixtures."""
+    """``size`` private RabbitMQ nodes in one cluster, listening on ``host`` (default
+    ``127.0.0.1``; see ``RabbitMQ``). Not thread-safe; for test fixtures."""
 
-    def __init__(self, size: int = 3, *, startup_timeout: float = 90.0) -> None:
+    def __init__(self, size: int = 3, *, startup_timeout: float = 90.0,
+                 host: str | None = None) -> None:
         self.base_dir = Path(tempfile.mkdtemp(prefix="mdb-rabbitmq-cluster-"))
         cookie = self.base_dir / ".erlang.cookie"
         cookie.write_text(secrets.token_hex(16))
         cookie.chmod(0o400)  # Erlang refuses a cookie others may read
-        self.epmd = Epmd("127.0.0.1", self.base_dir / "epmd.log")
+        self.epmd = Epmd(host or RabbitMQ.host, self.base_dir / "epmd.log")
         self.nodes = [
             RabbitMQ(self.base_dir / f"node{i}", startup_timeout=startup_timeout,
-                     epmd=self.epmd, home=self.base_dir)
+                     epmd=self.epmd, home=self.base_dir, host=host)
             for i in range(size)
         ]
         for node in self.nodes:

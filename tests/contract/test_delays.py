@@ -1,0 +1,122 @@
+"""Redelivery delays kept by the broker (issue 14), on every broker: memory, ActiveMQ (its
+scheduler, on in the reference config) and RabbitMQ (delay queues).
+
+A failed message's copy is handed to the broker with its delay, in the transaction that acks
+it, so its pool slot takes the next message at once; the count, the flag, the failure headers
+and the error destination stay as they were. No test waits out a long delay: the one that shows
+the slot is free uses a delay of an hour and never sees its end.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from mdb import Context, Producer, Redelivery, listener
+from mdb.message import DELIVERY_COUNT, ERROR_LISTENER, ERROR_TYPE, ID, ORIGINAL_DESTINATION
+from tests.conftest import missing
+from tests.contract.support import Calls, read, running, settings_for, unique
+from tests.contract.test_delivery import send_all
+from tests.harness.activemq import ActiveMQ, activemq_available, reference_config
+
+pytestmark = pytest.mark.anyio
+
+HOUR = 3600.0
+
+
+async def test_a_message_waiting_out_its_redelivery_delay_does_not_hold_its_pool_slot(
+    broker_url: str,
+) -> None:
+    queue = f"queue:{unique('slot')}"
+    calls = Calls()
+
+    @listener(queue, pool=1, redelivery=Redelivery(limit=1, delay=HOUR))
+    async def handler(body: str, ctx: Context) -> None:
+        calls.add(body, ctx.delivery_count)
+        if body == "poison":
+            raise RuntimeError("poison")
+
+    await send_all(broker_url, queue, ["poison"])
+    async with running(settings_for(broker_url), handler) as container:
+        await calls.wait(lambda c: bool(c.of("poison")))
+        # Sent once the only slot has failed the poison message: with the delay held in the
+        # slot, this one would wait an hour for it.
+        await send_all(broker_url, queue, ["good"])
+        await calls.wait(lambda c: bool(c.of("good")))
+        stats = container.deployed[0].stats
+    assert calls.of("poison") == [1]  # its second delivery is an hour away
+    assert (stats.processed, stats.redelivered) == (1, 1)
+
+
+async def test_a_delayed_redelivery_keeps_its_count_flag_headers_and_error_destination(
+    broker_url: str,
+) -> None:
+    queue, errors = f"queue:{unique('delayed')}", f"queue:{unique('errors')}"
+    calls = Calls()
+
+    @listener(queue, pool=1, error_destination=errors,
+              redelivery=Redelivery(limit=2, delay=0.3, backoff=1.0))
+    async def handler(body: str, ctx: Context) -> None:
+        calls.add(body, (ctx.id, ctx.redelivered, ctx.delivery_count, ctx.headers.get("region")))
+        if body == "poison":
+            raise ValueError("poison!")
+
+    async with running(settings_for(broker_url), handler):
+        async with Producer(settings_for(broker_url)) as producer:
+            sent = await producer.send(queue, "poison", {"region": "eu"})
+        await calls.wait(lambda c: bool(c.of("poison")))
+        await send_all(broker_url, queue, ["good"])
+        [moved] = await read(broker_url, errors, 1)
+    # The good message, sent after the first failure, went before the delayed redeliveries.
+    assert [key for key, _ in calls.seen] == ["poison", "good", "poison", "poison"]
+    assert calls.of("poison") == [(sent, False, 1, "eu"), (sent, True, 2, "eu"),
+                                  (sent, True, 3, "eu")]
+    h = moved.headers
+    assert moved.body == b"poison" and h[ID] == sent
+    assert (h[ERROR_TYPE], h[ERROR_LISTENER], h[ORIGINAL_DESTINATION], h[DELIVERY_COUNT]) == (
+        "ValueError", "handler", queue, "3")
+    # What made the broker hold the copies (ActiveMQ's scheduler, RabbitMQ's delay queue
+    # arguments and dead-lettering) is not carried on to the error destination, where it
+    # would hold or dead-letter the message again.
+    held_by = {"scheduledJobId", "AMQ_SCHEDULED_DELAY", "x-message-ttl",
+               "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-first-death-queue"}
+    assert not held_by & set(h), sorted(held_by & set(h))
+
+
+@pytest.fixture(scope="module")
+def activemq_without_scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ActiveMQ]:
+    """A private ActiveMQ whose configuration is the reference one without its scheduler."""
+    if not activemq_available():
+        missing("ActiveMQ Classic")
+    config = tmp_path_factory.mktemp("no-scheduler") / "activemq.xml"
+    reference = reference_config().read_text()
+    attribute = 'schedulerSupport="true">'  # on the <broker> element
+    assert reference.count(attribute) == 1
+    config.write_text(reference.replace(attribute, 'schedulerSupport="false">'))
+    with ActiveMQ(config=config) as broker:
+        yield broker
+
+
+@pytest.mark.activemq
+async def test_where_the_broker_cannot_hold_a_delay_the_process_waits_it_out_and_says_so(
+    activemq_without_scheduler: ActiveMQ, caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = activemq_without_scheduler.url
+    queue = f"queue:{unique('unheld')}"
+    calls = Calls()
+
+    @listener(queue, pool=1, redelivery=Redelivery(limit=1, delay=0.3))
+    async def handler(body: str, ctx: Context) -> None:
+        calls.add(body, (ctx.redelivered, ctx.delivery_count))
+        if ctx.delivery_count == 1:
+            raise RuntimeError("first delivery fails")
+
+    with caplog.at_level(logging.WARNING, logger="mdb.container"):
+        async with running(settings_for(url), handler):
+            await send_all(url, queue, ["retried"])
+            await calls.wait(lambda c: len(c.of("retried")) == 2)
+    assert calls.of("retried") == [(False, 1), (True, 2)]
+    [line] = [r.getMessage() for r in caplog.records if "cannot hold" in r.getMessage()]
+    assert "broker default" in line and "schedulerSupport" in line

@@ -1,0 +1,163 @@
+"""``mdb run --workers 2`` on ActiveMQ: the workers of one server share its subscriptions, a
+worker killed with SIGKILL is replaced and nothing is lost, and SIGTERM stops them all.
+
+The ledger app's lines carry the pid of the worker that processed each message; the supervisor's
+``/status`` (its health endpoint, on a free port) names the workers and counts their restarts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import anyio
+import pytest
+
+from mdb import Producer, Settings, codec
+from mdb.destinations import Destination
+from mdb.health import Health, fetch_status
+from mdb.message import ID
+from tests.contract.support import unique
+from tests.faults.ledger import (
+    PER_SERVER,
+    WAIT,
+    Fleet,
+    LedgerProcess,
+    LoadProducer,
+    fault_settings,
+    fleet,
+    left_behind,
+)
+from tests.harness.process import BrokerProcess
+
+pytestmark = pytest.mark.activemq
+
+WORKERS = ("--workers", "2")
+ONE_LISTENER = {"LEDGER_QUEUE": ""}  # the topic's only (no queue listener)
+
+
+def status(process: LedgerProcess) -> Health:
+    assert process.health is not None, "the supervisor printed no health URL"
+    return fetch_status(process.health, 10)
+
+
+def wait_status(process: LedgerProcess, condition: Callable[[Health], bool], what: str
+                ) -> Health:
+    """Ask the supervisor's /status until ``condition`` holds (fail after ``WAIT``)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        health = status(process)
+        if condition(health):
+            return health
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {WAIT} s for {what}; /status says {health}")
+        time.sleep(0.1)  # a poll interval of a condition with a deadline, not a wait for time
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def start_server(processes: Fleet, app: str, delay: str) -> LedgerProcess:
+    [server] = processes.start(app, ["s1"], PER_SERVER, args=WORKERS,
+                               env={"LEDGER_DELAY": delay, "MDB_HEALTH_PORT": "0",
+                                    **ONE_LISTENER})
+    return server
+
+
+def test_the_workers_of_a_server_share_its_subscription_and_stop_on_sigterm(
+        activemq: BrokerProcess) -> None:
+    topic, app = unique("workers"), unique("app")
+    settings = fault_settings([activemq.url], topic)
+    with fleet(settings, topic) as processes:
+        server = start_server(processes, app, "0.02")
+        health = wait_status(server, lambda h: h.ready, "a ready server")
+        assert [(w.index, w.state, w.restarts) for w in health.workers] == [
+            (1, "ready", 0), (2, "ready", 0)]
+        workers = {w.pid for w in health.workers}
+        assert len(workers) == 2 and server.process.pid not in workers
+        [listener] = health.listeners  # one subscription per worker's pool slot and member
+        assert (listener.members, listener.subscribed) == (2, 2)
+
+        told = anyio.run(send, settings, topic, 40)
+        assert processes.drain(told)
+        processes.stop()  # SIGTERM to the supervisor: exit status 0 after "mdb: stopped"
+        assert all(gone(pid) for pid in workers)
+    done = processes.done(app)
+    assert sorted(e["id"] for e in done) == sorted(told)  # each message once by the server
+    assert not any(e["redelivered"] for e in done)
+    by_worker = Counter(e["pid"] for e in done)
+    assert set(by_worker) == workers, by_worker  # by one of its workers, both taking part
+    assert left_behind([activemq], processes, told) == {}
+
+
+def test_a_worker_killed_with_sigkill_is_replaced_and_nothing_is_lost(
+        activemq: BrokerProcess) -> None:
+    topic, app = unique("workers"), unique("app")
+    settings = fault_settings([activemq.url], topic)
+    with fleet(settings, topic) as processes:
+        server = start_server(processes, app, "0.1")
+        health = wait_status(server, lambda h: h.ready, "a ready server")
+        victim = health.workers[0].pid
+        # Sent once the server subscribed: a topic keeps nothing for a subscription to come.
+        producer = processes.stack.enter_context(LoadProducer(settings, topic))
+        producer.wait_told(10)
+        # Kill the worker while it has a message in hand (started, not done).
+        processes.wait(lambda f: any(e["pid"] == victim for e in f.events("start")),
+                       "the first worker at work")
+        os.kill(victim, signal.SIGKILL)
+        health = wait_status(
+            server, lambda h: h.ready and h.workers[0].pid not in (0, victim),
+            "the killed worker replaced")
+        assert [(w.index, w.state, w.restarts) for w in health.workers] == [
+            (1, "ready", 1), (2, "ready", 0)]
+        replacement = health.workers[0].pid
+        producer.wait_told(10)
+        processes.wait(lambda f: any(e["pid"] == replacement for e in f.events("done")),
+                       "the replacement at work")
+        producer.stop()
+        told = producer.told
+        assert processes.drain(told), processes.verdicts(told)
+        processes.stop()
+    [verdict] = processes.verdicts(told).values()
+    assert verdict.ok, verdict  # nothing lost, every repeat flagged redelivered
+    in_hand = ({e["id"] for e in processes.events("start") if e["pid"] == victim}
+               - {e["id"] for e in processes.done(app) if e["pid"] == victim})
+    assert in_hand  # the kill took work with it, which came back flagged:
+    assert all(e["redelivered"] for e in processes.done(app) if e["id"] in in_hand)
+    assert left_behind([activemq], processes, told) == {}
+
+
+async def send(settings: Settings, topic: str, count: int) -> list[str]:
+    sent = []
+    async with Producer(settings) as producer:
+        for n in range(count):
+            message = codec.outgoing(f"m{n}", None)
+            await producer.send_message(Destination.parse(f"topic:{topic}"), message)
+            sent.append(message.headers[ID])
+    return sent
+
+
+def test_a_second_signal_kills_the_workers(activemq: BrokerProcess) -> None:
+    topic, app = unique("workers"), unique("app")
+    settings = fault_settings([activemq.url], topic)
+    with fleet(settings, topic) as processes:
+        [server] = processes.start(app, ["s1"], PER_SERVER, args=WORKERS, env={
+            "LEDGER_DELAY": "600", "MDB_HEALTH_PORT": "0", "MDB_SHUTDOWN_GRACE_PERIOD": "600",
+            **ONE_LISTENER})
+        workers = {w.pid for w in wait_status(server, lambda h: h.ready, "ready").workers}
+        anyio.run(send, settings, topic, 1)
+        processes.wait(lambda f: bool(f.events("start")), "a handler at work (for 600 s)")
+        server.process.send_signal(signal.SIGTERM)
+        wait_status(server, lambda h: all(w.state == "stopping" for w in h.workers),
+                    "the workers stopping")  # one of them waits for its handler
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=WAIT) == 128 + signal.SIGTERM
+        assert all(gone(pid) for pid in workers)
