@@ -115,3 +115,9 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     with SparkCluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
         yield cluster
+
+
+@pytest.fixture(params=["activemq", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)])
+def stomp_broker(request: pytest.FixtureRequest) -> Any:
+    """A private broker of each kind the source and sink run on: ActiveMQ, RabbitMQ."""
+    return request.getfixturevalue(request.param)

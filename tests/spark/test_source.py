@@ -1,5 +1,5 @@
 """The ``mdb`` source on real ActiveMQ brokers: every member, kill -9 and restart, a member
-whose broker is down."""
+whose broker is down; on RabbitMQ too: messages sharing an ``mdb_id``."""
 
 from __future__ import annotations
 
@@ -139,10 +139,10 @@ def test_kill_9_mid_stream_and_restart_keeps_each_message_exactly_once(
 
 
 def test_distinct_messages_sharing_an_mdb_id_are_all_read(
-        spark: Any, activemq: Any, tmp_path: Path) -> None:
+        spark: Any, stomp_broker: Any, tmp_path: Path) -> None:
     """A foreign or careless producer reuses an ``mdb_id``: each message is still a row. Only a
     redelivery of a journaled message (same id, same body, flagged redelivered) is a repeat."""
-    settings = settings_json("shared_ids", [str(activemq.url)], names=["dups"])
+    settings = settings_json("shared_ids", [str(stomp_broker.url)], names=["dups"])
     options = source_options(settings, str(tmp_path / "journal"))
     assert set(mdb_spark.create_subscriptions(options).values()) == {"created"}
     bodies = [b"first", b"second", b"second", b"third"]
@@ -154,15 +154,16 @@ def test_distinct_messages_sharing_an_mdb_id_are_all_read(
                 await producer.send_message(Destination.parse("topic:orders"), message)
 
     anyio.run(send_all)
+    table = f"shared_ids_{stomp_broker.scheme.split('+')[-1]}"
     query = (spark.readStream.format("mdb").options(**options).load()
-             .writeStream.format("memory").queryName("shared_ids")
+             .writeStream.format("memory").queryName(table)
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     try:
-        wait_for(lambda: len(_memory_rows(spark, "shared_ids")) >= len(bodies),
+        wait_for(lambda: len(_memory_rows(spark, table)) >= len(bodies),
                  "a row for each of the 4 messages")
         query.processAllAvailable()
     finally:
         query.stop()
-    rows = _memory_rows(spark, "shared_ids")
+    rows = _memory_rows(spark, table)
     assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
     assert {r.message_id for r in rows} == {"reused"}
