@@ -167,3 +167,38 @@ def test_distinct_messages_sharing_an_mdb_id_are_all_read(
     rows = _memory_rows(spark, table)
     assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
     assert {r.message_id for r in rows} == {"reused"}
+
+
+def test_two_queries_of_one_app_split_the_messages_and_another_app_gets_its_own_copy(
+        spark: Any, activemq_trio: list[Any], tmp_path: Path) -> None:
+    """Scale-out: queries with the same app and name share the subscription (each with its
+    own journal) and split the messages, none lost or doubled; another app reads them all."""
+    settings = settings_json("scaled", [str(b.url) for b in activemq_trio],
+                             names=["scaled_p0", "scaled_p1", "scaled_p2"])
+    other = {**settings, "app": "audit"}
+    shared = [source_options(settings, str(tmp_path / f"journal{i}"), prefetch="5")
+              for i in range(2)]
+    audit = source_options(other, str(tmp_path / "journal-audit"))
+    for options in (shared[0], audit):
+        assert set(mdb_spark.create_subscriptions(options).values()) == {"created"}
+    tables = ["scaled_a", "scaled_b", "audit"]
+    queries = [spark.readStream.format("mdb").options(**options).load()
+               .writeStream.format("memory").queryName(table)
+               .option("checkpointLocation", str(tmp_path / f"checkpoint-{table}")).start()
+               for options, table in zip([*shared, audit], tables, strict=True)]
+    try:
+        # A query's receiver subscribes when the query first asks for offsets: both must be
+        # consumers of the shared subscription before the broker hands messages out.
+        wait_for(lambda: all(q.recentProgress for q in queries), "every query's first trigger")
+        ids = publish(settings, "topic:orders", [f"s{i}" for i in range(300)])
+        wait_for(lambda: sum(len(_memory_rows(spark, t)) for t in tables[:2]) >= len(ids)
+                 and len(_memory_rows(spark, "audit")) >= len(ids), "every message read")
+        for query in queries:
+            query.processAllAvailable()
+    finally:
+        for query in queries:
+            query.stop()
+    first, second = ([r.message_id for r in _memory_rows(spark, t)] for t in tables[:2])
+    assert sorted(first + second) == sorted(ids)  # split: none lost, none doubled
+    assert first and second
+    assert sorted(r.message_id for r in _memory_rows(spark, "audit")) == sorted(ids)
