@@ -9,13 +9,14 @@ Layout under the member's URL (``file:///…``, ``/local/path``, ``s3://…``, `
 
     seg-00000000000000000000-00000000000000000100.jsonl   records [0, 100), immutable
     seg-00000000000000000100-00000000000000000142.jsonl   records [100, 142)
-    trimmed.json                                          {"position": p, "ids": [...]}
+    trimmed.json                                          {"position": p, "seen": [...]}
 
 Each append writes one new immutable segment (a local file is written beside, fsynced and
 renamed; on an object store one PUT is atomic), so a reader never sees half a segment and the
 journal works where files cannot be appended to. ``trimmed.json`` remembers the position
-before the first retained record and the ids of the last ``SEEN_LIMIT`` trimmed records, so a
-message the broker redelivers after its ack was lost is recognised and not journaled twice.
+before the first retained record and the fingerprints (id and body digest) of the last
+``SEEN_LIMIT`` trimmed records, so a message the broker redelivers after its ack was lost is
+recognised and not journaled twice.
 
 One writer per journal: the driver-side reader of one query (``app`` + ``name``).
 """
@@ -23,6 +24,7 @@ One writer per journal: the driver-side reader of one query (``app`` + ``name``)
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -61,6 +63,12 @@ class Record:
         return cls(data["i"], base64.b64decode(data["b"]), dict(data["h"]), bool(data["r"]),
                    int(data["t"]))
 
+    @property
+    def fingerprint(self) -> str:
+        """The id and a digest of the body: equal for a redelivery of this message, different
+        for another message that merely reuses its id."""
+        return f"{self.message_id}:{hashlib.sha256(self.body).hexdigest()}"
+
 
 class Journal:
     """One member's journal at ``url`` (created if missing). Not thread-safe: the source calls
@@ -74,18 +82,24 @@ class Journal:
         self._local = isinstance(self._fs, LocalFileSystem)
         trimmed = self._read_trimmed()
         self.start: int = trimmed["position"]
-        self._trimmed_ids: deque[str] = deque(trimmed["ids"], maxlen=SEEN_LIMIT)
-        self._seen: set[str] = set(self._trimmed_ids)
-        segments = self._segments()
-        self.end: int = max([self.start, *(end for _, end, _ in segments)])
-        for _, _, path in segments:
-            self._seen.update(r.message_id for r in self._load(path))
+        self._trimmed: deque[str] = deque(trimmed["seen"], maxlen=SEEN_LIMIT)
+        self._seen: set[str] | None = None  # built on first use: a reader never needs it
+        self.end: int = max([self.start, *(end for _, end, _ in self._segments())])
 
     # -- writing (the driver-side receiver) ------------------------------------------------
 
-    def is_new(self, message_id: str) -> bool:
-        """False for a message already journaled (or trimmed lately): a redelivery."""
-        return message_id not in self._seen
+    def holds(self, record: Record) -> bool:
+        """True when a record with the same id and body is journaled (or was trimmed lately).
+        Alone this does not prove a repeat: the receiver also asks the broker's redelivered
+        flag."""
+        return record.fingerprint in self._fingerprints()
+
+    def _fingerprints(self) -> set[str]:
+        if self._seen is None:
+            self._seen = set(self._trimmed)
+            for _, _, path in self._segments():
+                self._seen.update(r.fingerprint for r in self._load(path))
+        return self._seen
 
     def append(self, records: list[Record]) -> int:
         """Write ``records`` durably as one segment; return the new end position."""
@@ -94,7 +108,8 @@ class Journal:
         start, end = self.end, self.end + len(records)
         data = "".join(r.to_json() + "\n" for r in records).encode()
         self._write_atomically(self._path(f"seg-{start:020d}-{end:020d}.jsonl"), data)
-        self._seen.update(r.message_id for r in records)
+        if self._seen is not None:
+            self._seen.update(r.fingerprint for r in records)
         self.end = end
         return end
 
@@ -106,10 +121,10 @@ class Journal:
         gone = [path for _, seg_end, path in self._segments() if seg_end <= position]
         for path in gone:
             for record in self._load(path):
-                if len(self._trimmed_ids) == SEEN_LIMIT:
-                    self._seen.discard(self._trimmed_ids.popleft())
-                self._trimmed_ids.append(record.message_id)
-        state = {"position": position, "ids": list(self._trimmed_ids)}
+                if len(self._trimmed) == SEEN_LIMIT and self._seen is not None:
+                    self._seen.discard(self._trimmed[0])
+                self._trimmed.append(record.fingerprint)
+        state = {"position": position, "seen": list(self._trimmed)}
         self._write_atomically(self._path(_TRIMMED), json.dumps(state).encode())
         for path in gone:
             self._fs.rm_file(path)
@@ -136,7 +151,12 @@ class Journal:
 
     def _segments(self) -> list[tuple[int, int, str]]:
         found = []
-        for path in self._fs.ls(self._root, detail=False):
+        self._fs.invalidate_cache(self._root)  # s3fs and others cache listings per process
+        try:
+            paths = self._fs.ls(self._root, detail=False)
+        except FileNotFoundError:  # an object store has no empty folders: nothing written yet
+            paths = []
+        for path in paths:
             match = _SEGMENT.match(str(path).rstrip("/").rsplit("/", 1)[-1])
             if match:
                 found.append((int(match[1]), int(match[2]), str(path)))
@@ -150,7 +170,7 @@ class Journal:
     def _read_trimmed(self) -> dict[str, Any]:
         path = self._path(_TRIMMED)
         if not self._fs.exists(path):
-            return {"position": 0, "ids": []}
+            return {"position": 0, "seen": []}
         with self._fs.open(path, "rb") as handle:
             state: dict[str, Any] = json.loads(handle.read())
         return state

@@ -3,18 +3,20 @@
 It runs in Spark's long-lived driver-side Python process (where ``latestOffset``, ``partitions``
 and ``commit`` run), on a private event loop thread, one task per member:
 
-    receive (up to ``prefetch`` already pushed) → drop ids already journaled → append the rest
-    to the member's journal (fsync) → ack them all in one broker transaction → publish the
-    journal's new end for ``latestOffset``.
+    receive (up to ``prefetch`` already pushed) → drop redeliveries of journaled messages →
+    append the rest to the member's journal (fsync) → publish the journal's new end for
+    ``latestOffset`` → ack them all in one broker transaction, while the next batch that has
+    arrived is journaled (one fsync and one COMMIT per batch, never waiting for more).
 
 Acking right after the journal write, not in Spark's ``commit`` (which lags a batch), keeps the
 broker's prefetch window moving. A message whose ack was lost (crash, dropped connection,
-rolled-back commit) comes back from the broker and is recognised by its id. A member whose
-broker is down is reconnected as the container reconnects (``BrokerLink.connection``: the
-broker's ``reconnect_delay`` doubling up to ``reconnect_max_delay``, with jitter) while the
-other members go on. Every message is taken from the
-member's shared subscription, so several Spark queries (or mdb listeners) of one app split the
-messages between them.
+rolled-back commit) comes back from the broker flagged redelivered and is recognised by its id
+and body digest; a message that only shares an id with a journaled one is journaled too. A
+member whose broker is down is reconnected as the container reconnects
+(``BrokerLink.connection``: the broker's ``reconnect_delay`` doubling up to
+``reconnect_max_delay``, with jitter) while the other members go on. Every message is taken
+from the member's shared subscription, so several Spark queries (or mdb listeners) of one app
+split the messages between them.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from anyio.from_thread import BlockingPortal, start_blocking_portal
+from anyio.streams.memory import MemoryObjectReceiveStream
 
-from mdb.broker import Delivery, SubscriptionRequest
+from mdb.broker import Connection, Delivery, Subscription, SubscriptionRequest
 from mdb.brokers import Brokers
 from mdb.errors import ConnectionLost, MdbError
 from mdb.links import backed_off
@@ -118,44 +121,70 @@ class Receiver:
                     connection = await link.connection()
                     subscription = await connection.subscribe(request)
                     delay = broker.reconnect_delay
-                    while True:
-                        await self._room(key)
-                        batch = [await subscription.receive()]
-                        while len(batch) < self._prefetch:
-                            more = subscription.receive_nowait()
-                            if more is None:
-                                break
-                            batch.append(more)
-                        await self._journal(key, batch)
-                        transaction = await connection.begin()
-                        for delivery in batch:
-                            await transaction.ack(delivery)
-                        await transaction.commit()
-                except ConnectionLost as exc:
+                    await self._pump(key, connection, subscription)
+                except* ConnectionLost as lost:
                     log.warning("mdb_spark member %s: connection lost (%s); reconnecting",
-                                key, exc)
-                except MdbError as exc:
+                                key, lost.exceptions[0])
+                except* MdbError as failed:
+                    error = failed.exceptions[0]
                     # A refused subscription or a rolled-back commit: start again on a new
                     # connection, which hands what was not acked back to the broker.
                     log.warning("mdb_spark member %s: %s: %s; retrying in %gs",
-                                key, type(exc).__name__, exc, delay)
+                                key, type(error).__name__, error, delay)
                     await link.close()
                     await anyio.sleep(delay)
                     delay = backed_off(delay, broker)
         finally:
             await link.close()
 
+    async def _pump(self, key: str, connection: Connection, subscription: Subscription) -> None:
+        """Journal what has arrived, one batch at a time, while the batch before is acked:
+        the journal's fsync overlaps the broker's COMMIT round trip. A batch is acked only
+        after it is journaled; one that was journaled but not acked when the connection
+        failed comes back flagged redelivered and is skipped then."""
+        journaled, to_ack = anyio.create_memory_object_stream[list[Delivery]](1)
+        async with anyio.create_task_group() as stages:
+            stages.start_soon(self._acknowledge, connection, to_ack)
+            async with journaled:
+                while True:
+                    await self._room(key)
+                    batch = [await subscription.receive()]
+                    while len(batch) < self._prefetch:
+                        more = subscription.receive_nowait()
+                        if more is None:
+                            break
+                        batch.append(more)
+                    await self._journal(key, batch)
+                    await journaled.send(batch)
+
+    @staticmethod
+    async def _acknowledge(connection: Connection,
+                           batches: MemoryObjectReceiveStream[list[Delivery]]) -> None:
+        """Ack each journaled batch in one broker transaction, in order."""
+        async with batches:
+            async for batch in batches:
+                transaction = await connection.begin()
+                for delivery in batch:
+                    await transaction.ack(delivery)
+                await transaction.commit()
+
     async def _journal(self, key: str, batch: list[Delivery]) -> None:
         journal = self._journals[key]
-        fresh: dict[str, Record] = {}
+        fresh: list[Record] = []
         for delivery in batch:
-            ident = message_id(delivery)
-            if journal.is_new(ident) and ident not in fresh:
-                fresh[ident] = record_of(delivery)
+            record = record_of(delivery)
+            if delivery.broker_redelivered and journal.holds(record):
+                # Provably this message again (its ack was lost): same id, same body, and the
+                # broker says it delivered it before. Anything less is journaled, even a
+                # repeated id: a drop would be silent, a doubled row can be seen.
+                log.info("mdb_spark member %s: %s redelivered, already journaled; acked",
+                         key, record.message_id)
+                continue
+            fresh.append(record)
         if not fresh:
             return
         append: Callable[[list[Record]], int] = journal.append
-        end = await anyio.to_thread.run_sync(append, list(fresh.values()))
+        end = await anyio.to_thread.run_sync(append, fresh)
         with self._lock:
             self._ends[key] = end
 

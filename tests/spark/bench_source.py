@@ -1,6 +1,13 @@
-"""Throughput of the ``mdb`` source: N messages already waiting on a 3-member topic (one
-private ActiveMQ, reference config) → a ``noop`` sink. Prints rows/s from the query's start
-until every row was processed (receive + journal fsync + transacted ack + Spark batches).
+"""Throughput of the ``mdb`` source against a hand-written stomp.py consumer, side by side in
+one run on one private ActiveMQ (reference config): N messages already waiting on a 3-member
+topic, which keeps a copy for each of two subscriptions.
+
+* ``stomp.py``: one connection, the three members' subscription queues with ``ack:client`` and
+  ``activemq.prefetchSize`` = PREFETCH, every message acked from the listener thread: the
+  broker's pace for a client-ack consumer here.
+* ``mdb source``: the ``mdb`` format → a ``noop`` sink, ``local[2]``, 500 ms trigger, from the
+  query's start until every row was processed (receive + journal fsync + transacted ack +
+  Spark batches).
 
     .venv/bin/python -m tests.spark.bench_source [N] [PREFETCH]
 """
@@ -11,14 +18,69 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
+from typing import Any
 
 import anyio
+import stomp
 
 import mdb_spark
 from mdb.producer import Producer
 from mdb.settings import load_settings
 from tests.harness.activemq import ActiveMQ
+
+MEMBERS = 3
+
+
+def stomp_consumer(broker: ActiveMQ, queues: list[str], count: int, prefetch: str) -> float:
+    """Seconds for a plain stomp.py client-ack consumer to take ``count`` messages."""
+    done = threading.Event()
+    taken = 0
+    connection = stomp.Connection([(broker.host, broker.port)], heartbeats=(0, 0))
+
+    class Acker(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_message(self, frame: Any) -> None:
+            nonlocal taken
+            connection.ack(frame.headers["ack"] if "ack" in frame.headers
+                           else frame.headers["message-id"], frame.headers["subscription"])
+            taken += 1
+            if taken >= count:
+                done.set()
+
+    connection.set_listener("acker", Acker())
+    connection.connect("mdb", broker.password, wait=True)
+    began = time.monotonic()
+    for index, queue in enumerate(queues):
+        connection.subscribe(f"/queue/{queue}", id=str(index), ack="client",
+                             headers={"activemq.prefetchSize": prefetch})
+    if not done.wait(600):
+        raise RuntimeError(f"stomp.py consumer took {taken} of {count} in 600 s")
+    elapsed = time.monotonic() - began
+    connection.disconnect()
+    return elapsed
+
+
+def mdb_source(options: dict[str, str], count: int, work: str) -> float:
+    """Seconds for the ``mdb`` source to bring ``count`` rows through a ``noop`` sink."""
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    mdb_spark.register(spark)
+    began = time.monotonic()
+    query = (spark.readStream.format("mdb").options(**options).load()
+             .writeStream.format("noop").option("checkpointLocation", f"{work}/cp")
+             .trigger(processingTime="500 milliseconds").start())
+    done = 0
+    while done < count:
+        query.awaitTermination(0.2)
+        done = sum(p["numInputRows"] for p in query.recentProgress)
+    elapsed = time.monotonic() - began
+    query.stop()
+    spark.stop()
+    return elapsed
 
 
 def main() -> None:
@@ -29,10 +91,11 @@ def main() -> None:
     with ActiveMQ() as broker:
         settings = {"app": "bench", "brokers": {"a": {"url": broker.url}},
                     "destinations": {"topic:orders": {"members": [
-                        {"broker": "a", "name": f"orders_p{i}"} for i in range(3)]}}}
+                        {"broker": "a", "name": f"orders_p{i}"} for i in range(MEMBERS)]}}}
         options = {"settings": json.dumps(settings), "destination": "topic:orders",
-                   "journal": f"{work}/journal", "prefetch": prefetch}
+                   "journal": f"{work}/journal", "prefetch": prefetch, "name": "spark"}
         mdb_spark.create_subscriptions(options)
+        mdb_spark.create_subscriptions({**options, "name": "stomppy"})
 
         async def publish() -> None:
             async with Producer(load_settings(None, **settings)) as producer:
@@ -41,25 +104,14 @@ def main() -> None:
                     await producer.send("topic:orders", body)
 
         anyio.run(publish)
-        from pyspark.sql import SparkSession
-
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        mdb_spark.register(spark)
-        began = time.monotonic()
-        query = (spark.readStream.format("mdb").options(**options).load()
-                 .writeStream.format("noop").option("checkpointLocation", f"{work}/cp")
-                 .trigger(processingTime="500 milliseconds").start())
-        done = 0
-        while done < count:
-            query.awaitTermination(0.2)
-            done = sum(p["numInputRows"] for p in query.recentProgress)
-        elapsed = time.monotonic() - began
-        query.stop()
-        spark.stop()
-    print(f"| messages | prefetch | seconds | rows/s |\n|---|---|---|---|\n"
-          f"| {count} | {prefetch} | {elapsed:.1f} | {count / elapsed:,.0f} |")
+        plain = stomp_consumer(
+            broker, [f"Consumer.bench-stomppy.VirtualTopic.orders_p{i}" for i in range(MEMBERS)],
+            count, prefetch)
+        source = mdb_source(options, count, work)
+    print(f"| consumer | messages | prefetch | seconds | rows/s |\n|---|---|---|---|---|\n"
+          f"| stomp.py client-ack | {count} | {prefetch} | {plain:.1f} | {count / plain:,.0f} |\n"
+          f"| mdb source → noop | {count} | {prefetch} | {source:.1f} | {count / source:,.0f} |\n"
+          f"ratio mdb/stomp.py: {plain / source:.2f}")
 
 
 if __name__ == "__main__":

@@ -89,3 +89,35 @@ def source_options(settings: dict[str, Any], journal: str, destination: str = "t
                    **extra: str) -> dict[str, str]:
     return {"settings": json.dumps(settings), "destination": destination, "journal": journal,
             "name": "pipeline", **extra}
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A moto S3 server (its own port and PID) with the bucket ``mdb``."""
+    if importlib.util.find_spec("moto") is None or importlib.util.find_spec("s3fs") is None:
+        missing("moto[server] and s3fs (pip install -e '.[test,spark]')")
+    from tests.harness.spark_cluster import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    try:
+        server.filesystem().mkdir("mdb")  # type: ignore[attr-defined]
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A standalone Spark master and two 1-core workers (their own ports, dirs and PIDs)."""
+    if shutil.which("java") is None:
+        missing("Java (for Spark)")
+    from tests.harness.spark_cluster import SparkCluster
+
+    with SparkCluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=["activemq", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)])
+def stomp_broker(request: pytest.FixtureRequest) -> Any:
+    """A private broker of each kind the source and sink run on: ActiveMQ, RabbitMQ."""
+    return request.getfixturevalue(request.param)

@@ -1,4 +1,4 @@
-"""The ``mdb`` sink on a real ActiveMQ: transacted sends with ids that a replayed batch
+"""The ``mdb`` sink on a real ActiveMQ and RabbitMQ: transacted sends with ids that a replayed batch
 repeats exactly."""
 
 from __future__ import annotations
@@ -48,16 +48,18 @@ def _run_once(spark: Any, source: Path, checkpoint: Path, options: dict[str, str
     query.awaitTermination()
 
 
-def test_a_replayed_batch_repeats_the_same_ids(spark: Any, activemq: Any, tmp_path: Path) -> None:
+def test_a_replayed_batch_repeats_the_same_ids(spark: Any, stomp_broker: Any,
+                                               tmp_path: Path) -> None:
     source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
     source.mkdir()
     rows = [{"id": f"o{i}", "region": ["eu", "us", "apac"][i % 3]} for i in range(40)]
     (source / "orders.json").write_text("\n".join(json.dumps(r) for r in rows))
-    options = {"settings": json.dumps({"app": "sinktest", "brokers": {"a": {"url": activemq.url}}}),
+    settings = {"app": "sinktest", "brokers": {"a": {"url": stomp_broker.url}}}
+    options = {"settings": json.dumps(settings),
                "destination": "queue:sink_out", "query": "totals", "rows_per_transaction": "7"}
 
     _run_once(spark, source, checkpoint, options)
-    first = _receive(str(activemq.url), "queue:sink_out", len(rows))
+    first = _receive(str(stomp_broker.url), "queue:sink_out", len(rows))
     assert {batch for _, batch, _ in first} == {"0"}
     assert len({ident for ident, _, _ in first}) == len(rows)
     assert all(ident.startswith("totals-0-") for ident, _, _ in first)
@@ -66,17 +68,17 @@ def test_a_replayed_batch_repeats_the_same_ids(spark: Any, activemq: Any, tmp_pa
     (checkpoint / "commits" / "0").unlink()
     (checkpoint / "commits" / ".0.crc").unlink(missing_ok=True)
     _run_once(spark, source, checkpoint, options)
-    replayed = _receive(str(activemq.url), "queue:sink_out", len(rows))
+    replayed = _receive(str(stomp_broker.url), "queue:sink_out", len(rows))
     assert sorted(replayed) == sorted(first)
 
 
-def test_foreach_batch_sink_uses_the_same_ids(spark: Any, activemq: Any) -> None:
-    settings = {"app": "sinktest", "brokers": {"a": {"url": activemq.url}}}
+def test_foreach_batch_sink_uses_the_same_ids(spark: Any, stomp_broker: Any) -> None:
+    settings = {"app": "sinktest", "brokers": {"a": {"url": stomp_broker.url}}}
     publish = mdb_spark.foreach_batch_sink("queue:foreach_out", settings=settings, query="fb")
     frame = spark.createDataFrame([(f"row {i}",) for i in range(10)], "body string")
     publish(frame, 5)
     publish(frame, 5)  # a replay of batch 5
-    got = _receive(str(activemq.url), "queue:foreach_out", 20)
+    got = _receive(str(stomp_broker.url), "queue:foreach_out", 20)
     ids = [ident for ident, _, _ in got]
     assert len(set(ids)) == 10 and all(ids.count(i) == 2 for i in ids)
     assert all(ident.startswith("fb-5-") and batch == "5" for ident, batch, _ in got)

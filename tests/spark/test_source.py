@@ -1,5 +1,5 @@
 """The ``mdb`` source on real ActiveMQ brokers: every member, kill -9 and restart, a member
-whose broker is down."""
+whose broker is down; on RabbitMQ too: messages sharing an ``mdb_id``."""
 
 from __future__ import annotations
 
@@ -12,9 +12,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import mdb_spark
+from mdb.destinations import Destination
+from mdb.message import ID, OutgoingMessage, labelled
+from mdb.producer import Producer
+from mdb.settings import load_settings
 from tests.harness.activemq import free_port
 from tests.spark.conftest import publish, settings_json, source_options, wait_for
 
@@ -131,3 +136,69 @@ def test_kill_9_mid_stream_and_restart_keeps_each_message_exactly_once(
     seen = Counter(_parquet_ids(spark, output))
     assert sorted(seen) == sorted(ids)
     assert set(seen.values()) == {1}, [k for k, v in seen.items() if v > 1][:10]
+
+
+def test_distinct_messages_sharing_an_mdb_id_are_all_read(
+        spark: Any, stomp_broker: Any, tmp_path: Path) -> None:
+    """A foreign or careless producer reuses an ``mdb_id``: each message is still a row. Only a
+    redelivery of a journaled message (same id, same body, flagged redelivered) is a repeat."""
+    settings = settings_json("shared_ids", [str(stomp_broker.url)], names=["dups"])
+    options = source_options(settings, str(tmp_path / "journal"))
+    assert set(mdb_spark.create_subscriptions(options).values()) == {"created"}
+    bodies = [b"first", b"second", b"second", b"third"]
+
+    async def send_all() -> None:
+        async with Producer(load_settings(None, **settings)) as producer:
+            for body in bodies:
+                message = OutgoingMessage(body, {**labelled({}, "text/plain"), ID: "reused"})
+                await producer.send_message(Destination.parse("topic:orders"), message)
+
+    anyio.run(send_all)
+    table = f"shared_ids_{stomp_broker.scheme.split('+')[-1]}"
+    query = (spark.readStream.format("mdb").options(**options).load()
+             .writeStream.format("memory").queryName(table)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    try:
+        wait_for(lambda: len(_memory_rows(spark, table)) >= len(bodies),
+                 "a row for each of the 4 messages")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = _memory_rows(spark, table)
+    assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
+    assert {r.message_id for r in rows} == {"reused"}
+
+
+def test_two_queries_of_one_app_split_the_messages_and_another_app_gets_its_own_copy(
+        spark: Any, activemq_trio: list[Any], tmp_path: Path) -> None:
+    """Scale-out: queries with the same app and name share the subscription (each with its
+    own journal) and split the messages, none lost or doubled; another app reads them all."""
+    settings = settings_json("scaled", [str(b.url) for b in activemq_trio],
+                             names=["scaled_p0", "scaled_p1", "scaled_p2"])
+    other = {**settings, "app": "audit"}
+    shared = [source_options(settings, str(tmp_path / f"journal{i}"), prefetch="5")
+              for i in range(2)]
+    audit = source_options(other, str(tmp_path / "journal-audit"))
+    for options in (shared[0], audit):
+        assert set(mdb_spark.create_subscriptions(options).values()) == {"created"}
+    tables = ["scaled_a", "scaled_b", "audit"]
+    queries = [spark.readStream.format("mdb").options(**options).load()
+               .writeStream.format("memory").queryName(table)
+               .option("checkpointLocation", str(tmp_path / f"checkpoint-{table}")).start()
+               for options, table in zip([*shared, audit], tables, strict=True)]
+    try:
+        # A query's receiver subscribes when the query first asks for offsets: both must be
+        # consumers of the shared subscription before the broker hands messages out.
+        wait_for(lambda: all(q.recentProgress for q in queries), "every query's first trigger")
+        ids = publish(settings, "topic:orders", [f"s{i}" for i in range(300)])
+        wait_for(lambda: sum(len(_memory_rows(spark, t)) for t in tables[:2]) >= len(ids)
+                 and len(_memory_rows(spark, "audit")) >= len(ids), "every message read")
+        for query in queries:
+            query.processAllAvailable()
+    finally:
+        for query in queries:
+            query.stop()
+    first, second = ([r.message_id for r in _memory_rows(spark, t)] for t in tables[:2])
+    assert sorted(first + second) == sorted(ids)  # split: none lost, none doubled
+    assert first and second
+    assert sorted(r.message_id for r in _memory_rows(spark, "audit")) == sorted(ids)
