@@ -141,7 +141,13 @@ def left_behind(cluster: RabbitMQCluster, names: Collection[str], told: Collecti
         connection.connect(node.username, node.password, wait=True)
         try:
             connection.subscribe(f"/amq/queue/{queue}", id="take", ack="auto")
-            assert taker.taken.wait(WAIT), f"{queue}: {len(taker.ids)} of {count} taken"
+            # The count may be the queue's last published figure, taken before the fleet's
+            # last acks: stop once the queue says it is empty too.
+            deadline = time.monotonic() + WAIT
+            while not taker.taken.wait(1.0):
+                assert time.monotonic() < deadline, f"{queue}: {len(taker.ids)} of {count} taken"
+                if not stored(cluster).get(queue):
+                    break
         finally:
             connection.disconnect()
         if kept := [i for i in taker.ids if i in told_set]:
