@@ -9,13 +9,21 @@ from urllib.parse import SplitResult, unquote, urlsplit
 from mdb.broker import ConnectionOptions
 from mdb.errors import ConfigurationError
 from mdb.redaction import redact_url
+from mdb_stomp.activemq import ActiveMQDialect
 from mdb_stomp.connection import StompConnection
-from mdb_stomp.dialect import DIALECTS
+from mdb_stomp.dialect import Dialect
 from mdb_stomp.heartbeats import Heartbeats
+from mdb_stomp.rabbitmq import RabbitMQDialect
 from mdb_stomp.wire import Wire
 
 # STOMP 1.2 does not escape CONNECT headers (login, passcode, host): these would inject one.
 _CONNECT_UNSAFE = ("\r", "\n", "\x00")
+
+# The dialect each URL scheme selects.
+DIALECTS: dict[str, type[Dialect]] = {
+    ActiveMQDialect.scheme: ActiveMQDialect,
+    RabbitMQDialect.scheme: RabbitMQDialect,
+}
 
 
 class StompBroker:

@@ -27,7 +27,7 @@ import uuid
 import anyio
 
 from mdb.errors import BrokerError, ConnectionLost, SubscriptionFailed
-from mdb_stomp.dialect import SCHEDULED_DELAY
+from mdb_stomp.activemq import SCHEDULED_DELAY
 from mdb_stomp.receipts import ReceiptErrors
 from mdb_stomp.wire import Wire
 

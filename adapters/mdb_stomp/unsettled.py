@@ -1,7 +1,7 @@
 """``Unsettled``: one subscription's deliveries not yet settled, and which acks may be written.
 
-Cumulative acks. ActiveMQ subscriptions use ``ack:client`` (see ``mdb_stomp.dialect``), where an ACK
-settles every earlier delivery of the subscription too. ActiveMQ dispatches the next message as
+Cumulative acks. ActiveMQ subscriptions use ``ack:client`` (see ``mdb_stomp.activemq``), where an
+ACK settles every earlier delivery of the subscription too. ActiveMQ dispatches the next message as
 soon as it sees a transacted ACK, before the COMMIT, and an ABORT leaves the acked message
 unsettled on the live subscription: a later ACK of the next message would then silently settle
 the aborted one, which is never redelivered (measured on 5.17.2). Each subscription therefore

@@ -12,7 +12,8 @@ broker by default; on a real one when ``MDB_TEST_BROKER_URL`` names it.
 For an adapter: ``mdb.testing.seam``, the broker seam's contract as a test module to run
 against your broker (docs/testing.md, "For adapter authors").
 
-Parts: ``runner`` (running and waiting) → ``tracker`` (following messages through spans),
+Parts: ``runner`` (running and waiting) → ``loading`` (the listeners and overrides a run
+takes), ``progress`` (where each message is), ``tracker`` (following messages through spans),
 ``clock``, ``received``; ``sync`` (plain ``def`` tests); ``plugin`` (the fixtures).
 """
 

@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
-from types import ModuleType
 from typing import Any
 
 import anyio
 import anyio.lowlevel
-from dependency_injector import containers, providers
+from dependency_injector import containers
 
 from mdb import clock as clocks
 from mdb.broker import ConnectionOptions, SubscriptionRequest, broker_for
@@ -32,13 +30,15 @@ from mdb.broker_settings import BrokerSettings
 from mdb.container import Container
 from mdb.destinations import Destination, Kind
 from mdb.errors import ConfigurationError
-from mdb.listener import ListenerSpec, spec_of
+from mdb.listener import ListenerSpec
 from mdb.producer import Producer
 from mdb.settings import Settings
 from mdb.testing.clock import ManualClock
+from mdb.testing.loading import Listeners, listeners_of, override
+from mdb.testing.progress import describe, expected_subscriptions, is_done
 from mdb.testing.received import Received
 from mdb.testing.tracker import MOVED, Attempt, Tracker, install
-from mdb.wiring import find_container, find_event_callbacks, find_listeners, import_modules, wired
+from mdb.wiring import find_container, find_event_callbacks, wired
 
 WAIT = 30.0
 """Seconds a wait of the kit lasts before it fails (a guard against hanging, not a timing)."""
@@ -46,8 +46,6 @@ WAIT = 30.0
 BROKER_URL_VARIABLE = "MDB_TEST_BROKER_URL"
 """When set, the broker URL the kit's tests run on (e.g. ``stomp+activemq://user:pw@host:61613``)
 instead of a fresh memory broker per test."""
-
-Listeners = str | ModuleType | Callable[..., Any] | Sequence["Listeners"]
 
 
 class NotSettled(AssertionError):
@@ -131,13 +129,13 @@ class Runner:
         one the listener modules import, as ``mdb run`` finds it); ``overrides`` replace its
         providers by name for this run (a value, or a provider). ``app`` defaults to a new
         name per run, so two runs are two applications."""
-        modules, specs = _listeners(listeners)
+        modules, specs = listeners_of(listeners)
         di = find_container(services, modules) if isinstance(services, str | None) else services
         settings = self._settings(settings, app or f"app_{uuid.uuid4().hex[:8]}", server)
         async with AsyncExitStack() as stack:
             await self._start(stack)
             if overrides:
-                _override(di, overrides, stack)
+                override(di, overrides, stack)
             handlers = await stack.enter_async_context(wired(di, modules, specs))
             container = Container(settings, [self._recording(s) for s in handlers],
                                   on_event=find_event_callbacks(modules))
@@ -270,7 +268,7 @@ class Runner:
         delays; return its attempts. Raises ``NotSettled`` saying where it is (at once when
         no running listener serves any destination it was sent to)."""
         destinations = self._running_tracker().expected.get(message_id, [])
-        if not any(self._expected_subscriptions(d) for d in destinations):
+        if not any(expected_subscriptions(self._containers(), d) for d in destinations):
             raise NotSettled(self._describe([message_id], 0.0))
         await self._wait(lambda: self._done(message_id), timeout, lambda: [message_id],
                          fail_fast=False)
@@ -319,29 +317,6 @@ class Runner:
             self._change.set()
             self._change = anyio.Event()
 
-    def _expected_subscriptions(self, destination: str) -> set[str | None]:
-        """The subscriptions of the running listeners a message sent to ``destination`` goes to
-        (None for a queue); one with a selector is left out (it may not select it)."""
-        names: set[str | None] = set()
-        for running in self.apps:
-            for deployed in running.container.deployed:
-                if str(deployed.spec.destination) != destination:
-                    continue
-                for planned in deployed.planned:
-                    if planned.selector is None and not deployed.spec.options.selector:
-                        names.add(planned.request.name)
-        return names
-
-    def _done(self, message_id: str) -> bool:
-        tracker = self._running_tracker()
-        attempts = tracker.attempts.get(message_id, [])
-        for destination in tracker.expected.get(message_id, []):
-            finished = {a.subscription for a in attempts if a.destination == destination
-                        and a.final}
-            if not self._expected_subscriptions(destination) <= finished:
-                return False
-        return True
-
     def _raise_failure(self) -> None:
         for attempts in self._running_tracker().attempts.values():
             for attempt in attempts:
@@ -353,80 +328,17 @@ class Runner:
                     raise attempt.exception
                 raise HandlerFailed(str(attempt))
 
+    def _done(self, message_id: str) -> bool:
+        return is_done(self._running_tracker(), self._containers(), message_id)
+
     def _describe(self, pending: list[str], timeout: float) -> str:
-        tracker = self._running_tracker()
-        lines = [f"not settled within {timeout} s (real time):" if timeout else "not settled:"]
-        for message_id in pending:
-            for destination in tracker.expected.get(message_id, []):
-                subscriptions = self._expected_subscriptions(destination)
-                seen = [a for a in tracker.attempts.get(message_id, [])
-                        if a.destination == destination]
-                lines.append(f"- message {message_id} sent to {destination}:")
-                if not subscriptions:
-                    lines.append("    no running listener serves it")
-                for attempt in seen:
-                    lines.append(f"    {attempt}")
-                if not seen:
-                    lines.append("    no delivery of it ended yet")
-        busy = sum(a.in_flight for a in self.apps)
-        if busy:
-            lines.append(f"handlers holding a delivery now: {busy}")
-        if self.clock.next_due is not None:
-            lines.append(f"the clock is at {self.clock.now():g} s, next timer due at "
-                         f"{self.clock.next_due:g} s ({self.clock.sleepers} handlers sleeping)")
-        return "\n".join(lines)
+        return describe(self._running_tracker(), self._containers(), self.clock, pending, timeout)
+
+    def _containers(self) -> list[Container]:
+        return [running.container for running in self.apps]
 
     def _running_tracker(self) -> Tracker:
         if self._tracker is None:
             raise ConfigurationError("nothing ran yet: call this inside `async with "
                                      "runner.run(...)`")
         return self._tracker
-
-
-def _listeners(given: Iterable[Listeners]) -> tuple[list[ModuleType], list[ListenerSpec]]:
-    """The modules (to wire, and where the application's container is found) and the
-    listeners of ``given``: module names, modules, @listener functions, lists of them."""
-    modules: list[ModuleType] = []
-    specs: list[ListenerSpec] = []
-
-    def add_module(module: ModuleType, with_listeners: bool) -> None:
-        if module not in modules:
-            modules.append(module)
-        if with_listeners:
-            specs.extend(s for s in find_listeners([module]) if s not in specs)
-
-    def add(item: Listeners) -> None:
-        if isinstance(item, str):
-            add_module(import_modules([item])[0], True)
-        elif isinstance(item, ModuleType):
-            add_module(item, True)
-        elif callable(item):
-            spec = spec_of(item)
-            if spec is None:
-                raise ConfigurationError(f"{item!r} is not a @listener function")
-            add_module(sys.modules[item.__module__], False)
-            if spec not in specs:
-                specs.append(spec)
-        else:
-            for each in item:
-                add(each)
-
-    for item in given:
-        add(item)
-    if not specs:
-        raise ConfigurationError("run: no listeners given")
-    return modules, specs
-
-
-def _override(di: containers.Container | None, overrides: Mapping[str, object],
-              stack: AsyncExitStack) -> None:
-    if di is None:
-        raise ConfigurationError("overrides given, but the application has no "
-                                 "dependency-injector container (pass services=...)")
-    for name, value in overrides.items():
-        provider = getattr(di, name, None)
-        if not isinstance(provider, providers.Provider):
-            raise ConfigurationError(f"overrides: the container has no provider {name!r}")
-        replacement = value if isinstance(value, providers.Provider) else providers.Object(value)
-        provider.override(replacement)
-        stack.callback(provider.reset_last_overriding)

@@ -10,8 +10,9 @@ from typing import Any
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from mdb.testing.loading import Listeners
 from mdb.testing.received import Received
-from mdb.testing.runner import WAIT, Listeners, Runner, RunningApp
+from mdb.testing.runner import WAIT, Runner, RunningApp
 from mdb.testing.tracker import Attempt
 
 

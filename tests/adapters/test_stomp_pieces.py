@@ -21,7 +21,7 @@ from mdb.errors import (
     TransactionRolledBack,
 )
 from mdb.message import OutgoingMessage, ReplyAddress
-from mdb_stomp.dialect import ActiveMQDialect, Dialect, RabbitMQDialect
+from mdb_stomp import ActiveMQDialect, Dialect, RabbitMQDialect
 from mdb_stomp.frames import escape_name, send_frame, send_headers, text
 from mdb_stomp.heartbeats import Heartbeats, Silence
 from mdb_stomp.listener import FrameReader, Listener

@@ -1,6 +1,6 @@
 """The stomp+rabbitmq adapter, driven directly through the broker seam against a real RabbitMQ.
 
-These tests pin the RabbitMQ facts the dialect rests on (see ``mdb_stomp.dialect``): shared
+These tests pin the RabbitMQ facts the dialect rests on (see ``mdb_stomp.rabbitmq``): shared
 subscriptions through ``x-queue-name``, individual acks, selectors refused (the container
 evaluates topic selectors itself), a new ``message-id`` on every delivery, and unacked deliveries
 that only come back when their connection closes. The node is started by
@@ -21,8 +21,7 @@ import pytest
 from mdb.broker import SubscriptionRequest
 from mdb.errors import ConnectionLost, SendOutcomeUnknown, SubscriptionFailed
 from mdb.message import ID, OutgoingMessage
-from mdb_stomp import StompBroker
-from mdb_stomp.dialect import RabbitMQDialect
+from mdb_stomp import RabbitMQDialect, StompBroker
 from tests.adapters.stomp_support import (
     connected,
     message,

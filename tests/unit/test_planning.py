@@ -10,7 +10,7 @@ from mdb.errors import ConfigurationError, SubscriptionFailed
 from mdb.listener import ListenerSpec, spec_of
 from mdb.planning import plan
 from mdb.topology import Member, Topology
-from mdb_stomp.dialect import ActiveMQDialect, RabbitMQDialect
+from mdb_stomp import ActiveMQDialect, RabbitMQDialect
 
 
 def spec(destination: str, **options: object) -> ListenerSpec:
