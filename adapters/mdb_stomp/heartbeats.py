@@ -76,7 +76,7 @@ class Silence:
 
     Measured at the reads, not by a timer: a timer can fire late (a busy machine, a process
     paused), a read after a long silence is in doubt however late it is noticed. Called on
-    stomp.py's receiver thread only."""
+    the event loop only."""
 
     def __init__(self) -> None:
         self.limit: float | None = None  # no limit until heart-beats were agreed

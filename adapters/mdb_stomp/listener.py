@@ -1,10 +1,11 @@
-"""``Listener``: stomp.py's callbacks, which run on its threads, handed over to the event loop;
-``FrameReader``: the bytes and frames stomp.py read, checked before its callbacks see them."""
+"""``Listener``: stomp.py's callbacks, handed to the event loop's handlers; ``FrameReader``: the
+frames read from the broker, checked before stomp.py's callbacks see them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -35,14 +36,21 @@ class Events(Protocol):
 
 
 class Listener(stomp.ConnectionListener):  # type: ignore[misc]
-    """Runs on stomp.py's threads: forwards every event to the loop, touches nothing else."""
+    """Forwards every stomp.py event to the loop's handlers, touches nothing else. Frames are
+    read on the loop (``mdb_stomp.reading``), so their events are handled at once; stomp.py's
+    heart-beat thread reports a timeout from its own thread, which is posted to the loop. Made
+    on the loop's thread."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, events: Events) -> None:
         self._loop = loop
+        self._loop_thread = threading.get_ident()
         self._events = events
 
     def _post(self, callback: Callable[..., None], *args: Any) -> None:
-        """Run ``callback`` on the loop."""
+        """Run ``callback`` now if on the loop's thread, else soon on the loop."""
+        if threading.get_ident() == self._loop_thread:
+            callback(*args)
+            return
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is left to tell
             self._loop.call_soon_threadsafe(callback, *args)
 
@@ -74,9 +82,8 @@ class Listener(stomp.ConnectionListener):  # type: ignore[misc]
 
 
 class FrameReader:
-    """Stands in for stomp.py's ``Transport.receive`` and ``Transport.process_frame`` (called
-    on its receiver thread: with nothing, for the next bytes, and with each frame read, parsed
-    and raw).
+    """Stands in for stomp.py's ``Transport.process_frame``: called on the loop with each frame
+    read, parsed and raw (``mdb_stomp.reading``), and told of every read (``heard``).
 
     Every read is timed (``heartbeats.Silence``, with the limit the CONNECTED frame's
     ``heart-beat`` header sets through ``heartbeats``): from the first read after too long a
@@ -90,11 +97,9 @@ class FrameReader:
     on its subscription: ``Wire.on_message``). Every other frame goes on to stomp.py's
     ``process_frame``."""
 
-    def __init__(self, process_frame: Callable[[Any, bytes], None],
-                 receive: Callable[[], bytes | None], listener: Listener,
+    def __init__(self, process_frame: Callable[[Any, bytes], None], listener: Listener,
                  heartbeats: Heartbeats, clock: Callable[[], float] = time.monotonic) -> None:
         self._process_frame = process_frame
-        self._receive = receive
         self._clock = clock
         self._listener = listener
         self._heartbeats = heartbeats
@@ -102,12 +107,9 @@ class FrameReader:
         self._told = False  # on_silence was called
         self._joiner = Joiner()
 
-    def receive(self) -> bytes | None:
-        """The next bytes from the socket (``Transport.receive``), their arrival timed."""
-        data = self._receive()
-        if data:
-            self._silence.heard(self._clock())
-        return data
+    def heard(self) -> None:
+        """Bytes were read from the socket just now."""
+        self._silence.heard(self._clock())
 
     def __call__(self, frame: Any, raw: bytes) -> None:
         if self._silence.broken is not None:

@@ -28,6 +28,11 @@ class Unsettled:
         self._cumulative = cumulative
         self._holders: dict[str, object | None] = {}
 
+    @property
+    def cumulative(self) -> bool:
+        """Whether an ACK settles the earlier deliveries too (``ack:client``)."""
+        return self._cumulative
+
     def __len__(self) -> int:
         return len(self._holders)
 

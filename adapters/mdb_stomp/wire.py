@@ -1,12 +1,11 @@
 """``Wire``: one stomp.py connection bridged into anyio, shared by a ``StompConnection`` and
 the subscriptions and transactions made from it.
 
-Threads. stomp.py reads frames on its own receiver thread and sends heartbeats on another. The
-receiver's callbacks (``mdb_stomp.listener``) never touch adapter state: each hands its frame to
-the event loop captured at connect time with ``loop.call_soon_threadsafe``, and all state lives
-on that loop (anyio's asyncio backend is assumed). Writes (SEND, ACK, BEGIN, COMMIT, ...) are made
-directly from the loop: they are short socket writes, and one blocked by a hung broker is
-released by the heartbeat timeout, which shuts the socket down.
+Threads. The event loop captured at connect time (anyio's asyncio backend is assumed) reads the
+socket (``mdb_stomp.reading``: stomp.py's receiver thread is never started), and all state lives
+on it. stomp.py sends heart-beats from a thread of its own, handed to the loop. Writes (SEND,
+ACK, BEGIN, COMMIT, ...) are made directly from the loop: they are short socket writes, and one
+blocked by a hung broker is released by the heart-beat timeout, which shuts the socket down.
 
 Outcomes. Frames that carry a receipt are written with ``request`` (see ``mdb_stomp.receipts``).
 Everything else (ACK, BEGIN, ABORT, transacted SEND) is fire-and-forget: a failure there shows
@@ -41,6 +40,7 @@ from mdb_stomp import connect_failure, tls
 from mdb_stomp.frames import text
 from mdb_stomp.heartbeats import RECEIVE_SCALE, Heartbeats
 from mdb_stomp.listener import FrameReader, Listener
+from mdb_stomp.reading import LoopReading
 from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
 
 log = logging.getLogger("mdb_stomp")
@@ -106,8 +106,8 @@ class Wire:
         # too long a silence is in doubt; a NUL byte in a header cuts a frame in two, and
         # stomp.py would drop or misread both pieces).
         transport = self._stomp.transport
-        reader = FrameReader(transport.process_frame, transport.receive, listener, heartbeats)
-        transport.receive, transport.process_frame = reader.receive, reader
+        LoopReading(loop, transport,
+                    FrameReader(transport.process_frame, listener, heartbeats))
         self._connected: asyncio.Future[None] = loop.create_future()
         self._connecting = Request("CONNECT", self.address, options.connect_timeout)
         self._receipts = Receipts(loop)
@@ -252,12 +252,9 @@ class Wire:
                 self.options, self._host, self._port, failure, refused, username)
         socket = self._stomp.transport.socket
         if socket is not None:
-            if self.options.tls is None:
-                # The connect timeout also applies to reads on this socket; from now on
-                # liveness is the heartbeats' job (a read timeout would drop an idle
-                # connection without them). A TLS socket stays non-blocking: stomp.py's
-                # receiver thread then also writes, from a queue.
-                socket.settimeout(None)
+            # The connect timeout also applies to this socket; from now on liveness is the
+            # heart-beats' job (a timeout would drop an idle connection without them).
+            socket.settimeout(None)
             socket.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
         log.debug("connected to %s, heartbeats %s", self.address, self._stomp.heartbeats)
 

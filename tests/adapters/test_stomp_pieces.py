@@ -26,6 +26,8 @@ from mdb_stomp.frames import escape_name, send_frame, send_headers, text
 from mdb_stomp.heartbeats import Heartbeats, Silence
 from mdb_stomp.listener import FrameReader, Listener
 from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
+from mdb_stomp.subscription import StompSubscription
+from mdb_stomp.transaction import StompTransaction
 from mdb_stomp.unsettled import Unsettled
 
 # -- unsettled deliveries ----------------------------------------------------------------------
@@ -330,12 +332,12 @@ def test_no_frame_read_after_too_long_a_silence_goes_further() -> None:
     passed: list[str] = []
     loop = asyncio.new_event_loop()
     events = Recorder()
-    reader = FrameReader(lambda frame, raw: passed.append(frame.cmd), lambda: b"bytes",
-                         Listener(loop, events), Heartbeats(1000, 250), clock=lambda: now[0])
+    reader = FrameReader(lambda frame, raw: passed.append(frame.cmd), Listener(loop, events),
+                         Heartbeats(1000, 250), clock=lambda: now[0])
 
     def read(raw: bytes, at: float) -> None:
         now[0] = at
-        assert reader.receive() == b"bytes"
+        reader.heard()
         reader(stomp.utils.parse_frame(raw), raw)
 
     message = b"MESSAGE\nsubscription:1\nack:a\nmessage-id:m\n\nbody"
@@ -376,3 +378,51 @@ def test_what_held_a_message_is_not_inherited_by_its_copies() -> None:
     assert {"scheduledJobId", "AMQ_SCHEDULED_DELAY"} <= ActiveMQDialect.protocol_headers
     assert {"x-message-ttl", "x-dead-letter-routing-key", "x-first-death-queue"} <= (
         RabbitMQDialect.protocol_headers)
+
+
+# -- cumulative acks in a transaction -------------------------------------------------------
+
+
+class WrittenFrames:
+    """Stands in for a ``Wire``: records what would be written, answers every receipt."""
+
+    address = "fake:0"
+    is_open = True
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[str, dict[str, object]]] = []
+
+    def check_alive(self) -> None: ...
+
+    def write(self, frame: str, *args: object, **kwargs: object) -> None:
+        self.frames.append((frame, kwargs))
+
+    async def request(self, frame: str, *args: object, **kwargs: object) -> None:
+        self.write(frame, *args, **kwargs)
+
+
+@pytest.mark.parametrize("cumulative", [True, False])
+def test_a_transaction_writes_one_ack_per_cumulative_subscription(cumulative: bool) -> None:
+    """``ack:client`` settles the earlier deliveries too, and a transaction holds them all:
+    a batch costs one ACK frame, the last, written by the commit."""
+    wire = WrittenFrames()
+    queue = Destination.parse("queue:q")
+    subscription = StompSubscription(
+        wire, "1", queue, queue, cumulative=cumulative, releases_unacked=True,  # type: ignore[arg-type]
+        dialect=ActiveMQDialect())
+    for n in range(3):
+        subscription.deliver({"ack": f"a{n}", "message-id": f"m{n}", "subscription": "1"}, b"x")
+    deliveries = [subscription.receive_nowait() for _ in range(3)]
+    transaction = StompTransaction(wire, ActiveMQDialect(), "t")  # type: ignore[arg-type]
+
+    async def settle() -> None:
+        for delivery in deliveries:
+            assert delivery is not None
+            await transaction.ack(delivery)
+        await transaction.commit()
+
+    asyncio.run(settle())
+    acks = [kwargs["id"] for frame, kwargs in wire.frames if frame == "ack"]
+    assert acks == (["a2"] if cumulative else ["a0", "a1", "a2"])
+    assert wire.frames[-1][0] == "commit"
+    assert len(subscription.unsettled) == 0
