@@ -43,7 +43,7 @@ class Deployed:
 class Slot:
     """One pool slot on one member: a subscription on one connection, one delivery (or batch)
     at a time. ``retired`` once its member left the topology: it finishes what it holds and
-    ends."""
+    ends. ``receiving`` is set while it waits for a delivery: cancelling it ends the wait."""
 
     deployed: Deployed
     planned: PlannedSubscription
@@ -141,25 +141,30 @@ class Slots:
                 if slot.subscription is None:
                     slot.subscription = await connection.subscribe(planned.request)
                 subscription = slot.subscription
-                while not self._ends(slot):
-                    with anyio.CancelScope() as receiving:
+                # One scope for all the receives of this subscription (one per receive costs
+                # some twenty calls a message), cancelled only while the slot waits in one.
+                with anyio.CancelScope() as receiving:
+                    while not self._ends(slot):
                         slot.receiving = receiving
                         try:
                             delivery = await subscription.receive()
                         finally:
                             slot.receiving = None
-                    if receiving.cancelled_caught:
-                        break
-                    batch = [delivery]
-                    while len(batch) < batch_size:
-                        ready = subscription.receive_nowait()
-                        if ready is None:
+                        if receiving.cancel_called:
+                            # It arrived as the slot was stopped: it stays unsettled, as one
+                            # still buffered, and goes back to the broker (below).
                             break
-                        batch.append(ready)
-                    if not await processor.process_batch(connection, subscription, batch):
-                        # Brokers keep an unsettled delivery with its live subscription; closing
-                        # the subscription (below) hands it back for redelivery, flagged.
-                        break
+                        batch = [delivery]
+                        while len(batch) < batch_size:
+                            ready = subscription.receive_nowait()
+                            if ready is None:
+                                break
+                            batch.append(ready)
+                        if not await processor.process_batch(connection, subscription, batch):
+                            # Brokers keep an unsettled delivery with its live subscription;
+                            # closing the subscription (below) hands it back for redelivery,
+                            # flagged.
+                            break
             except ConnectionLost as exc:  # the broker's status logs the outage once
                 log.debug("listener %s: connection to broker %s lost (%s); resubscribing",
                           deployed.spec.name, link.name, exc)

@@ -26,7 +26,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
 from opentelemetry import metrics, propagate, trace
@@ -62,12 +62,6 @@ _given_up = _message_counter("mdb.stuck.messages",
 _pool_usage = _meter.create_up_down_counter(
     "mdb.pool.usage", unit="{delivery}",
     description="Deliveries being handled now, per listener (the pool slots in use).")
-
-
-def pool_usage(listener: str, change: int) -> None:
-    """``change`` (+1, -1) the deliveries ``listener`` is handling now."""
-    if _metrics_on():
-        _pool_usage.add(change, {"mdb.listener": listener})
 
 
 # Whether a provider is set is asked for every message. The API's getters read an environment
@@ -130,9 +124,10 @@ def sending(system: str, destination: ReplyTo, message: OutgoingMessage,
 
 
 class Processing:
-    """What the delivery code tells the ``process`` span about its outcome."""
+    """What the delivery code tells the ``process`` span about its outcome. ``attributes``
+    (the consumer's, shared by its spans) are read only."""
 
-    def __init__(self, span: Span, attributes: dict[str, str | int | bool]) -> None:
+    def __init__(self, span: Span, attributes: Mapping[str, str | int | bool]) -> None:
         self.span = span
         self._attributes = attributes
         self.error_type: str | None = None
@@ -157,44 +152,64 @@ class Processing:
         self.span.add_event("mdb.stuck", {"mdb.outcome": outcome})
 
 
-@contextmanager
-def processing(system: str, destination: Destination, subscription: str | None, shared: bool,
-               headers: Mapping[str, str], message_id: str, body: bytes, delivery_count: int,
-               redelivered: bool) -> Iterator[Processing]:
-    """A ``process <destination>`` CONSUMER span, child of the context in ``headers``."""
-    tracing_on = _tracing_on()
-    if not tracing_on and not _metrics_on():  # the fast path: nobody is listening
-        yield Processing(INVALID_SPAN, {})
-        return
-    attributes = _attributes(system, destination, "process")
-    if subscription:
-        attributes["messaging.destination.subscription.name"] = subscription
-        if shared:
-            attributes["messaging.consumer.group.name"] = subscription
-    start = time.perf_counter()
-    span_attributes = dict(attributes)
-    span_attributes.update({
-        "messaging.message.id": message_id, "messaging.message.body.size": len(body),
-        "mdb.delivery_count": delivery_count, "mdb.redelivered": redelivered})
-    with _tracer.start_as_current_span(
-            f"process {destination}",
-            context=propagate.extract(dict(headers)) if tracing_on else None,
-            kind=SpanKind.CONSUMER, attributes=span_attributes) as span:
-        if tracing_on and record_bodies():
-            span.set_attribute("mdb.message.body", body.decode(errors="replace"))
-        outcome = Processing(span, attributes)
+class Consumer:
+    """The telemetry of one listener's consumer: its subscription on one broker. What every
+    ``process`` span and data point of its deliveries shares is worked out once, here."""
+
+    def __init__(self, listener: str, system: str, destination: Destination,
+                 subscription: str | None, shared: bool) -> None:
+        attributes = _attributes(system, destination, "process")
+        if subscription:
+            attributes["messaging.destination.subscription.name"] = subscription
+            if shared:
+                attributes["messaging.consumer.group.name"] = subscription
+        self._attributes = attributes
+        self._metric = _metric_attributes(attributes)
+        self._span_name = f"process {destination}"
+        self._listener = {"mdb.listener": listener}
+
+    def processing(self, headers: Mapping[str, str], message_id: str, body: bytes,
+                   delivery_count: int, redelivered: bool,
+                   ) -> AbstractContextManager[Processing]:
+        """A ``process <destination>`` CONSUMER span, child of the context in ``headers``,
+        counted in the listener's ``mdb.pool.usage`` while it is open."""
+        tracing_on = _tracing_on()
+        if not tracing_on and not _metrics_on():  # the fast path: nobody is listening
+            return nullcontext(Processing(INVALID_SPAN, {}))
+        return self._recorded(tracing_on, headers, message_id, body, delivery_count,
+                              redelivered)
+
+    @contextmanager
+    def _recorded(self, tracing_on: bool, headers: Mapping[str, str], message_id: str,
+                  body: bytes, delivery_count: int, redelivered: bool) -> Iterator[Processing]:
+        _pool_usage.add(1, self._listener)
+        start = time.perf_counter()
+        span_attributes = dict(self._attributes)
+        span_attributes.update({
+            "messaging.message.id": message_id, "messaging.message.body.size": len(body),
+            "mdb.delivery_count": delivery_count, "mdb.redelivered": redelivered})
         try:
-            yield outcome
-        except BaseException as exc:
-            outcome.error_type = outcome.error_type or error_type(exc)
-            span.set_attribute("error.type", outcome.error_type)
-            raise
+            with _tracer.start_as_current_span(
+                    self._span_name,
+                    context=propagate.extract(dict(headers)) if tracing_on else None,
+                    kind=SpanKind.CONSUMER, attributes=span_attributes) as span:
+                if tracing_on and record_bodies():
+                    span.set_attribute("mdb.message.body", body.decode(errors="replace"))
+                outcome = Processing(span, self._attributes)
+                try:
+                    yield outcome
+                except BaseException as exc:
+                    outcome.error_type = outcome.error_type or error_type(exc)
+                    span.set_attribute("error.type", outcome.error_type)
+                    raise
+                finally:
+                    metric = dict(self._metric)
+                    if outcome.error_type:
+                        metric["error.type"] = outcome.error_type
+                    _process_duration.record(time.perf_counter() - start, metric)
+                    _consumed.add(1, metric)
         finally:
-            metric = _metric_attributes(attributes)
-            if outcome.error_type:
-                metric["error.type"] = outcome.error_type
-            _process_duration.record(time.perf_counter() - start, metric)
-            _consumed.add(1, metric)
+            _pool_usage.add(-1, self._listener)
 
 
 class BrokerStates(Protocol):

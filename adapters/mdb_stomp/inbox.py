@@ -44,7 +44,7 @@ class Inbox:
                 raise error(message)
             if self._items:
                 return self._items.popleft()
-            # Several receivers may wait on one event; only replace it once it has fired.
-            if self._ready.is_set():
-                self._ready = asyncio.Event()
+            # One event for every wait: clearing it takes no wake-up back from a receiver that
+            # set() woke already (its waiter is resolved), and a new event would cost more.
+            self._ready.clear()
             await self._ready.wait()

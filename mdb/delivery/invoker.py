@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from functools import partial
+from types import TracebackType
 from typing import Any
 
 import anyio
@@ -28,30 +28,20 @@ class Invoker:
     def __init__(self, spec: ListenerSpec, planned: PlannedSubscription, system: str,
                  stats: Stats, threads: anyio.CapacityLimiter) -> None:
         self._spec = spec
-        self._planned = planned
-        self._system = system
         self._stats = stats
         self._threads = threads
+        self._is_async = spec.is_async  # asked once: inspect's answer costs several calls
+        self._telemetry = tracing.Consumer(spec.name, system, spec.destination,
+                                           planned.request.name, planned.shared)
         self.decode = codec.decoder_for(spec.body_type)
         """The body as the handler's annotation asks; raises ``DecodeError``."""
 
-    @contextmanager
-    def handling(self, delivery: Delivery, message: Message) -> Iterator[tracing.Processing]:
-        """While a message is being handled: counted in flight and in the pool usage metric,
-        inside its ``process`` span (``mdb.tracing``), which is yielded to report the outcome
-        on."""
-        spec, planned = self._spec, self._planned
-        self._stats.in_flight += 1
-        tracing.pool_usage(spec.name, 1)
-        try:
-            with tracing.processing(
-                    self._system, spec.destination, planned.request.name, planned.shared,
-                    delivery.headers, message.id, message.body, message.delivery_count,
-                    message.redelivered) as span:
-                yield span
-        finally:
-            self._stats.in_flight -= 1
-            tracing.pool_usage(spec.name, -1)
+    def handling(self, delivery: Delivery, message: Message) -> Handling:
+        """While a message is being handled: counted in flight and inside its ``process`` span
+        (``mdb.tracing``), which entering returns to report the outcome on."""
+        return Handling(self._stats, self._telemetry.processing(
+            delivery.headers, message.id, message.body, message.delivery_count,
+            message.redelivered))
 
     async def invoke(self, message: Message, body: Any, send: SendFunction) -> None:
         """Call the handler with ``body`` and a ``Context`` whose sends go to ``send``; what
@@ -62,7 +52,7 @@ class Invoker:
             kwargs[spec.body_parameter] = body
         if spec.context_parameter:
             kwargs[spec.context_parameter] = Context(message, spec.name, send)
-        if spec.is_async:
+        if self._is_async:
             await spec.handler(**kwargs)
             return
         result = await anyio.to_thread.run_sync(
@@ -78,3 +68,25 @@ class Invoker:
                 "instead of running: the work it stands for never ran. Decorate a function "
                 "that does the work (an async def wrapped by a plain decorator looks like a "
                 "def to mdb: make the wrapper async too)")
+
+
+class Handling:
+    """``Invoker.handling``: a message counted in ``Stats.in_flight`` while inside its span.
+    A class rather than a generator-based context manager: it wraps every message, and
+    ``contextlib``'s machinery costs more than the counting."""
+
+    __slots__ = ("_span", "_stats")
+
+    def __init__(self, stats: Stats, span: AbstractContextManager[tracing.Processing]) -> None:
+        self._stats = stats
+        self._span = span
+
+    def __enter__(self) -> tracing.Processing:
+        outcome = self._span.__enter__()
+        self._stats.in_flight += 1
+        return outcome
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> bool | None:
+        self._stats.in_flight -= 1
+        return self._span.__exit__(exc_type, exc, traceback)

@@ -74,7 +74,11 @@ class Processor:
         ``stopping()`` is true no further message goes to the handler; the unprocessed ones stay
         unsettled too. Raises only BaseExceptions such as cancellation."""
         destination = self._spec.destination
-        if len(deliveries) == 1 or not self._spec.options.transacted:
+        if len(deliveries) == 1:  # the usual case
+            delivery = deliveries[0]
+            return await self._process(connection, subscription,
+                                       Step(delivery, to_message(delivery, destination)))
+        if not self._spec.options.transacted:
             return await self._one_at_a_time(
                 connection, subscription, (Step(d, to_message(d, destination)) for d in deliveries))
         start = 0

@@ -1,16 +1,19 @@
 """The STOMP adapter's pure pieces, without a broker: the ack bookkeeping
 (``mdb_stomp.unsettled``), receipts and how an unanswered one is reported
-(``mdb_stomp.receipts``), the SEND headers (``mdb_stomp.frames``), and the heart-beats and the
-silence rule (``mdb_stomp.heartbeats``, ``FrameReader``)."""
+(``mdb_stomp.receipts``), the SEND headers (``mdb_stomp.frames``), the heart-beats and the
+silence rule (``mdb_stomp.heartbeats``, ``FrameReader``), and the inbox of a subscription
+(``mdb_stomp.inbox``)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
 
+import anyio
 import pytest
 import stomp.utils
 
+from mdb.broker import Delivery
 from mdb.destinations import Destination
 from mdb.errors import (
     BrokerError,
@@ -24,6 +27,7 @@ from mdb.message import OutgoingMessage, ReplyAddress
 from mdb_stomp import ActiveMQDialect, Dialect, RabbitMQDialect
 from mdb_stomp.frames import escape_name, send_frame, send_headers, text
 from mdb_stomp.heartbeats import Heartbeats, Silence
+from mdb_stomp.inbox import Inbox
 from mdb_stomp.listener import FrameReader, Listener
 from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
 from mdb_stomp.subscription import StompSubscription
@@ -426,3 +430,25 @@ def test_a_transaction_writes_one_ack_per_cumulative_subscription(cumulative: bo
     assert acks == (["a2"] if cumulative else ["a0", "a1", "a2"])
     assert wire.frames[-1][0] == "commit"
     assert len(subscription.unsettled) == 0
+
+
+# -- the inbox ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_receivers_waiting_on_one_inbox_each_take_one_delivery_then_wait_again() -> None:
+    inbox = Inbox()
+    deliveries = [Delivery(Destination.parse("queue:q"), f"{n}".encode(), {}, f"m{n}", False,
+                           token=n) for n in range(3)]
+    receivers = [asyncio.ensure_future(inbox.get()) for _ in range(3)]
+    await anyio.wait_all_tasks_blocked()
+    inbox.put(deliveries[0])
+    inbox.put(deliveries[1])  # wakes all three: one finds nothing left and waits again
+    await anyio.wait_all_tasks_blocked()
+    assert sorted(r.result().body for r in receivers if r.done()) == [b"0", b"1"]
+    inbox.put(deliveries[2])
+    await asyncio.wait(receivers)
+    assert sorted(r.result().body for r in receivers) == [b"0", b"1", b"2"]
+    inbox.fail(ConnectionLost, "gone")
+    with pytest.raises(ConnectionLost, match="gone"):
+        await inbox.get()
