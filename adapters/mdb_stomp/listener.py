@@ -94,12 +94,17 @@ class FrameReader:
     MESSAGE frames cut at a NUL byte are joined again (``mdb_stomp.reassembly``); one that was
     cut, or lacks the ``subscription`` header that routes it, goes to ``Listener.on_damaged``
     instead of stomp.py's listeners (whether one without an ``ack`` header is damaged depends
-    on its subscription: ``Wire.on_message``). Every other frame goes on to stomp.py's
-    ``process_frame``."""
+    on its subscription: ``Wire.on_message``). A whole MESSAGE frame goes straight to
+    ``Listener.on_message``: stomp.py's dispatch would only add its locks and its own listener,
+    whose one use of a MESSAGE, keeping its heart-beat timeout away, ``heard`` does for every
+    read (``heard_by``: the stomp.py connection's ``on_heartbeat``). Every other frame goes on
+    to stomp.py's ``process_frame``."""
 
     def __init__(self, process_frame: Callable[[Any, bytes], None], listener: Listener,
-                 heartbeats: Heartbeats, clock: Callable[[], float] = time.monotonic) -> None:
+                 heartbeats: Heartbeats, heard_by: Callable[[], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._process_frame = process_frame
+        self._heard_by = heard_by
         self._clock = clock
         self._listener = listener
         self._heartbeats = heartbeats
@@ -110,6 +115,7 @@ class FrameReader:
     def heard(self) -> None:
         """Bytes were read from the socket just now."""
         self._silence.heard(self._clock())
+        self._heard_by()
 
     def __call__(self, frame: Any, raw: bytes) -> None:
         if self._silence.broken is not None:
@@ -123,11 +129,13 @@ class FrameReader:
         if whole is None:
             return
         if not whole.cut:
-            if frame.cmd == "MESSAGE" and "subscription" not in frame.headers:
+            if frame.cmd != "MESSAGE":
+                self._process_frame(frame, raw)
+            elif "subscription" in frame.headers:
+                self._listener.on_message(frame)
+            else:
                 self._listener.on_damaged(frame.headers, bytes(frame.body or b""),
                                           "a MESSAGE frame without a subscription header")
-            else:
-                self._process_frame(frame, raw)
             return
         joined = stomp.utils.parse_frame(whole.raw)
         why = ("a MESSAGE frame cut at a NUL byte in a header" if whole.complete

@@ -107,7 +107,8 @@ class Wire:
         # stomp.py would drop or misread both pieces).
         transport = self._stomp.transport
         LoopReading(loop, transport,
-                    FrameReader(transport.process_frame, listener, heartbeats))
+                    FrameReader(transport.process_frame, listener, heartbeats,
+                                heard_by=self._stomp.on_heartbeat))
         self._connected: asyncio.Future[None] = loop.create_future()
         self._connecting = Request("CONNECT", self.address, options.connect_timeout)
         self._receipts = Receipts(loop)
