@@ -35,6 +35,7 @@ import ssl
 import threading
 from typing import Any
 
+import stomp.exception
 import stomp.utils
 
 from mdb_stomp.framing import HEARTBEAT, Splitter
@@ -60,7 +61,6 @@ class LoopReading:
         self._splitter = Splitter()
         self._watched: int | None = None  # the socket's number while the loop watches it
         self._disconnect = transport.disconnect_socket
-        self._send = transport.send
         transport.override_threading(self._connected)
         transport.disconnect_socket = self._disconnect_socket
         transport.send = self._send_on_loop
@@ -113,18 +113,20 @@ class LoopReading:
 
     def _send_on_loop(self, encoded_frame: bytes) -> None:
         """``Transport.send``: written now on the loop; posted to it from another thread (a
-        heart-beat, whose failure the reads notice)."""
+        heart-beat, whose failure the reads notice). stomp.py's own guards each write with a
+        semaphore, which only one writer needs not."""
         if threading.get_ident() == self._loop_thread:
-            self._send(encoded_frame)
+            sock = self._transport.socket
+            if sock is None:
+                raise stomp.exception.NotConnectedException()
+            sock.sendall(encoded_frame)
             return
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads any more
             self._loop.call_soon_threadsafe(self._send_quietly, encoded_frame)
 
     def _send_quietly(self, encoded_frame: bytes) -> None:
-        if self._transport.socket is None:
-            return
         try:
-            self._send(encoded_frame)
+            self._send_on_loop(encoded_frame)
         except Exception:
             log.debug("a heart-beat could not be written", exc_info=True)
 
