@@ -156,8 +156,8 @@ def burn() -> None:
 
 async def container_rate(url: str, queue: str, count: int, pool: int, sleep: float,
                          rss_at: tuple[int, ...] = (), send: bool = False,
-                         ) -> tuple[Measured, dict[int, int]]:
-    @listener(f"queue:{queue}", pool=pool, name="bench")
+                         prefetch: int | None = None) -> tuple[Measured, dict[int, int]]:
+    @listener(f"queue:{queue}", pool=pool, prefetch=prefetch, name="bench")
     async def handler(body: bytes, ctx: Context) -> None:
         if sleep:
             await anyio.sleep(sleep)
