@@ -10,7 +10,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from mdb import Context, Redelivery, listener
+from mdb import Context, Producer, Redelivery, listener
 from mdb.message import DELIVERY_COUNT, ERROR_TYPE
 from mdb.slots import Slot
 from tests.contract.support import Calls, read, running, settings_for, unique
@@ -67,6 +67,34 @@ async def test_a_failing_message_among_prefetched_ones_fails_alone(broker_url: s
     stats = container.deployed[0].stats
     assert (stats.processed, stats.redelivered, stats.to_error_destination) == (3, 1, 1)
     await assert_drained(broker_url, queue)
+
+
+async def test_a_topic_selector_settles_unselected_messages_among_prefetched_ones(
+    broker_url: str,
+) -> None:
+    # The container settles a message its selector does not select (mdb.planning) in its
+    # turn: with cumulative acks (ActiveMQ) acking one ahead of its turn would settle the
+    # messages prefetched before it.
+    topic = f"topic:{unique('paint')}"
+    calls = Calls()
+    release = anyio.Event()
+
+    @listener(topic, selector="colour = 'red'", prefetch=4)
+    async def reds(body: str, ctx: Context) -> None:
+        calls.add("red", (body, ctx.redelivered))
+        await release.wait()
+
+    async with running(settings_for(broker_url), reds) as container, \
+            Producer(settings_for(broker_url)) as producer:
+        await producer.send(topic, "r1", {"colour": "red"})
+        await calls.wait(lambda c: bool(c.of("red")))
+        for body, colour in [("b1", "blue"), ("r2", "red"), ("b2", "blue"), ("r3", "red")]:
+            await producer.send(topic, body, {"colour": colour})
+        release.set()
+        await calls.wait(lambda c: len(c.of("red")) == 3)
+    assert calls.of("red") == [("r1", False), ("r2", False), ("r3", False)]
+    stats = container.deployed[0].stats
+    assert (stats.processed, stats.filtered, stats.rolled_back, stats.redelivered) == (3, 2, 0, 0)
 
 
 async def test_a_stop_hands_back_every_prefetched_message_flagged(broker_url: str) -> None:
