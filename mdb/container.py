@@ -3,9 +3,9 @@
 Lifecycle (``run``):
 
 1. start: connect to every broker used and create every subscription (one per pool slot and
-   member of the listener's destination, prefetch ``max_messages_per_transaction``, 1 by
-   default, so a process never holds more unsettled messages than it can work on), then report
-   ready. A broker that cannot be reached is left to its slots, which keep reconnecting in the
+   member of the listener's destination, with the listener's ``prefetch``, 1 by default, so a
+   process never holds more unsettled messages than it can work on), then report ready. A
+   broker that cannot be reached is left to its slots, which keep reconnecting in the
    background; only when no broker at all can be reached is startup a failure
    (``ConnectionFailed``). A subscription the broker refuses is a failure too. A broker that
    cannot hold a redelivery's delay back (see ``Processor``) is named in one line.
@@ -18,8 +18,9 @@ Lifecycle (``run``):
    drain and close, slots of new members start.
 3. stop (``request_stop``): stop receiving → let in-flight handlers finish within
    ``shutdown_grace_period`` → cancel what is still running, aborting its transaction so the
-   broker redelivers it → close subscriptions → delete the subscriptions of listeners with
-   ``durable_subscription_deletion`` → close connections.
+   broker redelivers it → close subscriptions (a slot that may still hold prefetched
+   deliveries leaves its own to this step: see ``Slots.close_held``) → delete the
+   subscriptions of listeners with ``durable_subscription_deletion`` → close connections.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class Container:
                     await self.slots.drained()
                 work.cancel_scope.cancel()
             with anyio.CancelScope(shield=True):
+                await self.slots.close_held()
                 await self._undeploy()
         finally:
             self.slots.work = None

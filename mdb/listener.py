@@ -86,6 +86,7 @@ def listener(
     subscription: str | None = None,
     durable_subscription_deletion: bool | None = None,
     max_messages_per_transaction: int | None = None,
+    prefetch: int | None = None,
     name: str | None = None,
 ) -> Callable[[F], F]:
     """Make the decorated function (``def`` or ``async def``) the handler of ``destination``.

@@ -90,8 +90,8 @@ class ListenerOptions(BaseModel):
     message once; `one-copy-per-server` is refused there"""
     pool: int = Field(1, ge=1, le=1024)
     """concurrent handler invocations in this process per member of the destination; times
-    `max_messages_per_transaction`, the most unsettled messages the process holds for this
-    listener on each member"""
+    `prefetch`, the most unsettled messages the process holds for this listener on each
+    member"""
     transacted: bool = True
     """true: the ack and the handler's sends commit together; false: ack after the handler
     returned, sends go at once (see docs/concepts.md)"""
@@ -119,8 +119,18 @@ class ListenerOptions(BaseModel):
     them over STOMP: the failure is logged, see docs/distribution.md"""
     max_messages_per_transaction: int = Field(1, ge=1, le=1000)
     """most messages one pool slot processes in one transaction (transacted listeners only);
-    also the prefetch of its subscriptions. A batch is what has already arrived, never waited
-    for; if a handler raises, the batch is processed again one message at a time"""
+    `prefetch` is at least this. A batch is what has already arrived, never waited for; if a
+    handler raises, the batch is processed again one message at a time"""
+    prefetch: int = Field(1, ge=1, le=1000)
+    """most messages the broker hands each pool slot before it settled them (its
+    subscriptions' prefetch; `max_messages_per_transaction` raises it). A slot handles them
+    in order, one after the other: a prefetched message waits behind the slot's current one,
+    and on a stop or a lost connection goes back to the broker and returns flagged
+    redelivered, handled as in doubt (re-sent with its delivery count one higher; with
+    `redelivery.limit` 0, moved to the error destination unhandled). 1, the default, holds
+    nothing ahead, so an orderly stop hands nothing back, but the slot waits a broker round
+    trip for each next message; 2 to 4 hide it for a handler that waits on I/O
+    (docs/concepts.md#pools-and-prefetch)"""
 
     @field_validator("error_destination")
     @classmethod

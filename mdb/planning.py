@@ -80,8 +80,9 @@ def subscription_name(spec: ListenerSpec, app: str, server: str) -> str | None:
 
 def plan(spec: ListenerSpec, topology: Topology, *, app: str,
          server: str) -> tuple[PlannedSubscription, ...]:
-    """One subscription per member of ``spec``'s destination, with a prefetch of
-    ``max_messages_per_transaction``: a slot holds at most one batch per member."""
+    """One subscription per member of ``spec``'s destination, with the listener's
+    ``prefetch``, raised to ``max_messages_per_transaction`` when that is larger (a batch is
+    what a slot already holds: a smaller prefetch would cap it silently)."""
     name = subscription_name(spec, app, server)
     topic = spec.destination.kind is Kind.TOPIC
     selector = spec.options.selector if spec.options.selector and spec.options.selector.strip() \
@@ -98,7 +99,8 @@ def plan(spec: ListenerSpec, topology: Topology, *, app: str,
                 name=name,
                 durable=spec.options.durable,
                 selector=None if topic else selector,
-                prefetch=spec.options.max_messages_per_transaction,
+                prefetch=max(spec.options.prefetch,
+                             spec.options.max_messages_per_transaction),
             ),
             shared=not topic or spec.options.distribution is Distribution.ONE_COPY_PER_APP,
             selector=matcher,

@@ -67,6 +67,7 @@ class Slots:
         self.work: TaskGroup | None = None
         self.running: set[Slot] = set()
         self._threads: dict[str, anyio.CapacityLimiter] = {}
+        self._held: list[Subscription] = []  # stopped slots' subscriptions, closed last
 
     def new(self, where: Iterable[tuple[Deployed, PlannedSubscription]]) -> list[Slot]:
         """A slot per pool place of each listener on each member, not started; those of one
@@ -103,11 +104,19 @@ class Slots:
                 slot.receiving.cancel()
 
     def stop_receiving(self) -> None:
-        """Shutdown: every slot stops receiving and ends once its handler returned."""
+        """Shutdown: every slot stops receiving and ends once its handler returned; call
+        ``close_held`` once all ended."""
         self.stopping = True
         for slot in list(self.running):
             if slot.receiving is not None:
                 slot.receiving.cancel()
+
+    async def close_held(self) -> None:
+        """Shutdown, once every slot ended: close the subscriptions stopped slots left open;
+        what they hold goes back to the broker, flagged."""
+        held, self._held = self._held, []
+        for subscription in held:
+            await subscription.close()
 
     async def drained(self) -> None:
         """Wait until every slot ended."""
@@ -136,6 +145,7 @@ class Slots:
         processor = Processor(deployed.spec, planned, link.system, self.producer, deployed.stats,
                               deployed.strikes, slot.threads, stopping=lambda: self._ends(slot))
         while not self._ends(slot):
+            holding = False  # may hold prefetched deliveries: none once a receive waited
             try:
                 connection = await link.connection()
                 if slot.subscription is None:
@@ -150,6 +160,7 @@ class Slots:
                             delivery = await subscription.receive()
                         finally:
                             slot.receiving = None
+                        holding = True
                         if receiving.cancel_called:
                             # It arrived as the slot was stopped: it stays unsettled, as one
                             # still buffered, and goes back to the broker (below).
@@ -165,6 +176,8 @@ class Slots:
                             # closing the subscription (below) hands it back for redelivery,
                             # flagged.
                             break
+                if receiving.cancelled_caught:  # cancelled while waiting: nothing buffered
+                    holding = False
             except ConnectionLost as exc:  # the broker's status logs the outage once
                 log.debug("listener %s: connection to broker %s lost (%s); resubscribing",
                           deployed.spec.name, link.name, exc)
@@ -174,8 +187,14 @@ class Slots:
                 await anyio.sleep(link.settings.reconnect_max_delay)
             finally:
                 if slot.subscription is not None:
-                    with anyio.CancelScope(shield=True):
-                        await slot.subscription.close()
+                    if self.stopping and holding and planned.request.prefetch > 1:
+                        # It may hold prefetched deliveries, and closing a subscription that
+                        # holds any closes its connection on RabbitMQ, rolling back the other
+                        # slots' handlers still finishing on it: closed once all ended.
+                        self._held.append(slot.subscription)
+                    else:
+                        with anyio.CancelScope(shield=True):
+                            await slot.subscription.close()
                     slot.subscription = None
         if slot.subscription is not None:  # ended before the loop began
             with anyio.CancelScope(shield=True):

@@ -64,6 +64,8 @@ def test_a_plain_function_without_annotations_gets_bytes() -> None:
         ({"subscription": "has space"}, "subscription"),
         ({"max_messages_per_transaction": 0}, "max_messages_per_transaction"),
         ({"max_messages_per_transaction": 1001}, "max_messages_per_transaction"),
+        ({"prefetch": 0}, "prefetch"),
+        ({"prefetch": 1001}, "prefetch"),
         ({"redelivery": {"delay": float("inf")}}, "redelivery.delay"),
         ({"redelivery": {"delay": float("nan")}}, "redelivery.delay"),
         ({"redelivery": {"delay": 86_401}}, "redelivery.delay"),

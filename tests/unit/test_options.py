@@ -30,6 +30,7 @@ SAMPLES: dict[str, Any] = {
     "subscription": "{app}-{server}-prices",
     "durable_subscription_deletion": True,
     "max_messages_per_transaction": 10,
+    "prefetch": 12,
 }
 
 

@@ -88,12 +88,17 @@ def test_an_unknown_placeholder_is_refused_at_decoration() -> None:
         spec("topic:orders", subscription="{host}-x")
 
 
-def test_a_slot_prefetches_one_batch() -> None:
+def test_a_slot_prefetches_its_prefetch_and_at_least_one_batch() -> None:
     (one,) = plan(spec("queue:q"), ONE_BROKER, app="a", server="s")
     assert one.request.prefetch == 1
-    (batched,) = plan(spec("queue:q", max_messages_per_transaction=50), ONE_BROKER, app="a",
-                      server="s")
+    (ahead,) = plan(spec("queue:q", prefetch=4), ONE_BROKER, app="a", server="s")
+    assert ahead.request.prefetch == 4
+    (batched,) = plan(spec("queue:q", max_messages_per_transaction=50, prefetch=4), ONE_BROKER,
+                      app="a", server="s")
     assert batched.request.prefetch == 50
+    (both,) = plan(spec("queue:q", max_messages_per_transaction=5, prefetch=20), ONE_BROKER,
+                   app="a", server="s")
+    assert both.request.prefetch == 20
 
 
 def test_a_per_app_name_never_equals_a_per_server_name() -> None:
