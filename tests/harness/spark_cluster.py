@@ -64,8 +64,13 @@ class Daemon:
 
     def pause(self) -> None:
         """SIGSTOP the process group: it holds whatever it was doing (its sockets stay open,
-        so its peers do not notice) until killed."""
+        so its peers do not notice) until resumed or killed."""
         os.killpg(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause`` (harmless when running)."""
+        if self.alive():
+            os.killpg(self.pid, signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL the process group (a JVM, a Python driver and its children; a worker's
@@ -79,6 +84,7 @@ class Daemon:
         """SIGTERM, then SIGKILL after ``timeout``."""
         if self.alive():
             os.killpg(self.pid, signal.SIGTERM)
+            self.resume()  # a paused group acts on the SIGTERM only once continued
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout)
         self.kill()
@@ -135,6 +141,15 @@ class S3Server:
         return s3fs.S3FileSystem(key=_S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
                                  secret=_S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
                                  endpoint_url=self.endpoint, use_listings_cache=False)
+
+    def pause(self) -> None:
+        """SIGSTOP the server: every request hangs (connections are still accepted)."""
+        assert self._daemon is not None
+        self._daemon.pause()
+
+    def resume(self) -> None:
+        assert self._daemon is not None
+        self._daemon.resume()
 
     def stop(self) -> None:
         if self._daemon is not None:
