@@ -73,8 +73,9 @@ class Daemon:
             os.killpg(self.pid, signal.SIGCONT)
 
     def kill(self) -> None:
-        """SIGKILL the process group (a JVM, a Python driver and its children; a worker's
-        executors and their Python workers, which it starts in its own group)."""
+        """SIGKILL the process group: a JVM, a Python driver and its children; a Worker and
+        the executor JVMs it started. (PySpark's Python worker daemon makes a group of its
+        own; it exits when its JVM is gone, which closes its stdin.)"""
         if self.alive():
             os.killpg(self.pid, signal.SIGKILL)
         self.process.wait()

@@ -194,7 +194,7 @@ def test_kill_9_of_a_worker_mid_batch_retries_its_tasks_and_counts_each_order_on
         wait_for(lambda: running_on_victim() > 0 or not driver.alive(),
                  f"a task on executor {executor}, on worker 1")
         assert driver.alive(), driver.tail()
-        victim.kill()  # kill -9 of the Worker, its executor and the executor's Python workers
+        victim.kill()  # kill -9 of the Worker and its executor JVM
         wait_for(lambda: failed_tasks() > 0, f"the tasks of executor {executor} lost with it")
         _wait_until_done(tmp_path, driver, activemq, "worker")  # retried on worker 0
     finally:
