@@ -216,8 +216,8 @@ def test_kill_9_of_the_broker_while_acks_are_lost_the_source_reconnects_and_coun
             wait_for(lambda: bool(journal.find("mdb/journal/broker-totals"))  # type: ignore[attr-defined]
                      or not driver.alive(), "the receiver's first journal segment", timeout=300)
             assert driver.alive(), driver.tail()
-            # With the object store hung, the receiver holds what it takes now in a journal
-            # write, unacked: the kill loses those acks for certain. Once the store answers,
+            # With the object store hung, what the receiver takes now waits behind a journal
+            # write, unacked, and the kill loses those acks. Once the store answers,
             # they are journaled; the broker, restarted (same port and data directory),
             # delivers them again, flagged redelivered, and the receiver must skip them.
             s3.pause()
