@@ -62,8 +62,20 @@ class Daemon:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def pause(self) -> None:
+        """SIGSTOP the process group: it holds whatever it was doing (its sockets stay open,
+        so its peers do not notice) until resumed or killed."""
+        os.killpg(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause`` (harmless when running)."""
+        if self.alive():
+            os.killpg(self.pid, signal.SIGCONT)
+
     def kill(self) -> None:
-        """SIGKILL the process group (a JVM, a Python driver and its children)."""
+        """SIGKILL the process group: a JVM, a Python driver and its children; a Worker and
+        the executor JVMs it started. (PySpark's Python worker daemon makes a group of its
+        own; it exits when its JVM is gone, which closes its stdin.)"""
         if self.alive():
             os.killpg(self.pid, signal.SIGKILL)
         self.process.wait()
@@ -73,6 +85,7 @@ class Daemon:
         """SIGTERM, then SIGKILL after ``timeout``."""
         if self.alive():
             os.killpg(self.pid, signal.SIGTERM)
+            self.resume()  # a paused group acts on the SIGTERM only once continued
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout)
         self.kill()
@@ -92,7 +105,8 @@ def _wait(condition: Callable[[], bool], what: str, daemons: list[Daemon],
         time.sleep(0.2)
 
 
-def _get(url: str) -> bytes | None:
+def http_get(url: str) -> bytes | None:
+    """The body at ``url``, or None while nothing answers there."""
     try:
         with urllib.request.urlopen(url, timeout=2) as answer:
             body: bytes = answer.read()
@@ -117,7 +131,7 @@ class S3Server:
         self._daemon = Daemon([str(moto), "-H", HOST, "-p", str(self.port)],
                               {**os.environ, **self.env}, self.base_dir / "moto.log",
                               self.base_dir)
-        _wait(lambda: _get(f"{self.endpoint}/moto-api/") is not None, "moto S3 server",
+        _wait(lambda: http_get(f"{self.endpoint}/moto-api/") is not None, "moto S3 server",
               [self._daemon], timeout)
         return self
 
@@ -128,6 +142,15 @@ class S3Server:
         return s3fs.S3FileSystem(key=_S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
                                  secret=_S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
                                  endpoint_url=self.endpoint, use_listings_cache=False)
+
+    def pause(self) -> None:
+        """SIGSTOP the server: every request hangs (connections are still accepted)."""
+        assert self._daemon is not None
+        self._daemon.pause()
+
+    def resume(self) -> None:
+        assert self._daemon is not None
+        self._daemon.resume()
 
     def stop(self) -> None:
         if self._daemon is not None:
@@ -146,6 +169,7 @@ class SparkCluster:
         self._worker_memory = worker_memory
         self.master: Daemon | None = None
         self.workers: list[Daemon] = []
+        self._worker_ports: dict[int, int] = {}
 
     def env(self) -> dict[str, str]:
         """The environment of every process of the cluster. Not this one's ``PYTHONPATH``: the
@@ -163,24 +187,42 @@ class SparkCluster:
             "org.apache.spark.deploy.master.Master", "--host", HOST, "--port", str(self.port),
             "--webui-port", str(self.ui_port)), self.env(), self.base_dir / "master.log",
             self.base_dir)
-        for index in range(self._workers):
-            work = self.base_dir / f"worker{index}"
-            work.mkdir(parents=True, exist_ok=True)
-            self.workers.append(Daemon(self._spark_class(
-                "org.apache.spark.deploy.worker.Worker", "--host", HOST,
-                "--port", str(free_port(HOST)), "--webui-port", str(free_port(HOST)),
-                "--cores", "1", "--memory", self._worker_memory, "--work-dir", str(work),
-                self.master_url), self.env(), self.base_dir / f"worker{index}.log", work))
-        _wait(lambda: self.alive_workers() == self._workers,
-              f"a Spark master with {self._workers} ALIVE workers",
-              [self.master, *self.workers], timeout)
+        self.workers = [self._worker(index) for index in range(self._workers)]
+        self._wait_for_workers(timeout)
         return self
 
-    def alive_workers(self) -> int:
-        status = _get(f"http://{HOST}:{self.ui_port}/json/")
+    def restart_dead_workers(self, timeout: float = 120.0) -> None:
+        """Start again each worker that is not running (a test killed it), with its old work
+        dir and a new port; return once the master lists the running ones, and only them,
+        ALIVE."""
+        self.workers = [worker if worker.alive() else self._worker(index)
+                        for index, worker in enumerate(self.workers)]
+        self._wait_for_workers(timeout)
+
+    def _worker(self, index: int) -> Daemon:
+        work = self.base_dir / f"worker{index}"
+        work.mkdir(parents=True, exist_ok=True)
+        port = free_port(HOST)
+        self._worker_ports[index] = port
+        return Daemon(self._spark_class(
+            "org.apache.spark.deploy.worker.Worker", "--host", HOST, "--port", str(port),
+            "--webui-port", str(free_port(HOST)), "--cores", "1", "--memory",
+            self._worker_memory, "--work-dir", str(work), self.master_url), self.env(),
+            self.base_dir / f"worker{index}.log", work)
+
+    def _wait_for_workers(self, timeout: float) -> None:
+        assert self.master is not None
+        _wait(lambda: self._alive_ports() == set(self._worker_ports.values()),
+              f"a Spark master with {self._workers} ALIVE workers",
+              [self.master, *self.workers], timeout)
+
+    def _alive_ports(self) -> set[int]:
+        """The ports of the workers the master lists ALIVE (a killed one stays listed, DEAD)."""
+        status = http_get(f"http://{HOST}:{self.ui_port}/json/")
         if status is None:
-            return 0
-        return sum(1 for w in json.loads(status).get("workers", []) if w.get("state") == "ALIVE")
+            return set()
+        return {int(w["port"]) for w in json.loads(status).get("workers", [])
+                if w.get("state") == "ALIVE"}
 
     def submit(self, script: Path, args: list[str], *, py_files: Path, env: Mapping[str, str],
                log: Path, conf: Mapping[str, str] | None = None) -> Daemon:

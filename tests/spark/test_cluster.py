@@ -1,10 +1,13 @@
 """The pipeline example on a real standalone cluster: a master and two workers (their own
 JVMs, executors and Python workers), submitted with ``spark-submit --master spark://…`` and
 ``--py-files`` of this checkout's mdb, the source's journal on an S3 server (moto) through
-s3fs."""
+s3fs; and the faults of issue 17 there: kill -9 of the driver, of a worker mid-batch, of the
+broker mid-stream. Each test ends with every order counted once in the parquet totals and
+nothing left in the source's subscription queues."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,17 @@ import pytest
 
 import mdb_spark
 from examples.spark_orders.pipeline import orders, send
-from tests.harness.spark_cluster import Daemon, S3Server, SparkCluster, shipped_code
+from tests.conftest import private_brokers
+from tests.faults.ledger import browse
+from tests.harness.process import free_port
+from tests.harness.spark_cluster import (
+    HOST,
+    Daemon,
+    S3Server,
+    SparkCluster,
+    http_get,
+    shipped_code,
+)
 from tests.spark.conftest import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.activemq]
@@ -25,6 +38,7 @@ TOML = """app = "{app}"
 
 [brokers.a]
 url = "{url}"
+reconnect_max_delay = 2.0  # the broker kill test waits for the source to reconnect
 
 [destinations."topic:orders"]
 members = [{{ broker = "a", name = "{app}_p0" }}, {{ broker = "a", name = "{app}_p1" }},
@@ -45,12 +59,14 @@ def _totals(output: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _submit(cluster: SparkCluster, s3: S3Server, config: Path, work: Path, name: str) -> Daemon:
+def _submit(cluster: SparkCluster, s3: S3Server, config: Path, work: Path, name: str,
+            conf: dict[str, str] | None = None) -> Daemon:
     return cluster.submit(
         ROOT / "examples" / "spark_orders" / "job.py",
         ["--config", str(config), "--journal", "s3://mdb/journal", "--output",
          str(work / "totals"), "--checkpoint", str(work / "checkpoint")],
-        py_files=shipped_code(ROOT, work / "mdb.zip"), env=s3.env, log=work / f"{name}.log")
+        py_files=shipped_code(ROOT, work / "mdb.zip"), env=s3.env, log=work / f"{name}.log",
+        conf=conf)
 
 
 def _prepared(activemq: Any, work: Path, app: str) -> Path:
@@ -65,22 +81,50 @@ def _prepared(activemq: Any, work: Path, app: str) -> Path:
 
 
 def _counted_once(work: Path, sent: list[dict[str, Any]]) -> None:
-    """Each order is counted once in the parquet totals: none lost, none doubled."""
+    """Each order is counted once in the parquet totals: none lost, none doubled (the amounts
+    too, so that a lost order and a doubled one of one region cannot cancel out)."""
     totals = _totals(work / "totals")
-    counted = Counter[str]()
+    counted, amounts = Counter[str](), Counter[str]()
     for row in totals:
         counted[row["region"]] += row["orders"]
+        amounts[row["region"]] += row["amount"]
     assert counted == Counter(str(o["region"]) for o in sent[:ORDERS])
+    assert amounts == sum((Counter({str(o["region"]): o["amount"]}) for o in sent[:ORDERS]),
+                          Counter[str]())
     assert len({(r["region"], r["start"]) for r in totals}) == len(totals) == 6
 
 
-def _wait_for_totals(work: Path, driver: Daemon) -> None:
+def _stored(broker: Any, app: str) -> dict[str, list[str]]:
+    """The ids of the messages each subscription queue of the source still holds (ActiveMQ's
+    browser lists the ones delivered and not yet acked too)."""
+    queues = [f"Consumer.{app}-totals.VirtualTopic.{app}_p{i}" for i in range(3)]
+    return {queue: ids for queue in queues if (ids := browse(broker, queue))}
+
+
+def _wait_until_done(work: Path, driver: Daemon, broker: Any, app: str) -> None:
+    """Wait for the totals of every order, then for the source's queues to be empty (the
+    receiver acks what it journaled, so the driver runs meanwhile); stop the driver."""
     try:
         wait_for(lambda: sum(r["orders"] for r in _totals(work / "totals")) >= ORDERS
                  or not driver.alive(), f"totals of {ORDERS} orders", timeout=300)
         assert driver.alive(), driver.tail()
+        wait_for(lambda: not _stored(broker, app), f"nothing left in the queues of {app}",
+                 timeout=60)
     finally:
         driver.stop()
+
+
+def _wait_for_a_commit(work: Path, driver: Daemon) -> None:
+    commits = work / "checkpoint" / "commits"
+    wait_for(lambda: (commits.is_dir() and any(commits.glob("[0-9]*"))) or not driver.alive(),
+             "a committed batch", timeout=300)
+    assert driver.alive(), driver.tail()
+
+
+def _driver_api(port: int, path: str) -> Any:
+    """The driver's status REST API (on its UI port), or None while it does not answer."""
+    body = http_get(f"http://{HOST}:{port}/api/v1/{path}")
+    return None if body is None else json.loads(body)
 
 
 def test_the_example_on_a_standalone_cluster_counts_each_order_once(
@@ -89,7 +133,8 @@ def test_the_example_on_a_standalone_cluster_counts_each_order_once(
     sent = orders(ORDERS)
     anyio.run(send, config, sent)
 
-    _wait_for_totals(tmp_path, _submit(spark_cluster, s3, config, tmp_path, "driver"))
+    _wait_until_done(tmp_path, _submit(spark_cluster, s3, config, tmp_path, "driver"),
+                     activemq, "cluster")
     _counted_once(tmp_path, sent)
     journal = s3.filesystem().find("mdb/journal/cluster-totals")  # type: ignore[attr-defined]
     assert any("/a_topic_cluster_p" in path for path in journal), journal
@@ -103,19 +148,86 @@ def test_kill_9_of_the_driver_and_resubmit_from_the_checkpoint_counts_each_order
     config = _prepared(activemq, tmp_path, "killed")
     sent = orders(ORDERS)
     anyio.run(send, config, sent[:40])
-    commits, fs = tmp_path / "checkpoint" / "commits", s3.filesystem()
 
     driver = _submit(spark_cluster, s3, config, tmp_path, "driver")
     try:
-        wait_for(lambda: (commits.is_dir() and any(commits.glob("[0-9]*")))
-                 or not driver.alive(), "a committed batch", timeout=300)
-        assert driver.alive(), driver.tail()
+        _wait_for_a_commit(tmp_path, driver)
         anyio.run(send, config, sent[40:50])
     finally:
         driver.kill()  # kill -9 of the driver's process group: its Python and its JVM
     assert sum(r["orders"] for r in _totals(tmp_path / "totals")) == 0  # windows still open
-    assert fs.find("mdb/journal/killed-totals")  # type: ignore[attr-defined]
+    assert s3.filesystem().find("mdb/journal/killed-totals")  # type: ignore[attr-defined]
 
     anyio.run(send, config, sent[50:])
-    _wait_for_totals(tmp_path, _submit(spark_cluster, s3, config, tmp_path, "resubmitted"))
+    _wait_until_done(tmp_path, _submit(spark_cluster, s3, config, tmp_path, "resubmitted"),
+                     activemq, "killed")
+    _counted_once(tmp_path, sent)
+
+
+def test_kill_9_of_a_worker_mid_batch_retries_its_tasks_and_counts_each_order_once(
+        activemq: Any, s3: S3Server, spark_cluster: SparkCluster, tmp_path: Path) -> None:
+    config = _prepared(activemq, tmp_path, "worker")
+    sent = orders(ORDERS)
+    anyio.run(send, config, sent[:40])
+    ui = free_port(HOST)
+    driver = _submit(spark_cluster, s3, config, tmp_path, "driver",
+                     conf={"spark.ui.enabled": "true", "spark.ui.port": str(ui)})
+    victim = spark_cluster.workers[1]
+    try:
+        _wait_for_a_commit(tmp_path, driver)
+        wait_for(lambda: _driver_api(ui, "applications") is not None, "the driver's REST API")
+        [app] = [a["id"] for a in _driver_api(ui, "applications")]
+        [executor] = [e.name for e in (spark_cluster.base_dir / "worker1" / app).iterdir()]
+
+        def running_on_victim() -> int:
+            executors = _driver_api(ui, f"applications/{app}/executors") or []
+            return sum(e["activeTasks"] for e in executors if e["id"] == executor)
+
+        def failed_tasks() -> int:
+            stages = _driver_api(ui, f"applications/{app}/stages") or []
+            return sum(stage["numFailedTasks"] for stage in stages)
+
+        # Frozen, the worker's executor holds every task it is given: the kill then hits a
+        # running task instead of landing between two batches.
+        victim.pause()
+        anyio.run(send, config, sent[40:])
+        wait_for(lambda: running_on_victim() > 0 or not driver.alive(),
+                 f"a task on executor {executor}, on worker 1")
+        assert driver.alive(), driver.tail()
+        victim.kill()  # kill -9 of the Worker and its executor JVM
+        wait_for(lambda: failed_tasks() > 0, f"the tasks of executor {executor} lost with it")
+        _wait_until_done(tmp_path, driver, activemq, "worker")  # retried on worker 0
+    finally:
+        driver.stop()
+        victim.kill()
+        spark_cluster.restart_dead_workers()  # the cluster as the next test expects it
+    _counted_once(tmp_path, sent)
+
+
+def test_kill_9_of_the_broker_while_acks_are_lost_the_source_reconnects_and_counts_each_once(
+        s3: S3Server, spark_cluster: SparkCluster, tmp_path: Path) -> None:
+    journal = s3.filesystem()
+    with private_brokers("activemq") as [broker]:  # its own: the session's is never killed
+        config = _prepared(broker, tmp_path, "broker")
+        sent = orders(ORDERS)
+        anyio.run(send, config, sent[:40])
+        driver = _submit(spark_cluster, s3, config, tmp_path, "driver")
+        try:
+            wait_for(lambda: bool(journal.find("mdb/journal/broker-totals"))  # type: ignore[attr-defined]
+                     or not driver.alive(), "the receiver's first journal segment", timeout=300)
+            assert driver.alive(), driver.tail()
+            # With the object store hung, what the receiver takes now waits behind a journal
+            # write, unacked, and the kill loses those acks. Once the store answers,
+            # they are journaled; the broker, restarted (same port and data directory),
+            # delivers them again, flagged redelivered, and the receiver must skip them.
+            s3.pause()
+            anyio.run(send, config, sent[40:50])
+            broker.kill()
+            broker.start()
+            s3.resume()
+            anyio.run(send, config, sent[50:])
+            _wait_until_done(tmp_path, driver, broker, "broker")
+        finally:
+            s3.resume()
+            driver.stop()
     _counted_once(tmp_path, sent)
