@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import time
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -119,6 +121,17 @@ class ActiveMQ(BrokerProcess):
             raise RuntimeError("this broker has no TLS connector (ActiveMQ(tls=...))")
         return f"{self.scheme}://{self.username}:{self.password}@{self.host}:{self.tls_port}"
 
+    def wait_ready(self, timeout: float) -> None:
+        """The STOMP port answers, and then the TLS connector listens too: ActiveMQ starts its
+        connectors one after another, and a first TLS connect raced the last of them in CI."""
+        deadline = time.monotonic() + timeout
+        super().wait_ready(timeout)
+        while self.tls_port is not None and not _listens(self.host, self.tls_port):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: nothing listens on the TLS port "
+                                   f"{self.tls_port}:\n{self.log_tail()}")
+            time.sleep(self.poll_interval)
+
     def _prepare(self) -> None:
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -186,3 +199,11 @@ def _replace_once(config: str, old: str, new: str) -> str:
     if config.count(old) != 1:
         raise RuntimeError(f"the ActiveMQ config has not exactly one {old}")
     return config.replace(old, new)
+
+
+def _listens(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=1.0).close()
+    except OSError:
+        return False
+    return True
