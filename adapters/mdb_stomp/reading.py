@@ -10,10 +10,11 @@ never started (``Transport.override_threading``): the loop watches the socket (`
 cuts what it reads into frames (``mdb_stomp.framing``) and hands each, parsed, to stomp.py's
 ``process_frame`` through ``FrameReader``.
 
-Only the loop reads, writes and closes the socket. stomp.py's heart-beat thread writes its
-heart-beats through ``Transport.send``, which hands them to the loop (a TLS connection may not
-be read and written by two threads at once). ``Transport.disconnect_socket`` called on that
-thread (a heart-beat timeout) only shuts the socket down, which ends any read or write blocked
+Only the loop reads, writes and closes the socket. Frames written on other threads (the
+CONNECT frame on the connecting thread, stomp.py's heart-beats on its own) go through
+``Transport.send``, which hands them to the loop (a TLS connection may not be read and written
+by two threads at once). ``Transport.disconnect_socket`` called on another thread (a heart-beat
+timeout) only shuts the socket down, which ends any read or write blocked
 on it, and asks the loop to close it: the loop stops watching a socket before it is closed, or
 its number, free again, could be another connection's while the loop still watched it.
 
@@ -112,9 +113,10 @@ class LoopReading:
                 return
 
     def _send_on_loop(self, encoded_frame: bytes) -> None:
-        """``Transport.send``: written now on the loop; posted to it from another thread (a
-        heart-beat, whose failure the reads notice). stomp.py's own guards each write with a
-        semaphore, which only one writer needs not."""
+        """``Transport.send``: written now on the loop; posted to it from another thread (the
+        CONNECT frame from the connecting thread, whose failure the CONNECTED deadline
+        notices; a heart-beat, whose failure the reads notice). stomp.py's own guards each
+        write with a semaphore, which only one writer needs not."""
         if threading.get_ident() == self._loop_thread:
             sock = self._transport.socket
             if sock is None:
@@ -128,7 +130,7 @@ class LoopReading:
         try:
             self._send_on_loop(encoded_frame)
         except Exception:
-            log.debug("a heart-beat could not be written", exc_info=True)
+            log.debug("a frame from another thread could not be written", exc_info=True)
 
     def _disconnect_socket(self) -> None:
         """``Transport.disconnect_socket``, always finished on the loop (module docstring)."""
