@@ -8,7 +8,8 @@
 
 and ``submit`` runs ``spark-submit --master spark://…`` (client deploy mode: standalone clusters
 run a Python application's driver in the submitting process). ``S3Server`` is moto's server
-mode: a real HTTP S3 API on a free port that s3fs (and so fsspec ``s3://`` URLs) talks to.
+mode: a real HTTP S3 API on a free port that s3fs (and so fsspec ``s3://`` URLs) talks to;
+``S3Mount`` mounts one of its buckets as a folder with s3fs-fuse, for what Spark's JVM writes.
 
 Every process gets its own session (process group), free ports and directories, and is stopped
 by its PID (SIGTERM, then SIGKILL); anything still running when the interpreter exits is killed
@@ -157,6 +158,43 @@ class S3Server:
             self._daemon.stop()
 
 
+class S3Mount:
+    """A bucket of ``server`` mounted as a folder by s3fs-fuse (Debian's ``s3fs``), as an
+    operator mounts one on every node: how Spark's JVM writes its checkpoint and the output to
+    the object store when the ``hadoop-aws`` jar (``s3a://``) is not at hand. Each file is one
+    object; a rename is a server-side copy then a delete, so a file Spark renames into place
+    appears whole or not at all, as with ``s3a://``. Needs root (or FUSE rights) and
+    ``/dev/fuse``."""
+
+    def __init__(self, server: S3Server, bucket: str, mountpoint: Path) -> None:
+        self.server = server
+        self.bucket = bucket
+        self.mountpoint = mountpoint
+        self._daemon: Daemon | None = None
+
+    def start(self, timeout: float = 60.0) -> Self:
+        self.mountpoint.mkdir(parents=True, exist_ok=True)
+        base = self.server.base_dir
+        passwd = base / f"{self.bucket}.passwd"
+        passwd.write_text(f"{_S3_CREDENTIALS['AWS_ACCESS_KEY_ID']}:"
+                          f"{_S3_CREDENTIALS['AWS_SECRET_ACCESS_KEY']}\n")
+        passwd.chmod(0o600)  # s3fs refuses a credentials file others can read
+        # -f: s3fs stays in the foreground, so it has a PID to stop, and unmounts on SIGTERM.
+        self._daemon = Daemon(["s3fs", self.bucket, str(self.mountpoint), "-f",
+                               "-o", f"url={self.server.endpoint}", "-o", "use_path_request_style",
+                               "-o", f"passwd_file={passwd}"],
+                              os.environ, base / f"s3fs-{self.bucket}.log", base)
+        _wait(lambda: os.path.ismount(self.mountpoint), f"s3fs mount of bucket {self.bucket}",
+              [self._daemon], timeout)
+        return self
+
+    def stop(self) -> None:
+        if self._daemon is not None:
+            self._daemon.stop()
+        if os.path.ismount(self.mountpoint):  # s3fs killed, not stopped: its mount stays
+            subprocess.run(["umount", "-l", str(self.mountpoint)], check=False)
+
+
 class SparkCluster:
     """A standalone master and ``workers`` workers (1 core, ``worker_memory`` each)."""
 
@@ -219,10 +257,11 @@ class SparkCluster:
     def _alive_ports(self) -> set[int]:
         """The ports of the workers the master lists ALIVE (a killed one stays listed, DEAD)."""
         status = http_get(f"http://{HOST}:{self.ui_port}/json/")
-        if status is None:
+        try:
+            workers = json.loads(status or b"{}").get("workers", [])
+        except ValueError:  # a master still starting has answered with an empty page
             return set()
-        return {int(w["port"]) for w in json.loads(status).get("workers", [])
-                if w.get("state") == "ALIVE"}
+        return {int(w["port"]) for w in workers if w.get("state") == "ALIVE"}
 
     def submit(self, script: Path, args: list[str], *, py_files: Path, env: Mapping[str, str],
                log: Path, conf: Mapping[str, str] | None = None) -> Daemon:

@@ -12,6 +12,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -104,6 +105,21 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_folder(s3: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The bucket ``mdb`` of ``s3`` mounted as a folder (s3fs-fuse), for Spark's checkpoint and
+    output."""
+    if shutil.which("s3fs") is None or not os.path.exists("/dev/fuse"):
+        missing("s3fs-fuse and /dev/fuse (apt-get install s3fs)")
+    from tests.harness.spark_cluster import S3Mount
+
+    mount = S3Mount(s3, "mdb", tmp_path_factory.mktemp("s3-mount") / "mdb").start()
+    try:
+        yield mount.mountpoint
+    finally:
+        mount.stop()
 
 
 @pytest.fixture(scope="module")

@@ -59,12 +59,14 @@ def _totals(output: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _submit(cluster: SparkCluster, s3: S3Server, config: Path, work: Path, name: str,
-            conf: dict[str, str] | None = None) -> Daemon:
+def _submit(cluster: SparkCluster, s3: S3Server, config: Path, work: Path, store: Path,
+            name: str, conf: dict[str, str] | None = None) -> Daemon:
+    """Submit the example with its journal on the S3 server (through fsspec) and its
+    checkpoint and totals in ``store``, a folder of the same bucket mounted by s3fs-fuse."""
     return cluster.submit(
         ROOT / "examples" / "spark_orders" / "job.py",
         ["--config", str(config), "--journal", "s3://mdb/journal", "--output",
-         str(work / "totals"), "--checkpoint", str(work / "checkpoint")],
+         str(store / "totals"), "--checkpoint", str(store / "checkpoint")],
         py_files=shipped_code(ROOT, work / "mdb.zip"), env=s3.env, log=work / f"{name}.log",
         conf=conf)
 
@@ -80,10 +82,10 @@ def _prepared(activemq: Any, work: Path, app: str) -> Path:
     return config
 
 
-def _counted_once(work: Path, sent: list[dict[str, Any]]) -> None:
+def _counted_once(store: Path, sent: list[dict[str, Any]]) -> None:
     """Each order is counted once in the parquet totals: none lost, none doubled (the amounts
     too, so that a lost order and a doubled one of one region cannot cancel out)."""
-    totals = _totals(work / "totals")
+    totals = _totals(store / "totals")
     counted, amounts = Counter[str](), Counter[str]()
     for row in totals:
         counted[row["region"]] += row["orders"]
@@ -101,11 +103,11 @@ def _stored(broker: Any, app: str) -> dict[str, list[str]]:
     return {queue: ids for queue in queues if (ids := browse(broker, queue))}
 
 
-def _wait_until_done(work: Path, driver: Daemon, broker: Any, app: str) -> None:
+def _wait_until_done(store: Path, driver: Daemon, broker: Any, app: str) -> None:
     """Wait for the totals of every order, then for the source's queues to be empty (the
     receiver acks what it journaled, so the driver runs meanwhile); stop the driver."""
     try:
-        wait_for(lambda: sum(r["orders"] for r in _totals(work / "totals")) >= ORDERS
+        wait_for(lambda: sum(r["orders"] for r in _totals(store / "totals")) >= ORDERS
                  or not driver.alive(), f"totals of {ORDERS} orders", timeout=300)
         assert driver.alive(), driver.tail()
         wait_for(lambda: not _stored(broker, app), f"nothing left in the queues of {app}",
@@ -114,11 +116,28 @@ def _wait_until_done(work: Path, driver: Daemon, broker: Any, app: str) -> None:
         driver.stop()
 
 
-def _wait_for_a_commit(work: Path, driver: Daemon) -> None:
-    commits = work / "checkpoint" / "commits"
+def _wait_for_a_commit(store: Path, driver: Daemon) -> None:
+    commits = store / "checkpoint" / "commits"
     wait_for(lambda: (commits.is_dir() and any(commits.glob("[0-9]*"))) or not driver.alive(),
              "a committed batch", timeout=300)
     assert driver.alive(), driver.tail()
+
+
+def _whole_segments(s3: S3Server, journal: str) -> int:
+    """Check that every journal segment in the bucket under ``journal`` holds exactly the
+    records its name says (``seg-<start>-<end>.jsonl``): an append is one PUT, so a writer
+    killed mid-stream never leaves half a segment. Return how many records they hold."""
+    fs: Any = s3.filesystem()
+    records = 0
+    for path in fs.find(journal):
+        name = path.rsplit("/", 1)[-1]
+        if name.startswith("seg-"):
+            start, end = (int(n) for n in name.removesuffix(".jsonl").split("-")[1:])
+            lines = fs.cat(path).decode().splitlines()
+            assert len(lines) == end - start, path
+            assert all(json.loads(line)["i"] for line in lines), path
+            records += len(lines)
+    return records
 
 
 def _driver_api(port: int, path: str) -> Any:
@@ -128,53 +147,62 @@ def _driver_api(port: int, path: str) -> Any:
 
 
 def test_the_example_on_a_standalone_cluster_counts_each_order_once(
-        activemq: Any, s3: S3Server, spark_cluster: SparkCluster, tmp_path: Path) -> None:
+        activemq: Any, s3: S3Server, s3_folder: Path, spark_cluster: SparkCluster,
+        tmp_path: Path) -> None:
     config = _prepared(activemq, tmp_path, "cluster")
+    store = s3_folder / "cluster"
     sent = orders(ORDERS)
     anyio.run(send, config, sent)
 
-    _wait_until_done(tmp_path, _submit(spark_cluster, s3, config, tmp_path, "driver"),
+    _wait_until_done(store, _submit(spark_cluster, s3, config, tmp_path, store, "driver"),
                      activemq, "cluster")
-    _counted_once(tmp_path, sent)
-    journal = s3.filesystem().find("mdb/journal/cluster-totals")  # type: ignore[attr-defined]
-    assert any("/a_topic_cluster_p" in path for path in journal), journal
+    _counted_once(store, sent)
+    stored = s3.filesystem().find  # type: ignore[attr-defined]
+    assert any("/a_topic_cluster_p" in path for path in stored("mdb/journal/cluster-totals"))
+    # The checkpoint and the totals are objects in the bucket, not files on this machine.
+    assert any("/checkpoint/commits/" in path for path in stored("mdb/cluster/checkpoint"))
+    assert any(path.endswith(".parquet") for path in stored("mdb/cluster/totals"))
     # Executors ran on both workers, in their own processes.
     for index in range(2):
         assert list((spark_cluster.base_dir / f"worker{index}").glob("app-*/*/stderr"))
 
 
 def test_kill_9_of_the_driver_and_resubmit_from_the_checkpoint_counts_each_order_once(
-        activemq: Any, s3: S3Server, spark_cluster: SparkCluster, tmp_path: Path) -> None:
+        activemq: Any, s3: S3Server, s3_folder: Path, spark_cluster: SparkCluster,
+        tmp_path: Path) -> None:
     config = _prepared(activemq, tmp_path, "killed")
+    store = s3_folder / "killed"
     sent = orders(ORDERS)
     anyio.run(send, config, sent[:40])
 
-    driver = _submit(spark_cluster, s3, config, tmp_path, "driver")
+    driver = _submit(spark_cluster, s3, config, tmp_path, store, "driver")
     try:
-        _wait_for_a_commit(tmp_path, driver)
+        _wait_for_a_commit(store, driver)
         anyio.run(send, config, sent[40:50])
     finally:
         driver.kill()  # kill -9 of the driver's process group: its Python and its JVM
-    assert sum(r["orders"] for r in _totals(tmp_path / "totals")) == 0  # windows still open
-    assert s3.filesystem().find("mdb/journal/killed-totals")  # type: ignore[attr-defined]
+    assert sum(r["orders"] for r in _totals(store / "totals")) == 0  # windows still open
+    assert _whole_segments(s3, "mdb/journal/killed-totals") > 0
 
     anyio.run(send, config, sent[50:])
-    _wait_until_done(tmp_path, _submit(spark_cluster, s3, config, tmp_path, "resubmitted"),
+    _wait_until_done(store, _submit(spark_cluster, s3, config, tmp_path, store, "resubmitted"),
                      activemq, "killed")
-    _counted_once(tmp_path, sent)
+    _counted_once(store, sent)
 
 
 def test_kill_9_of_a_worker_mid_batch_retries_its_tasks_and_counts_each_order_once(
-        activemq: Any, s3: S3Server, spark_cluster: SparkCluster, tmp_path: Path) -> None:
+        activemq: Any, s3: S3Server, s3_folder: Path, spark_cluster: SparkCluster,
+        tmp_path: Path) -> None:
     config = _prepared(activemq, tmp_path, "worker")
+    store = s3_folder / "worker"
     sent = orders(ORDERS)
     anyio.run(send, config, sent[:40])
     ui = free_port(HOST)
-    driver = _submit(spark_cluster, s3, config, tmp_path, "driver",
+    driver = _submit(spark_cluster, s3, config, tmp_path, store, "driver",
                      conf={"spark.ui.enabled": "true", "spark.ui.port": str(ui)})
     victim = spark_cluster.workers[1]
     try:
-        _wait_for_a_commit(tmp_path, driver)
+        _wait_for_a_commit(store, driver)
         wait_for(lambda: _driver_api(ui, "applications") is not None, "the driver's REST API")
         [app] = [a["id"] for a in _driver_api(ui, "applications")]
         [executor] = [e.name for e in (spark_cluster.base_dir / "worker1" / app).iterdir()]
@@ -196,22 +224,24 @@ def test_kill_9_of_a_worker_mid_batch_retries_its_tasks_and_counts_each_order_on
         assert driver.alive(), driver.tail()
         victim.kill()  # kill -9 of the Worker and its executor JVM
         wait_for(lambda: failed_tasks() > 0, f"the tasks of executor {executor} lost with it")
-        _wait_until_done(tmp_path, driver, activemq, "worker")  # retried on worker 0
+        _wait_until_done(store, driver, activemq, "worker")  # retried on worker 0
     finally:
         driver.stop()
         victim.kill()
         spark_cluster.restart_dead_workers()  # the cluster as the next test expects it
-    _counted_once(tmp_path, sent)
+    _counted_once(store, sent)
 
 
 def test_kill_9_of_the_broker_while_acks_are_lost_the_source_reconnects_and_counts_each_once(
-        s3: S3Server, spark_cluster: SparkCluster, tmp_path: Path) -> None:
+        s3: S3Server, s3_folder: Path, spark_cluster: SparkCluster,
+        tmp_path: Path) -> None:
     journal = s3.filesystem()
     with private_brokers("activemq") as [broker]:  # its own: the session's is never killed
         config = _prepared(broker, tmp_path, "broker")
+        store = s3_folder / "broker"
         sent = orders(ORDERS)
         anyio.run(send, config, sent[:40])
-        driver = _submit(spark_cluster, s3, config, tmp_path, "driver")
+        driver = _submit(spark_cluster, s3, config, tmp_path, store, "driver")
         try:
             wait_for(lambda: bool(journal.find("mdb/journal/broker-totals"))  # type: ignore[attr-defined]
                      or not driver.alive(), "the receiver's first journal segment", timeout=300)
@@ -226,8 +256,8 @@ def test_kill_9_of_the_broker_while_acks_are_lost_the_source_reconnects_and_coun
             broker.start()
             s3.resume()
             anyio.run(send, config, sent[50:])
-            _wait_until_done(tmp_path, driver, broker, "broker")
+            _wait_until_done(store, driver, broker, "broker")
         finally:
             s3.resume()
             driver.stop()
-    _counted_once(tmp_path, sent)
+    _counted_once(store, sent)
