@@ -20,7 +20,8 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import stomp
@@ -30,30 +31,72 @@ from mdb.producer import Producer
 from mdb.settings import load_settings
 from tests.harness.activemq import ActiveMQ
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 MEMBERS = 3
 
 
-def stomp_consumer(broker: ActiveMQ, queues: list[str], count: int, prefetch: str) -> float:
-    """Seconds for a plain stomp.py client-ack consumer to take ``count`` messages."""
-    done = threading.Event()
-    taken = 0
+def bench_settings(broker: ActiveMQ, *topics: str) -> dict[str, Any]:
+    """Settings of app ``bench`` on the one broker, each of ``topics`` a topic with MEMBERS
+    members (virtual topics ``<topic>_p<i>``)."""
+    return {"app": "bench", "brokers": {"a": {"url": broker.url}},
+            "destinations": {f"topic:{topic}": {"members": [
+                {"broker": "a", "name": f"{topic}_p{i}"} for i in range(MEMBERS)]}
+                for topic in topics}}
+
+
+def subscription_queues(topic: str, name: str) -> list[str]:
+    """The queues of app ``bench``'s subscription ``name`` to ``topic``, one a member."""
+    return [f"Consumer.bench-{name}.VirtualTopic.{topic}_p{i}" for i in range(MEMBERS)]
+
+
+def client_ack_consumer(broker: ActiveMQ, queues: list[str], prefetch: str,
+                        acked: Callable[[Any], None]) -> stomp.Connection:
+    """A plain stomp.py connection on ``queues`` with ``ack:client`` and
+    ``activemq.prefetchSize`` = ``prefetch`` that acks every message from its listener thread,
+    then hands the frame to ``acked``."""
     connection = stomp.Connection([(broker.host, broker.port)], heartbeats=(0, 0))
 
     class Acker(stomp.ConnectionListener):  # type: ignore[misc]
         def on_message(self, frame: Any) -> None:
-            nonlocal taken
             connection.ack(frame.headers["ack"] if "ack" in frame.headers
                            else frame.headers["message-id"], frame.headers["subscription"])
-            taken += 1
-            if taken >= count:
-                done.set()
+            acked(frame)
 
     connection.set_listener("acker", Acker())
     connection.connect("mdb", broker.password, wait=True)
-    began = time.monotonic()
     for index, queue in enumerate(queues):
         connection.subscribe(f"/queue/{queue}", id=str(index), ack="client",
                              headers={"activemq.prefetchSize": prefetch})
+    return connection
+
+
+def local_spark() -> SparkSession:
+    """The benchmarks' Spark: ``local[2]``, no UI or progress bars, ``mdb`` registered."""
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    mdb_spark.register(spark)
+    return spark
+
+
+def stomp_consumer(broker: ActiveMQ, queues: list[str], count: int, prefetch: str) -> float:
+    """Seconds for a plain stomp.py client-ack consumer to take ``count`` messages (from its
+    CONNECT)."""
+    done = threading.Event()
+    taken = 0
+
+    def count_one(_frame: Any) -> None:
+        nonlocal taken
+        taken += 1
+        if taken >= count:
+            done.set()
+
+    began = time.monotonic()
+    connection = client_ack_consumer(broker, queues, prefetch, count_one)
     if not done.wait(600):
         raise RuntimeError(f"stomp.py consumer took {taken} of {count} in 600 s")
     elapsed = time.monotonic() - began
@@ -63,12 +106,7 @@ def stomp_consumer(broker: ActiveMQ, queues: list[str], count: int, prefetch: st
 
 def mdb_source(options: dict[str, str], count: int, work: str) -> float:
     """Seconds for the ``mdb`` source to bring ``count`` rows through a ``noop`` sink."""
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    mdb_spark.register(spark)
+    spark = local_spark()
     began = time.monotonic()
     query = (spark.readStream.format("mdb").options(**options).load()
              .writeStream.format("noop").option("checkpointLocation", f"{work}/cp")
@@ -89,9 +127,7 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     work = tempfile.mkdtemp(prefix="mdb-spark-bench-")
     with ActiveMQ() as broker:
-        settings = {"app": "bench", "brokers": {"a": {"url": broker.url}},
-                    "destinations": {"topic:orders": {"members": [
-                        {"broker": "a", "name": f"orders_p{i}"} for i in range(MEMBERS)]}}}
+        settings = bench_settings(broker, "orders")
         options = {"settings": json.dumps(settings), "destination": "topic:orders",
                    "journal": f"{work}/journal", "prefetch": prefetch, "name": "spark"}
         mdb_spark.create_subscriptions(options)
@@ -104,9 +140,7 @@ def main() -> None:
                     await producer.send("topic:orders", body)
 
         anyio.run(publish)
-        plain = stomp_consumer(
-            broker, [f"Consumer.bench-stomppy.VirtualTopic.orders_p{i}" for i in range(MEMBERS)],
-            count, prefetch)
+        plain = stomp_consumer(broker, subscription_queues("orders", "stomppy"), count, prefetch)
         source = mdb_source(options, count, work)
     print(f"| consumer | messages | prefetch | seconds | rows/s |\n|---|---|---|---|---|\n"
           f"| stomp.py client-ack | {count} | {prefetch} | {plain:.1f} | {count / plain:,.0f} |\n"
