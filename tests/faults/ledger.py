@@ -343,6 +343,15 @@ class Fleet:
                 found[key] = check(told, group)
         return found
 
+    def settle(self, told: Collection[str], brokers: Iterable[BrokerProcess] = (),
+               ) -> tuple[dict[str, Verdict], dict[str, list[str]]]:
+        """The end of a fault run: wait for ``told`` to be processed (on a timeout the verdicts
+        say what is missing), stop the processes in order, then return the ``verdicts`` and
+        what ``brokers`` (ActiveMQ) still store of ``told`` (``left_behind``)."""
+        self.drain(told)
+        self.stop()
+        return self.verdicts(told), left_behind(brokers, self, told)
+
     def drain(self, told: Collection[str], timeout: float = WAIT) -> bool:
         """Wait until everything told-sent is processed (``drained``); False after ``timeout``
         (then ``verdicts`` say what is missing)."""

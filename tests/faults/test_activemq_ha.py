@@ -28,7 +28,6 @@ from tests.faults.ledger import (
     LoadProducer,
     fault_settings,
     fleet,
-    left_behind,
 )
 from tests.faults.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
@@ -92,10 +91,7 @@ def test_a_master_killed_under_load_and_the_fail_back(
             processes.wait(sent_through_a_since(producer, shop), "sending through the first")
             producer.wait_told(AFTER)
         told = producer.told
-        processes.drain(told)  # on a timeout, the verdicts below say what is missing
-        processes.stop()
-        verdicts = processes.verdicts(told)
-        stored = left_behind([pair.master(), other], processes, told)
+        verdicts, stored = processes.settle(told, [pair.master(), other])
     assert set(verdicts) == {shop, f"{audit}/s1", f"{audit}/s2"}, verdicts
     for key, verdict in verdicts.items():
         assert verdict.ok, f"{key}: {verdict}"

@@ -24,7 +24,6 @@ from tests.faults.ledger import (
     Verdict,
     fault_settings,
     fleet,
-    left_behind,
 )
 from tests.harness.process import BrokerProcess, start_all
 
@@ -80,10 +79,7 @@ def scenario(brokers: list[BrokerProcess], fault: Callable[[Run], None],
             fault(run)
             producer.wait_told(AFTER)
         told = producer.told
-        processes.drain(told)  # on a timeout, the verdicts below say what is missing
-        processes.stop()
-        verdicts = processes.verdicts(told)
-        stored = left_behind(brokers, processes, told)
+        verdicts, stored = processes.settle(told, brokers)
     assert set(verdicts) == {shop, f"{audit}/s1", f"{audit}/s2"}, verdicts
     for key, verdict in verdicts.items():
         assert verdict.ok, f"{key}: {verdict}"

@@ -32,7 +32,6 @@ from tests.faults.ledger import (
     LoadProducer,
     fault_settings,
     fleet,
-    left_behind,
 )
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.netns import Namespace, Network, network_available, private_network
@@ -93,10 +92,7 @@ def faults_under_load(brokers: list[BrokerProcess], rooms: Sequence[Namespace | 
                                f"process {pid} consuming again")
             producer.wait_told(AFTER)
         told = producer.told
-        processes.drain(told)  # on a timeout, the verdict below says what is missing
-        processes.stop()
-        verdicts = processes.verdicts(told)
-        stored = left_behind(brokers, processes, told)
+        verdicts, stored = processes.settle(told, brokers)
         noticed = processes.events("connection-lost", victims)
     print({k: str(v) for k, v in verdicts.items()}, "connections lost:", len(noticed))
     assert set(verdicts) == {shop}, verdicts

@@ -52,9 +52,7 @@ def test_a_rabbitmq_node_killed_and_restarted_under_load(node: BrokerProcess) ->
                            "sending and processing again after the restart")
             producer.wait_told(60)
         told = producer.told
-        processes.drain(told)  # on a timeout, the verdicts below say what is missing
-        processes.stop()
-        verdicts = processes.verdicts(told)
+        verdicts, _ = processes.settle(told)
     assert set(verdicts) == {shop, f"{audit}/s1", f"{audit}/s2"}, verdicts
     for key, verdict in verdicts.items():
         assert not verdict.lost, f"{key}: {verdict}"

@@ -43,7 +43,6 @@ from tests.faults.ledger import (
     LoadProducer,
     fault_settings,
     fleet,
-    left_behind,
 )
 from tests.harness.process import BrokerProcess
 
@@ -183,10 +182,7 @@ def test_a_member_added_and_one_removed_while_messages_flow(
         told = producer.told
 
         # 4. Stop in order; the ledger.
-        processes.drain(told)  # on a timeout, the verdict below says what is missing
-        processes.stop()
-        verdicts = processes.verdicts(told)
-        stored = left_behind(trio, processes, told)
+        verdicts, stored = processes.settle(told, trio)
     assert set(verdicts) == {shop}, verdicts
     assert verdicts[shop].ok, verdicts[shop]
     assert not stored, stored
