@@ -1,6 +1,6 @@
 """The ``mdb`` source on real ActiveMQ and RabbitMQ brokers: every member, kill -9 of the query
-and restart, a member whose broker is down, two queries sharing a subscription, messages
-sharing an ``mdb_id``."""
+and restart, kill -9 of one broker mid-stream, a member whose broker is down, two queries
+sharing a subscription, messages sharing an ``mdb_id``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ from mdb.destinations import Destination
 from mdb.message import ID, OutgoingMessage, labelled
 from mdb.producer import Producer
 from mdb.settings import load_settings
+from mdb_spark.journal import Journal
+from tests.conftest import private_brokers
+from tests.faults.ledger import browse
 from tests.harness.activemq import free_port
 from tests.spark.conftest import publish, settings_json, source_options, wait_for
 
@@ -172,6 +175,101 @@ def test_kill_9_mid_stream_and_restart_keeps_each_message_exactly_once(
     seen = Counter(_parquet_ids(spark, output))
     assert sorted(seen) == sorted(ids)
     assert set(seen.values()) == {1}, [k for k, v in seen.items() if v > 1][:10]
+
+
+def _subscription_queue(broker: Any, app: str, member: str) -> str:
+    """The queue of the source's subscription (``<app>-pipeline``) to topic ``member``."""
+    virtual = "VirtualTopic." if _kind(broker) == "activemq" else ""
+    return f"Consumer.{app}-pipeline.{virtual}{member}"
+
+
+def _stored(broker: Any, queues: list[str]) -> dict[str, int]:
+    """How many messages each of ``queues`` still holds, delivered and not yet acked ones
+    included (ActiveMQ's queue browser lists them, RabbitMQ's ``messages`` counts them); only
+    the queues holding any."""
+    if _kind(broker) == "rabbitmq":
+        counts = {queue: broker.stored().get(queue, 0) for queue in queues}
+    else:
+        counts = {queue: len(browse(broker, queue)) for queue in queues}
+    return {queue: count for queue, count in counts.items() if count}
+
+
+def _uncommitted(journal: str) -> int:
+    """How many records a member's journal holds that Spark has not committed."""
+    state = Journal(journal)
+    return state.end - state.start
+
+
+def test_kill_9_of_one_broker_mid_stream_the_others_flow_and_each_message_is_read_once(
+        spark: Any, stomp_broker: Any, tmp_path: Path) -> None:
+    """Members on two brokers: two on the session's broker and one on a private broker of the
+    same kind, killed -9 while it still stores messages for the query (of its 100, the receiver
+    holds at most 40 journaled and uncommitted and 10 prefetched), then restarted on the same
+    port and data directory. Before the kill it is frozen (SIGSTOP) until the receiver
+    journaled more of its messages: their acks wait on the hung broker and die with it, so
+    they come back redelivered and must be recognised as journaled (counted again, they would
+    be rows twice). While it is down the other members' messages, sent then too, reach the
+    parquet sink; once it is back, every message is there exactly once and the source's queues
+    on both brokers are empty (asked while the query runs, so a message taken and never acked
+    would show)."""
+    app = "broker_kill"
+    with private_brokers(_kind(stomp_broker)) as [victim]:  # the session's is never killed
+        settings, members = _member_settings(app, [stomp_broker, victim, stomp_broker])
+        names = [member.split(":")[1] for member in members]
+        # The receiver must hold on to the hung broker until it journaled more: without
+        # heart-beats it would drop it after 2.5 s, and what it held would go back unjournaled.
+        settings["brokers"]["b1"].update(heartbeat_ms=0, receipt_timeout=60.0)
+        live = settings_json(app, [str(stomp_broker.url)] * 2, names=[names[0], names[2]])
+        # max_journal_messages above what one batch may take from a member (30): at or below
+        # it, one batch can take every record the receiver may hold uncommitted; the receiver
+        # then waits for that batch's commit, which Spark makes only when it starts the next
+        # batch, and with nothing new no next batch comes.
+        options = source_options(settings, str(tmp_path / "journal"), prefetch="10",
+                                 max_messages_per_batch="30", max_journal_messages="40")
+        assert set(mdb_spark.create_subscriptions(options).values()) == {"created"}
+        output, doomed = tmp_path / "out", str(options["journal"]) + (
+            f"/{app}-pipeline/b1_topic_{names[1]}")  # the victim's member's journal
+        ids = publish(settings, "topic:orders", [f"a{i}" for i in range(300)])  # 100 a member
+        query = (spark.readStream.format("mdb").options(**options).load()
+                 .select("message_id", "member").writeStream.format("parquet")
+                 .option("path", str(output)).trigger(processingTime="200 milliseconds")
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+        try:
+            # Frozen while the receiver holds all it may journal, the broker has already
+            # pushed it the next prefetch window: that is journaled once Spark commits a batch.
+            # (Frozen otherwise, it may owe the broker only the ack that frees the window.)
+            wait_for(lambda: (_committed_members(output)[members[1]] >= 10
+                     and _uncommitted(doomed) >= 40) or not query.isActive,
+                     "some of the doomed broker's messages in parquet, and a full journal")
+            victim.pause()
+            frozen_at = Journal(doomed).end
+            wait_for(lambda: Journal(doomed).end > frozen_at or not query.isActive,
+                     "messages journaled while their broker hangs")
+            victim.kill()
+            assert query.isActive, query.exception()
+            assert _committed_members(output)[members[1]] < 100  # it still had some
+
+            ids += publish(live, "topic:orders", [f"b{i}" for i in range(60)])
+            wait_for(lambda: min(_committed_members(output)[m] for m in members[::2]) >= 130
+                     or not query.isActive,
+                     "the live members' messages, sent while the other broker is down")
+            assert not victim.running and query.isActive, query.exception()
+
+            victim.start()
+            ids += publish(settings, "topic:orders", [f"c{i}" for i in range(60)])
+            wait_for(lambda: _committed_members(output).total() >= len(ids)
+                     or not query.isActive, "every message in parquet")
+            queues = {broker: [_subscription_queue(broker, app, names[i]) for i in indexes]
+                      for broker, indexes in ((stomp_broker, (0, 2)), (victim, (1,)))}
+            wait_for(lambda: not any(_stored(b, q) for b, q in queues.items())
+                     or not query.isActive, "nothing left in the source's queues")
+            assert query.isActive, query.exception()
+        finally:
+            query.stop()
+    seen = Counter(_parquet_ids(spark, output))
+    assert sorted(seen) == sorted(ids)
+    assert set(seen.values()) == {1}, [k for k, v in seen.items() if v > 1][:10]
+    assert _committed_members(output) == {members[0]: 150, members[1]: 120, members[2]: 150}
 
 
 def test_distinct_messages_sharing_an_mdb_id_are_all_read(
