@@ -106,10 +106,7 @@ def kill_node(cluster: RabbitMQCluster, index: int, processes: Fleet, app: str) 
 
 def stored(cluster: RabbitMQCluster) -> dict[str, int]:
     """How many messages each queue of the cluster holds, asked of a running node."""
-    node = next(n for n in cluster.nodes if n.running)
-    listed = node.ctl("list_queues", "name", "messages", "--no-table-headers", "--quiet")
-    return {name: int(count) for name, count in
-            (line.split("\t") for line in listed.splitlines() if line)}
+    return next(n for n in cluster.nodes if n.running).stored()
 
 
 class _Taker(stomp.ConnectionListener):  # type: ignore[misc]

@@ -22,7 +22,8 @@ and 4369: this node uses neither). The nodes of a cluster share one (``Epmd``, a
 
 The node's one user (``username``, with a password of its own, in ``url``) may do anything on
 vhost ``/``; there is no ``guest``. ``ctl`` runs ``rabbitmqctl`` against the node (vhosts, users,
-permissions). ``RabbitMQ(tls=Certificates)`` adds a STOMP TLS listener (``tls_url``).
+permissions); ``stored`` counts what each queue holds. ``RabbitMQ(tls=Certificates)`` adds a
+STOMP TLS listener (``tls_url``).
 
 Readiness is polled with a STOMP CONNECT (``host:/``, RabbitMQ's vhost) against a deadline,
 never a fixed sleep. The node logs to ``<base>/log/`` and its console goes to
@@ -185,6 +186,13 @@ class RabbitMQ(BrokerProcess):
         if done.returncode != 0:
             raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stdout}{done.stderr}")
         return done.stdout
+
+    def stored(self) -> dict[str, int]:
+        """How many messages each queue of this node holds, delivered and not yet acked ones
+        included (``rabbitmqctl list_queues``' ``messages``)."""
+        listed = self.ctl("list_queues", "name", "messages", "--no-table-headers", "--quiet")
+        return {name: int(count) for name, count in
+                (line.split("\t") for line in listed.splitlines() if line)}
 
     def _prepare(self) -> None:
         self.mnesia_dir.mkdir(parents=True, exist_ok=True)

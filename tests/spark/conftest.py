@@ -137,3 +137,15 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def stomp_broker(request: pytest.FixtureRequest) -> Any:
     """A private broker of each kind the source and sink run on: ActiveMQ, RabbitMQ."""
     return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(params=["activemq", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)])
+def stomp_trio(request: pytest.FixtureRequest) -> list[Any]:
+    """The brokers of a three-member topic, one per member: the session's three ActiveMQ
+    brokers; on RabbitMQ the session's one node three times over, under three broker entries
+    (the tests give the members distinct names). Each member still has its own connection and
+    receive loop; what separate machines add is covered on ActiveMQ, and two more RabbitMQ
+    nodes would add their startup to every CI run."""
+    if request.param == "activemq":
+        return list(request.getfixturevalue("activemq_trio"))
+    return [request.getfixturevalue("rabbitmq")] * 3

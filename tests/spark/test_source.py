@@ -1,5 +1,6 @@
-"""The ``mdb`` source on real ActiveMQ brokers: every member, kill -9 and restart, a member
-whose broker is down; on RabbitMQ too: messages sharing an ``mdb_id``."""
+"""The ``mdb`` source on real ActiveMQ and RabbitMQ brokers: every member, kill -9 of the query
+and restart, kill -9 of one broker mid-stream, a member whose broker is down, two queries
+sharing a subscription, messages sharing an ``mdb_id``."""
 
 from __future__ import annotations
 
@@ -11,15 +12,20 @@ import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import anyio
 import pytest
+from pyarrow import parquet
 
 import mdb_spark
 from mdb.destinations import Destination
 from mdb.message import ID, OutgoingMessage, labelled
 from mdb.producer import Producer
 from mdb.settings import load_settings
+from mdb_spark.journal import Journal
+from tests.conftest import private_brokers
+from tests.faults.ledger import browse
 from tests.harness.activemq import free_port
 from tests.spark.conftest import publish, settings_json, source_options, wait_for
 
@@ -32,24 +38,43 @@ def _memory_rows(spark: Any, table: str) -> list[Any]:
     return list(spark.sql(f"select * from {table}").collect())
 
 
-def test_every_member_is_read_once(spark: Any, activemq_trio: list[Any], tmp_path: Path) -> None:
-    settings = settings_json("members", [str(b.url) for b in activemq_trio])
+def _kind(broker: Any) -> str:
+    """``activemq`` or ``rabbitmq``."""
+    return str(broker.scheme).split("+")[-1]
+
+
+def _table(name: str, broker: Any) -> str:
+    """A memory sink's name, one per broker kind: a session's query names stay distinct."""
+    return f"{name}_{_kind(broker)}"
+
+
+def _member_settings(app: str, brokers: list[Any]) -> tuple[dict[str, Any], list[str]]:
+    """Settings for a topic with a member on each of ``brokers`` (broker ``b<i>``, named
+    ``<app>_p<i>``: distinct even when the brokers are one RabbitMQ node), and those members'
+    keys (the ``member`` column)."""
+    names = [f"{app}_p{i}" for i in range(len(brokers))]
+    settings = settings_json(app, [str(b.url) for b in brokers], names=names)
+    return settings, [f"b{i}/topic:{name}" for i, name in enumerate(names)]
+
+
+def test_every_member_is_read_once(spark: Any, stomp_trio: list[Any], tmp_path: Path) -> None:
+    settings, members = _member_settings("members", stomp_trio)
     options = source_options(settings, str(tmp_path / "journal"), max_messages_per_batch="20")
     assert set(mdb_spark.create_subscriptions(options).values()) == {"created"}
     ids = publish(settings, "topic:orders", [f"order {i}" for i in range(60)])
 
+    table = _table("every_member", stomp_trio[0])
     query = (spark.readStream.format("mdb").options(**options).load()
-             .writeStream.format("memory").queryName("every_member")
+             .writeStream.format("memory").queryName(table)
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     try:
-        wait_for(lambda: len(_memory_rows(spark, "every_member")) >= len(ids), "60 rows")
+        wait_for(lambda: len(_memory_rows(spark, table)) >= len(ids), "60 rows")
         query.processAllAvailable()
     finally:
         query.stop()
-    rows = _memory_rows(spark, "every_member")
+    rows = _memory_rows(spark, table)
     assert sorted(r.message_id for r in rows) == sorted(ids)
-    assert Counter(r.member for r in rows) == {
-        "b0/topic:orders": 20, "b1/topic:orders": 20, "b2/topic:orders": 20}
+    assert Counter(r.member for r in rows) == dict.fromkeys(members, 20)
     first = rows[0]
     assert first.body_string == first.body.decode()
     assert first.destination == "topic:orders"
@@ -58,25 +83,26 @@ def test_every_member_is_read_once(spark: Any, activemq_trio: list[Any], tmp_pat
 
 
 def test_member_on_a_broker_that_is_down_does_not_stop_the_others(
-        spark: Any, activemq: Any, tmp_path: Path) -> None:
-    refused = f"stomp+activemq://127.0.0.1:{free_port()}"
-    settings = settings_json("down", [str(activemq.url), refused], names=["live", "dead"])
+        spark: Any, stomp_broker: Any, tmp_path: Path) -> None:
+    refused = f"{stomp_broker.scheme}://127.0.0.1:{free_port()}"
+    settings = settings_json("down", [str(stomp_broker.url), refused], names=["live", "dead"])
     options = source_options(settings, str(tmp_path / "journal"))
     outcome = mdb_spark.create_subscriptions(options)
     assert outcome["b0/topic:live"] == "created"
     assert outcome["b1/topic:dead"].startswith("failed")
-    live_only = settings_json("down", [str(activemq.url)], names=["live"])
+    live_only = settings_json("down", [str(stomp_broker.url)], names=["live"])
     ids = publish(live_only, "topic:orders", [f"m{i}" for i in range(25)])
 
+    table = _table("member_down", stomp_broker)
     query = (spark.readStream.format("mdb").options(**options).load()
-             .writeStream.format("memory").queryName("member_down")
+             .writeStream.format("memory").queryName(table)
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     try:
-        wait_for(lambda: len(_memory_rows(spark, "member_down")) >= len(ids),
+        wait_for(lambda: len(_memory_rows(spark, table)) >= len(ids),
                  "the live member's 25 rows")
     finally:
         query.stop()
-    rows = _memory_rows(spark, "member_down")
+    rows = _memory_rows(spark, table)
     assert sorted(r.message_id for r in rows) == sorted(ids)
     assert {r.member for r in rows} == {"b0/topic:live"}
 
@@ -88,6 +114,19 @@ def _parquet_ids(spark: Any, output: Path) -> list[str]:
         return [r.message_id for r in spark.read.parquet(str(output)).collect()]
     except Exception:  # the file sink's log may have no entry yet
         return []
+
+
+def _committed_members(output: Path) -> Counter[str]:
+    """Rows per member in the files of the parquet sink's committed batches, read without
+    Spark, for polling: a Spark job every 0.2 s took a core from the query under test. The
+    sink's log (``_spark_metadata``: ``v1``, then a JSON line per file a committed batch added)
+    names them; a file the kill left from an unfinished batch is not counted."""
+    paths: set[str] = set()
+    for entry in (output / "_spark_metadata").glob("[0-9]*"):  # written atomically
+        files = [json.loads(line) for line in entry.read_text().splitlines()[1:] if line]
+        paths |= {f["path"] for f in files if f["action"] == "add"}
+    return Counter(member for path in paths for member in parquet.read_table(
+        unquote(urlparse(path).path), columns=["member"]).column("member").to_pylist())
 
 
 def _start_query(options: dict[str, str], checkpoint: Path, output: Path,
@@ -108,8 +147,8 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 
 
 def test_kill_9_mid_stream_and_restart_keeps_each_message_exactly_once(
-        spark: Any, activemq_trio: list[Any], tmp_path: Path) -> None:
-    settings = settings_json("killed", [str(b.url) for b in activemq_trio])
+        spark: Any, stomp_trio: list[Any], tmp_path: Path) -> None:
+    settings, _ = _member_settings("killed", stomp_trio)
     options = source_options(settings, str(tmp_path / "journal"), max_messages_per_batch="30",
                              prefetch="10")
     assert set(mdb_spark.create_subscriptions(options).values()) == {"created"}
@@ -118,7 +157,7 @@ def test_kill_9_mid_stream_and_restart_keeps_each_message_exactly_once(
 
     process = _start_query(options, checkpoint, output, log)
     try:
-        wait_for(lambda: len(_parquet_ids(spark, output)) >= 30 or process.poll() is not None,
+        wait_for(lambda: _committed_members(output).total() >= 30 or process.poll() is not None,
                  "the first batches in parquet")
         assert process.poll() is None, log.read_text()[-3000:]
         ids += publish(settings, "topic:orders", [f"b{i}" for i in range(150)])
@@ -127,7 +166,7 @@ def test_kill_9_mid_stream_and_restart_keeps_each_message_exactly_once(
 
         ids += publish(settings, "topic:orders", [f"c{i}" for i in range(150)])
         process = _start_query(options, checkpoint, output, log)
-        wait_for(lambda: len(_parquet_ids(spark, output)) >= len(ids)
+        wait_for(lambda: _committed_members(output).total() >= len(ids)
                  or process.poll() is not None, "every message in parquet")
         assert process.poll() is None, log.read_text()[-3000:]
     finally:
@@ -136,6 +175,101 @@ def test_kill_9_mid_stream_and_restart_keeps_each_message_exactly_once(
     seen = Counter(_parquet_ids(spark, output))
     assert sorted(seen) == sorted(ids)
     assert set(seen.values()) == {1}, [k for k, v in seen.items() if v > 1][:10]
+
+
+def _subscription_queue(broker: Any, app: str, member: str) -> str:
+    """The queue of the source's subscription (``<app>-pipeline``) to topic ``member``."""
+    virtual = "VirtualTopic." if _kind(broker) == "activemq" else ""
+    return f"Consumer.{app}-pipeline.{virtual}{member}"
+
+
+def _stored(broker: Any, queues: list[str]) -> dict[str, int]:
+    """How many messages each of ``queues`` still holds, delivered and not yet acked ones
+    included (ActiveMQ's queue browser lists them, RabbitMQ's ``messages`` counts them); only
+    the queues holding any."""
+    if _kind(broker) == "rabbitmq":
+        counts = {queue: broker.stored().get(queue, 0) for queue in queues}
+    else:
+        counts = {queue: len(browse(broker, queue)) for queue in queues}
+    return {queue: count for queue, count in counts.items() if count}
+
+
+def _uncommitted(journal: str) -> int:
+    """How many records a member's journal holds that Spark has not committed."""
+    state = Journal(journal)
+    return state.end - state.start
+
+
+def test_kill_9_of_one_broker_mid_stream_the_others_flow_and_each_message_is_read_once(
+        spark: Any, stomp_broker: Any, tmp_path: Path) -> None:
+    """Members on two brokers: two on the session's broker and one on a private broker of the
+    same kind, killed -9 while it still stores messages for the query (of its 100, the receiver
+    holds at most 40 journaled and uncommitted and 10 prefetched), then restarted on the same
+    port and data directory. Before the kill it is frozen (SIGSTOP) until the receiver
+    journaled more of its messages: their acks wait on the hung broker and die with it, so
+    they come back redelivered and must be recognised as journaled (counted again, they would
+    be rows twice). While it is down the other members' messages, sent then too, reach the
+    parquet sink; once it is back, every message is there exactly once and the source's queues
+    on both brokers are empty (asked while the query runs, so a message taken and never acked
+    would show)."""
+    app = "broker_kill"
+    with private_brokers(_kind(stomp_broker)) as [victim]:  # the session's is never killed
+        settings, members = _member_settings(app, [stomp_broker, victim, stomp_broker])
+        names = [member.split(":")[1] for member in members]
+        # The receiver must hold on to the hung broker until it journaled more: without
+        # heart-beats it would drop it after 2.5 s, and what it held would go back unjournaled.
+        settings["brokers"]["b1"].update(heartbeat_ms=0, receipt_timeout=60.0)
+        live = settings_json(app, [str(stomp_broker.url)] * 2, names=[names[0], names[2]])
+        # max_journal_messages above what one batch may take from a member (30): at or below
+        # it, one batch can take every record the receiver may hold uncommitted; the receiver
+        # then waits for that batch's commit, which Spark makes only when it starts the next
+        # batch, and with nothing new no next batch comes.
+        options = source_options(settings, str(tmp_path / "journal"), prefetch="10",
+                                 max_messages_per_batch="30", max_journal_messages="40")
+        assert set(mdb_spark.create_subscriptions(options).values()) == {"created"}
+        output, doomed = tmp_path / "out", str(options["journal"]) + (
+            f"/{app}-pipeline/b1_topic_{names[1]}")  # the victim's member's journal
+        ids = publish(settings, "topic:orders", [f"a{i}" for i in range(300)])  # 100 a member
+        query = (spark.readStream.format("mdb").options(**options).load()
+                 .select("message_id", "member").writeStream.format("parquet")
+                 .option("path", str(output)).trigger(processingTime="200 milliseconds")
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+        try:
+            # Frozen while the receiver holds all it may journal, the broker has already
+            # pushed it the next prefetch window: that is journaled once Spark commits a batch.
+            # (Frozen otherwise, it may owe the broker only the ack that frees the window.)
+            wait_for(lambda: (_committed_members(output)[members[1]] >= 10
+                     and _uncommitted(doomed) >= 40) or not query.isActive,
+                     "some of the doomed broker's messages in parquet, and a full journal")
+            victim.pause()
+            frozen_at = Journal(doomed).end
+            wait_for(lambda: Journal(doomed).end > frozen_at or not query.isActive,
+                     "messages journaled while their broker hangs")
+            victim.kill()
+            assert query.isActive, query.exception()
+            assert _committed_members(output)[members[1]] < 100  # it still had some
+
+            ids += publish(live, "topic:orders", [f"b{i}" for i in range(60)])
+            wait_for(lambda: min(_committed_members(output)[m] for m in members[::2]) >= 130
+                     or not query.isActive,
+                     "the live members' messages, sent while the other broker is down")
+            assert not victim.running and query.isActive, query.exception()
+
+            victim.start()
+            ids += publish(settings, "topic:orders", [f"c{i}" for i in range(60)])
+            wait_for(lambda: _committed_members(output).total() >= len(ids)
+                     or not query.isActive, "every message in parquet")
+            queues = {broker: [_subscription_queue(broker, app, names[i]) for i in indexes]
+                      for broker, indexes in ((stomp_broker, (0, 2)), (victim, (1,)))}
+            wait_for(lambda: not any(_stored(b, q) for b, q in queues.items())
+                     or not query.isActive, "nothing left in the source's queues")
+            assert query.isActive, query.exception()
+        finally:
+            query.stop()
+    seen = Counter(_parquet_ids(spark, output))
+    assert sorted(seen) == sorted(ids)
+    assert set(seen.values()) == {1}, [k for k, v in seen.items() if v > 1][:10]
+    assert _committed_members(output) == {members[0]: 150, members[1]: 120, members[2]: 150}
 
 
 def test_distinct_messages_sharing_an_mdb_id_are_all_read(
@@ -154,7 +288,7 @@ def test_distinct_messages_sharing_an_mdb_id_are_all_read(
                 await producer.send_message(Destination.parse("topic:orders"), message)
 
     anyio.run(send_all)
-    table = f"shared_ids_{stomp_broker.scheme.split('+')[-1]}"
+    table = _table("shared_ids", stomp_broker)
     query = (spark.readStream.format("mdb").options(**options).load()
              .writeStream.format("memory").queryName(table)
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
@@ -170,18 +304,17 @@ def test_distinct_messages_sharing_an_mdb_id_are_all_read(
 
 
 def test_two_queries_of_one_app_split_the_messages_and_another_app_gets_its_own_copy(
-        spark: Any, activemq_trio: list[Any], tmp_path: Path) -> None:
+        spark: Any, stomp_trio: list[Any], tmp_path: Path) -> None:
     """Scale-out: queries with the same app and name share the subscription (each with its
     own journal) and split the messages, none lost or doubled; another app reads them all."""
-    settings = settings_json("scaled", [str(b.url) for b in activemq_trio],
-                             names=["scaled_p0", "scaled_p1", "scaled_p2"])
+    settings, _ = _member_settings("scaled", stomp_trio)
     other = {**settings, "app": "audit"}
     shared = [source_options(settings, str(tmp_path / f"journal{i}"), prefetch="5")
               for i in range(2)]
     audit = source_options(other, str(tmp_path / "journal-audit"))
     for options in (shared[0], audit):
         assert set(mdb_spark.create_subscriptions(options).values()) == {"created"}
-    tables = ["scaled_a", "scaled_b", "audit"]
+    tables = [_table(t, stomp_trio[0]) for t in ("scaled_a", "scaled_b", "audit")]
     queries = [spark.readStream.format("mdb").options(**options).load()
                .writeStream.format("memory").queryName(table)
                .option("checkpointLocation", str(tmp_path / f"checkpoint-{table}")).start()
@@ -192,7 +325,7 @@ def test_two_queries_of_one_app_split_the_messages_and_another_app_gets_its_own_
         wait_for(lambda: all(q.recentProgress for q in queries), "every query's first trigger")
         ids = publish(settings, "topic:orders", [f"s{i}" for i in range(300)])
         wait_for(lambda: sum(len(_memory_rows(spark, t)) for t in tables[:2]) >= len(ids)
-                 and len(_memory_rows(spark, "audit")) >= len(ids), "every message read")
+                 and len(_memory_rows(spark, tables[2])) >= len(ids), "every message read")
         for query in queries:
             query.processAllAvailable()
     finally:
@@ -201,4 +334,4 @@ def test_two_queries_of_one_app_split_the_messages_and_another_app_gets_its_own_
     first, second = ([r.message_id for r in _memory_rows(spark, t)] for t in tables[:2])
     assert sorted(first + second) == sorted(ids)  # split: none lost, none doubled
     assert first and second
-    assert sorted(r.message_id for r in _memory_rows(spark, "audit")) == sorted(ids)
+    assert sorted(r.message_id for r in _memory_rows(spark, tables[2])) == sorted(ids)
