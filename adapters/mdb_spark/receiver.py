@@ -75,6 +75,7 @@ class Receiver:
         self._max_journal = max_journal_messages
         self._lock = threading.Lock()
         self._ends = {key: journal.end for key, journal in journals.items()}
+        self._taken = {key: journal.start for key, journal in journals.items()}
         self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
         self._future: Future[Any] | None = None
 
@@ -87,6 +88,14 @@ class Receiver:
         """Each member's journal end: everything before it is durable."""
         with self._lock:
             return dict(self._ends)
+
+    def taken(self, ends: dict[str, int]) -> None:
+        """Spark planned a batch reading each member's journal up to ``ends``: those records
+        no longer count against ``max_journal_messages``."""
+        with self._lock:
+            for key, end in ends.items():
+                if key in self._taken:
+                    self._taken[key] = max(self._taken[key], end)
 
     def stop(self) -> None:
         if self._future is not None:
@@ -189,11 +198,17 @@ class Receiver:
             self._ends[key] = end
 
     async def _room(self, key: str) -> None:
-        """Hold receiving while the journal holds ``max_journal_messages`` not yet committed
-        (Spark is behind): the broker keeps the rest."""
+        """Hold receiving while the journal holds ``max_journal_messages`` that no batch has
+        taken (Spark is behind): the broker keeps the rest. Not counting from the commit:
+        Spark commits a batch only when it starts the next, and a batch that took all the
+        receiver may hold would leave nothing new to start one."""
         journal = self._journals[key]
-        while journal.end - journal.start >= self._max_journal:
+        while journal.end - self._taken_until(key) >= self._max_journal:
             await anyio.sleep(_BACKPRESSURE_POLL)
+
+    def _taken_until(self, key: str) -> int:
+        with self._lock:
+            return max(self._taken[key], self._journals[key].start)
 
 
 def create_subscriptions(settings: Settings, members: dict[str, Member],

@@ -100,7 +100,7 @@ class MdbStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return self._started().ends() if self._receiver else None
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[MemberRange]:
-        self._started()
+        self._started().taken(end)
         ranges = []
         for key, journal in self._journals.items():
             first, last = int(start.get(key, journal.start)), int(end.get(key, 0))

@@ -107,6 +107,28 @@ def test_member_on_a_broker_that_is_down_does_not_stop_the_others(
     assert {r.member for r in rows} == {"b0/topic:live"}
 
 
+def test_a_full_journal_goes_on_once_a_batch_takes_what_it_holds(
+        spark: Any, activemq: Any, tmp_path: Path) -> None:
+    """Back-pressure counts the records no batch has taken yet. Counting those not yet
+    committed stopped a member for good: Spark commits a batch only when it starts the next,
+    and a batch that took every record the receiver could hold left nothing to start one."""
+    settings = settings_json("room", [str(activemq.url)], names=["room"])
+    options = source_options(settings, str(tmp_path / "journal"), prefetch="10",
+                             max_journal_messages="20")
+    assert set(mdb_spark.create_subscriptions(options).values()) == {"created"}
+    ids = publish(settings, "topic:orders", [f"m{i}" for i in range(100)])
+
+    query = (spark.readStream.format("mdb").options(**options).load()
+             .writeStream.format("memory").queryName("full_journal")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    try:
+        wait_for(lambda: len(_memory_rows(spark, "full_journal")) >= len(ids),
+                 "100 rows, at most 20 journaled ahead of Spark at a time")
+    finally:
+        query.stop()
+    assert sorted(r.message_id for r in _memory_rows(spark, "full_journal")) == sorted(ids)
+
+
 def _parquet_ids(spark: Any, output: Path) -> list[str]:
     if not (output / "_spark_metadata").is_dir():
         return []
@@ -204,8 +226,8 @@ def test_kill_9_of_one_broker_mid_stream_the_others_flow_and_each_message_is_rea
         spark: Any, stomp_broker: Any, tmp_path: Path) -> None:
     """Members on two brokers: two on the session's broker and one on a private broker of the
     same kind, killed -9 while it still stores messages for the query (of its 100, the receiver
-    holds at most 40 journaled and uncommitted and 10 prefetched), then restarted on the same
-    port and data directory. Before the kill it is frozen (SIGSTOP) until the receiver
+    holds at most 40 journaled ahead of Spark's batches and 10 prefetched), then restarted on
+    the same port and data directory. Before the kill it is frozen (SIGSTOP) until the receiver
     journaled more of its messages: their acks wait on the hung broker and die with it, so
     they come back redelivered and must be recognised as journaled (counted again, they would
     be rows twice). While it is down the other members' messages, sent then too, reach the
@@ -220,10 +242,8 @@ def test_kill_9_of_one_broker_mid_stream_the_others_flow_and_each_message_is_rea
         # heart-beats it would drop it after 2.5 s, and what it held would go back unjournaled.
         settings["brokers"]["b1"].update(heartbeat_ms=0, receipt_timeout=60.0)
         live = settings_json(app, [str(stomp_broker.url)] * 2, names=[names[0], names[2]])
-        # max_journal_messages above what one batch may take from a member (30): at or below
-        # it, one batch can take every record the receiver may hold uncommitted; the receiver
-        # then waits for that batch's commit, which Spark makes only when it starts the next
-        # batch, and with nothing new no next batch comes.
+        # At most 40 records a member journaled ahead of Spark's batches (30 rows, shared by
+        # the members): the broker is frozen once its member's journal holds that many.
         options = source_options(settings, str(tmp_path / "journal"), prefetch="10",
                                  max_messages_per_batch="30", max_journal_messages="40")
         assert set(mdb_spark.create_subscriptions(options).values()) == {"created"}
@@ -236,7 +256,7 @@ def test_kill_9_of_one_broker_mid_stream_the_others_flow_and_each_message_is_rea
                  .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
         try:
             # Frozen while the receiver holds all it may journal, the broker has already
-            # pushed it the next prefetch window: that is journaled once Spark commits a batch.
+            # pushed it the next prefetch window: that is journaled once Spark takes a batch.
             # (Frozen otherwise, it may owe the broker only the ack that frees the window.)
             wait_for(lambda: (_committed_members(output)[members[1]] >= 10
                      and _uncommitted(doomed) >= 40) or not query.isActive,
