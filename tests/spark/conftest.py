@@ -21,6 +21,7 @@ import pytest
 from mdb.producer import Producer
 from mdb.settings import load_settings
 from tests.conftest import IN_CI, missing
+from tests.faults.ledger import browse
 
 # The test modules import PySpark: without it they are not collected here (locally), and fail
 # loudly in CI, where the spark fixture's ``missing`` also refuses to skip.
@@ -84,6 +85,29 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+def broker_kind(broker: Any) -> str:
+    """``activemq`` or ``rabbitmq``."""
+    return str(broker.scheme).split("+")[-1]
+
+
+def subscription_queue(broker: Any, subscription: str, member: str) -> str:
+    """The queue of the source's shared ``subscription`` (``<app>-<name>``) to topic
+    ``member`` on ``broker``."""
+    virtual = "VirtualTopic." if broker_kind(broker) == "activemq" else ""
+    return f"Consumer.{subscription}.{virtual}{member}"
+
+
+def stored(broker: Any, queues: list[str]) -> dict[str, int]:
+    """How many messages each of ``queues`` still holds, delivered and not yet acked ones
+    included (ActiveMQ's queue browser lists them, RabbitMQ's ``messages`` counts them); only
+    the queues holding any."""
+    if broker_kind(broker) == "rabbitmq":
+        counts = {queue: broker.stored().get(queue, 0) for queue in queues}
+    else:
+        counts = {queue: len(browse(broker, queue)) for queue in queues}
+    return {queue: count for queue, count in counts.items() if count}
 
 
 def source_options(settings: dict[str, Any], journal: str, destination: str = "topic:orders",

@@ -1,9 +1,10 @@
 """The pipeline example on a real standalone cluster: a master and two workers (their own
 JVMs, executors and Python workers), submitted with ``spark-submit --master spark://…`` and
 ``--py-files`` of this checkout's mdb, the source's journal on an S3 server (moto) through
-s3fs; and the faults of issue 17 there: kill -9 of the driver, of a worker mid-batch, of the
-broker mid-stream. Each test ends with every order counted once in the parquet totals and
-nothing left in the source's subscription queues."""
+s3fs, the checkpoint and the totals on the same bucket mounted by s3fs-fuse: on ActiveMQ and
+on RabbitMQ; and the faults of issue 17 there (on ActiveMQ): kill -9 of the driver, of a
+worker mid-batch, of the broker mid-stream. Each test ends with every order counted once in
+the parquet totals and nothing left in the source's subscription queues."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import pytest
 import mdb_spark
 from examples.spark_orders.pipeline import orders, send
 from tests.conftest import private_brokers
-from tests.faults.ledger import browse
 from tests.harness.process import free_port
 from tests.harness.spark_cluster import (
     HOST,
@@ -28,7 +28,7 @@ from tests.harness.spark_cluster import (
     http_get,
     shipped_code,
 )
-from tests.spark.conftest import wait_for
+from tests.spark.conftest import broker_kind, stored, subscription_queue, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.activemq]
 
@@ -96,11 +96,11 @@ def _counted_once(store: Path, sent: list[dict[str, Any]]) -> None:
     assert len({(r["region"], r["start"]) for r in totals}) == len(totals) == 6
 
 
-def _stored(broker: Any, app: str) -> dict[str, list[str]]:
-    """The ids of the messages each subscription queue of the source still holds (ActiveMQ's
-    browser lists the ones delivered and not yet acked too)."""
-    queues = [f"Consumer.{app}-totals.VirtualTopic.{app}_p{i}" for i in range(3)]
-    return {queue: ids for queue in queues if (ids := browse(broker, queue))}
+def _stored(broker: Any, app: str) -> dict[str, int]:
+    """How many messages each subscription queue of the source still holds, delivered and not
+    yet acked ones included; only the queues holding any."""
+    return stored(broker, [subscription_queue(broker, f"{app}-totals", f"{app}_p{i}")
+                           for i in range(3)])
 
 
 def _wait_until_done(store: Path, driver: Daemon, broker: Any, app: str) -> None:
@@ -147,21 +147,22 @@ def _driver_api(port: int, path: str) -> Any:
 
 
 def test_the_example_on_a_standalone_cluster_counts_each_order_once(
-        activemq: Any, s3: S3Server, s3_folder: Path, spark_cluster: SparkCluster,
+        stomp_broker: Any, s3: S3Server, s3_folder: Path, spark_cluster: SparkCluster,
         tmp_path: Path) -> None:
-    config = _prepared(activemq, tmp_path, "cluster")
-    store = s3_folder / "cluster"
+    app = f"cluster_{broker_kind(stomp_broker)}"
+    config = _prepared(stomp_broker, tmp_path, app)
+    store = s3_folder / app
     sent = orders(ORDERS)
     anyio.run(send, config, sent)
 
     _wait_until_done(store, _submit(spark_cluster, s3, config, tmp_path, store, "driver"),
-                     activemq, "cluster")
+                     stomp_broker, app)
     _counted_once(store, sent)
-    stored = s3.filesystem().find  # type: ignore[attr-defined]
-    assert any("/a_topic_cluster_p" in path for path in stored("mdb/journal/cluster-totals"))
+    objects = s3.filesystem().find  # type: ignore[attr-defined]
+    assert any(f"/a_topic_{app}_p" in path for path in objects(f"mdb/journal/{app}-totals"))
     # The checkpoint and the totals are objects in the bucket, not files on this machine.
-    assert any("/checkpoint/commits/" in path for path in stored("mdb/cluster/checkpoint"))
-    assert any(path.endswith(".parquet") for path in stored("mdb/cluster/totals"))
+    assert any("/checkpoint/commits/" in path for path in objects(f"mdb/{app}/checkpoint"))
+    assert any(path.endswith(".parquet") for path in objects(f"mdb/{app}/totals"))
     # Executors ran on both workers, in their own processes.
     for index in range(2):
         assert list((spark_cluster.base_dir / f"worker{index}").glob("app-*/*/stderr"))

@@ -25,9 +25,16 @@ from mdb.producer import Producer
 from mdb.settings import load_settings
 from mdb_spark.journal import Journal
 from tests.conftest import private_brokers
-from tests.faults.ledger import browse
 from tests.harness.activemq import free_port
-from tests.spark.conftest import publish, settings_json, source_options, wait_for
+from tests.spark.conftest import (
+    broker_kind,
+    publish,
+    settings_json,
+    source_options,
+    stored,
+    subscription_queue,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.activemq]
 
@@ -38,14 +45,9 @@ def _memory_rows(spark: Any, table: str) -> list[Any]:
     return list(spark.sql(f"select * from {table}").collect())
 
 
-def _kind(broker: Any) -> str:
-    """``activemq`` or ``rabbitmq``."""
-    return str(broker.scheme).split("+")[-1]
-
-
 def _table(name: str, broker: Any) -> str:
     """A memory sink's name, one per broker kind: a session's query names stay distinct."""
-    return f"{name}_{_kind(broker)}"
+    return f"{name}_{broker_kind(broker)}"
 
 
 def _member_settings(app: str, brokers: list[Any]) -> tuple[dict[str, Any], list[str]]:
@@ -199,23 +201,6 @@ def test_kill_9_mid_stream_and_restart_keeps_each_message_exactly_once(
     assert set(seen.values()) == {1}, [k for k, v in seen.items() if v > 1][:10]
 
 
-def _subscription_queue(broker: Any, app: str, member: str) -> str:
-    """The queue of the source's subscription (``<app>-pipeline``) to topic ``member``."""
-    virtual = "VirtualTopic." if _kind(broker) == "activemq" else ""
-    return f"Consumer.{app}-pipeline.{virtual}{member}"
-
-
-def _stored(broker: Any, queues: list[str]) -> dict[str, int]:
-    """How many messages each of ``queues`` still holds, delivered and not yet acked ones
-    included (ActiveMQ's queue browser lists them, RabbitMQ's ``messages`` counts them); only
-    the queues holding any."""
-    if _kind(broker) == "rabbitmq":
-        counts = {queue: broker.stored().get(queue, 0) for queue in queues}
-    else:
-        counts = {queue: len(browse(broker, queue)) for queue in queues}
-    return {queue: count for queue, count in counts.items() if count}
-
-
 def _uncommitted(journal: str) -> int:
     """How many records a member's journal holds that Spark has not committed."""
     state = Journal(journal)
@@ -235,7 +220,7 @@ def test_kill_9_of_one_broker_mid_stream_the_others_flow_and_each_message_is_rea
     on both brokers are empty (asked while the query runs, so a message taken and never acked
     would show)."""
     app = "broker_kill"
-    with private_brokers(_kind(stomp_broker)) as [victim]:  # the session's is never killed
+    with private_brokers(broker_kind(stomp_broker)) as [victim]:  # the session's is never killed
         settings, members = _member_settings(app, [stomp_broker, victim, stomp_broker])
         names = [member.split(":")[1] for member in members]
         # The receiver must hold on to the hung broker until it journaled more: without
@@ -279,9 +264,10 @@ def test_kill_9_of_one_broker_mid_stream_the_others_flow_and_each_message_is_rea
             ids += publish(settings, "topic:orders", [f"c{i}" for i in range(60)])
             wait_for(lambda: _committed_members(output).total() >= len(ids)
                      or not query.isActive, "every message in parquet")
-            queues = {broker: [_subscription_queue(broker, app, names[i]) for i in indexes]
+            queues = {broker: [subscription_queue(broker, f"{app}-pipeline", names[i])
+                               for i in indexes]
                       for broker, indexes in ((stomp_broker, (0, 2)), (victim, (1,)))}
-            wait_for(lambda: not any(_stored(b, q) for b, q in queues.items())
+            wait_for(lambda: not any(stored(b, q) for b, q in queues.items())
                      or not query.isActive, "nothing left in the source's queues")
             assert query.isActive, query.exception()
         finally:
