@@ -71,15 +71,16 @@ def _submit(cluster: SparkCluster, s3: S3Server, config: Path, work: Path, store
         conf=conf)
 
 
-def _prepared(activemq: Any, work: Path, app: str) -> Path:
+def _prepared(broker: Any, work: Path, s3_folder: Path, app: str) -> tuple[Path, Path]:
     """The example's settings for ``app`` (its own subscription and member queues), with the
-    subscriptions created before anything is sent."""
+    subscriptions created before anything is sent, and the folder of the mounted bucket for
+    its checkpoint and totals."""
     config = work / "mdb.toml"
-    config.write_text(TOML.format(url=activemq.url, app=app))
+    config.write_text(TOML.format(url=broker.url, app=app))
     outcome = mdb_spark.create_subscriptions(
         {"config": str(config), "destination": "topic:orders", "name": "totals"})
     assert set(outcome.values()) == {"created"}
-    return config
+    return config, s3_folder / app
 
 
 def _counted_once(store: Path, sent: list[dict[str, Any]]) -> None:
@@ -150,8 +151,7 @@ def test_the_example_on_a_standalone_cluster_counts_each_order_once(
         stomp_broker: Any, s3: S3Server, s3_folder: Path, spark_cluster: SparkCluster,
         tmp_path: Path) -> None:
     app = f"cluster_{broker_kind(stomp_broker)}"
-    config = _prepared(stomp_broker, tmp_path, app)
-    store = s3_folder / app
+    config, store = _prepared(stomp_broker, tmp_path, s3_folder, app)
     sent = orders(ORDERS)
     anyio.run(send, config, sent)
 
@@ -171,8 +171,7 @@ def test_the_example_on_a_standalone_cluster_counts_each_order_once(
 def test_kill_9_of_the_driver_and_resubmit_from_the_checkpoint_counts_each_order_once(
         activemq: Any, s3: S3Server, s3_folder: Path, spark_cluster: SparkCluster,
         tmp_path: Path) -> None:
-    config = _prepared(activemq, tmp_path, "killed")
-    store = s3_folder / "killed"
+    config, store = _prepared(activemq, tmp_path, s3_folder, "killed")
     sent = orders(ORDERS)
     anyio.run(send, config, sent[:40])
 
@@ -194,8 +193,7 @@ def test_kill_9_of_the_driver_and_resubmit_from_the_checkpoint_counts_each_order
 def test_kill_9_of_a_worker_mid_batch_retries_its_tasks_and_counts_each_order_once(
         activemq: Any, s3: S3Server, s3_folder: Path, spark_cluster: SparkCluster,
         tmp_path: Path) -> None:
-    config = _prepared(activemq, tmp_path, "worker")
-    store = s3_folder / "worker"
+    config, store = _prepared(activemq, tmp_path, s3_folder, "worker")
     sent = orders(ORDERS)
     anyio.run(send, config, sent[:40])
     ui = free_port(HOST)
@@ -238,8 +236,7 @@ def test_kill_9_of_the_broker_while_acks_are_lost_the_source_reconnects_and_coun
         tmp_path: Path) -> None:
     journal = s3.filesystem()
     with private_brokers("activemq") as [broker]:  # its own: the session's is never killed
-        config = _prepared(broker, tmp_path, "broker")
-        store = s3_folder / "broker"
+        config, store = _prepared(broker, tmp_path, s3_folder, "broker")
         sent = orders(ORDERS)
         anyio.run(send, config, sent[:40])
         driver = _submit(spark_cluster, s3, config, tmp_path, store, "driver")
