@@ -12,12 +12,14 @@ from mdb.errors import (
     ConfigurationError,
     ConnectionFailed,
     ConnectionLost,
+    CredentialsRefused,
     DecodeError,
     EncodeError,
     ListenerDefinitionError,
     MdbError,
     NoReplyTo,
     ReplyTimeout,
+    SelectorError,
     SendOutcomeUnknown,
     SubscriptionFailed,
     TransactionRolledBack,
@@ -31,8 +33,9 @@ from mdb.settings import Settings, load_settings
 
 __all__ = [
     "BrokerError", "BrokerEvent", "ConfigurationError", "ConnectionFailed", "ConnectionLost",
-    "Container", "Context", "DecodeError", "Destination", "Distribution", "EncodeError",
-    "EventKind", "ListenerDefinitionError", "ListenerSpec", "MdbError", "NoReplyTo", "Producer",
-    "Redelivery", "ReplyTimeout", "SendOutcomeUnknown", "Settings", "SubscriptionFailed",
-    "TransactionRolledBack", "UnsupportedMessageKind", "listener", "load_settings", "on_event",
+    "Container", "Context", "CredentialsRefused", "DecodeError", "Destination", "Distribution",
+    "EncodeError", "EventKind", "ListenerDefinitionError", "ListenerSpec", "MdbError",
+    "NoReplyTo", "Producer", "Redelivery", "ReplyTimeout", "SelectorError", "SendOutcomeUnknown",
+    "Settings", "SubscriptionFailed", "TransactionRolledBack", "UnsupportedMessageKind",
+    "listener", "load_settings", "on_event",
 ]

@@ -38,8 +38,8 @@ class ListenerDefinitionError(ConfigurationError):
 
 class SelectorError(ConfigurationError, ValueError):
     """A selector is not in the subset ``mdb.selector`` evaluates; the message says where in it
-    and why, and whoever compiled it names the listener or subscription. Also a ``ValueError``,
-    as it was before it joined this tree."""
+    and why, and whoever compiled it names the listener or subscription. Also a ``ValueError``
+    (the selector's text is a bad value), so either ``except`` catches it."""
 
 
 class DecodeError(MdbError):
@@ -54,8 +54,8 @@ class UnsupportedMessageKind(DecodeError):
 
 
 class EncodeError(MdbError, TypeError):
-    """A body to send cannot be encoded. Also a ``TypeError``: it is a programming error, and
-    code that caught the ``TypeError`` ``codec.encode`` raised before keeps working."""
+    """A body to send cannot be encoded. Also a ``TypeError``: a body of a type mdb cannot
+    send is a programming error, so either ``except`` catches it."""
 
 
 class NoReplyTo(MdbError):

@@ -41,6 +41,21 @@ from mdb.message import OutgoingMessage, ReplyTo
 _tracer = trace.get_tracer("mdb")
 _meter = metrics.get_meter("mdb")
 
+# The names of what a ``process`` span records, which the testing kit (``mdb.testing.tracker``)
+# reads back to tell how each delivery ended: defined here once, so that a rename reaches both.
+PROCESS = "process"  # the CONSUMER span of a delivery is named ``process <destination>``
+MESSAGE_ID = "messaging.message.id"
+DESTINATION = "messaging.destination.name"
+SUBSCRIPTION = "messaging.destination.subscription.name"
+ERROR_TYPE = "error.type"
+DELIVERY_COUNT = "mdb.delivery_count"
+REDELIVERY_EVENT = "mdb.redelivery"  # re-sent for another delivery (with its DELIVERY_COUNT)
+ERROR_DESTINATION_EVENT = "mdb.error_destination"  # moved there (the DESTINATION it went to)
+STUCK_EVENT = "mdb.stuck"  # given up on: its OUTCOME says how
+OUTCOME = "mdb.outcome"
+DEAD_LETTERED = "dead-lettered"  # an OUTCOME: handed to the broker's dead-letter queue
+KEPT = "kept"  # an OUTCOME: kept on its own queue, not handled again
+
 
 def _message_counter(name: str, description: str) -> metrics.Counter:
     return _meter.create_counter(name, unit="{message}", description=description)
@@ -92,7 +107,7 @@ def record_bodies() -> bool:
 
 def _attributes(system: str, destination: ReplyTo, operation: str,
                 ) -> dict[str, str | int | bool]:
-    return {"messaging.system": system, "messaging.destination.name": str(destination),
+    return {"messaging.system": system, DESTINATION: str(destination),
             "messaging.operation.name": operation, "messaging.operation.type": operation}
 
 
@@ -107,7 +122,7 @@ def sending(system: str, destination: ReplyTo, message: OutgoingMessage,
             _sent.add(1, _metric_attributes(_attributes(system, destination, "send")))
         return
     attributes = _attributes(system, destination, "send")
-    attributes["messaging.message.id"] = message.headers.get("mdb_id", "")
+    attributes[MESSAGE_ID] = message.headers.get("mdb_id", "")
     attributes["messaging.message.body.size"] = len(message.body)
     with _tracer.start_as_current_span(f"send {destination}", kind=SpanKind.PRODUCER,
                                        attributes=attributes) as span:
@@ -118,7 +133,7 @@ def sending(system: str, destination: ReplyTo, message: OutgoingMessage,
         try:
             yield dataclasses.replace(message, headers=headers)
         except Exception as exc:
-            span.set_attribute("error.type", error_type(exc))
+            span.set_attribute(ERROR_TYPE, error_type(exc))
             raise
         _sent.add(1, _metric_attributes(attributes))
 
@@ -135,21 +150,21 @@ class Processing:
     def failed(self, error_type: str, text: str) -> None:
         """The handler (or decoding) failed: the span gets ``error.type`` and an error status."""
         self.error_type = error_type
-        self.span.set_attribute("error.type", error_type)
+        self.span.set_attribute(ERROR_TYPE, error_type)
         self.span.set_status(Status(StatusCode.ERROR, text[:300]))
 
     def redelivery(self, count: int) -> None:
         _redeliveries.add(1, _metric_attributes(self._attributes))
-        self.span.add_event("mdb.redelivery", {"mdb.delivery_count": count})
+        self.span.add_event(REDELIVERY_EVENT, {DELIVERY_COUNT: count})
 
     def moved(self, target: Destination) -> None:
         _error_moves.add(1, _metric_attributes(self._attributes))
-        self.span.add_event("mdb.error_destination", {"messaging.destination.name": str(target)})
+        self.span.add_event(ERROR_DESTINATION_EVENT, {DESTINATION: str(target)})
 
     def given_up(self, outcome: str) -> None:
-        """A stuck message was ``dead-lettered`` or ``kept`` (``mdb.delivery.decision``)."""
-        _given_up.add(1, _metric_attributes(self._attributes) | {"mdb.outcome": outcome})
-        self.span.add_event("mdb.stuck", {"mdb.outcome": outcome})
+        """A stuck message was ``DEAD_LETTERED`` or ``KEPT`` (``mdb.delivery.decision``)."""
+        _given_up.add(1, _metric_attributes(self._attributes) | {OUTCOME: outcome})
+        self.span.add_event(STUCK_EVENT, {OUTCOME: outcome})
 
 
 class Consumer:
@@ -160,12 +175,12 @@ class Consumer:
                  subscription: str | None, shared: bool) -> None:
         attributes = _attributes(system, destination, "process")
         if subscription:
-            attributes["messaging.destination.subscription.name"] = subscription
+            attributes[SUBSCRIPTION] = subscription
             if shared:
                 attributes["messaging.consumer.group.name"] = subscription
         self._attributes = attributes
         self._metric = _metric_attributes(attributes)
-        self._span_name = f"process {destination}"
+        self._span_name = f"{PROCESS} {destination}"
         self._listener = {"mdb.listener": listener}
 
     def processing(self, headers: Mapping[str, str], message_id: str, body: bytes,
@@ -186,8 +201,8 @@ class Consumer:
         start = time.perf_counter()
         span_attributes = dict(self._attributes)
         span_attributes.update({
-            "messaging.message.id": message_id, "messaging.message.body.size": len(body),
-            "mdb.delivery_count": delivery_count, "mdb.redelivered": redelivered})
+            MESSAGE_ID: message_id, "messaging.message.body.size": len(body),
+            DELIVERY_COUNT: delivery_count, "mdb.redelivered": redelivered})
         try:
             with _tracer.start_as_current_span(
                     self._span_name,
@@ -200,12 +215,12 @@ class Consumer:
                     yield outcome
                 except BaseException as exc:
                     outcome.error_type = outcome.error_type or error_type(exc)
-                    span.set_attribute("error.type", outcome.error_type)
+                    span.set_attribute(ERROR_TYPE, outcome.error_type)
                     raise
                 finally:
                     metric = dict(self._metric)
                     if outcome.error_type:
-                        metric["error.type"] = outcome.error_type
+                        metric[ERROR_TYPE] = outcome.error_type
                     _process_duration.record(time.perf_counter() - start, metric)
                     _consumed.add(1, metric)
         finally:

@@ -111,7 +111,7 @@ class MdbStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def read(self, partition: MemberRange) -> Iterator[Any]:
         """The range as one Arrow batch: Spark takes it without converting row by row (the
-        executors' Python was the pipeline's limit, issue 17)."""
+        executors' Python was the pipeline's limit, docs/spark.md)."""
         records = list(Journal(partition.journal).read(partition.start, partition.end))
         if not records:
             return

@@ -71,7 +71,7 @@ class StompTransaction(Transaction):
         writes anything more: after refusing a SEND, ActiveMQ goes on reading the frames
         written behind it before it closes the connection, so a pipelined ACK and COMMIT could
         settle the delivery without the refused send (measured: 1 run in 5 lost the message,
-        issue 11 finding 2). Elsewhere the COMMIT's receipt covers it."""
+        docs/security.md). Elsewhere the COMMIT's receipt covers it."""
         path, headers = send_frame(destination, message, self._dialect)
         headers["transaction"] = self.id
         try:

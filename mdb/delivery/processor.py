@@ -43,7 +43,8 @@ log = logging.getLogger("mdb.delivery")
 
 
 class Processor:
-    """Runs one listener's handler on the deliveries of one planned subscription, as DESIGN §4
+    """Runs one listener's handler on the deliveries of one planned subscription, as the
+    delivery contract (docs/architecture.md, "Delivery contract")
     says. Made once per pool slot; the connection and the subscription, which change at every
     reconnect, come with the deliveries. ``stopping()`` says when no further message may go to
     the handler. ``stats`` and ``strikes`` are the listener's, shared by its slots."""

@@ -18,6 +18,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanKind
 
+from mdb import tracing
 from mdb.errors import ConfigurationError
 
 PROCESSED = "processed"
@@ -43,7 +44,8 @@ class Attempt:
     moved_to: str | None = None
     exception: BaseException | None = None
 
-    FINAL: ClassVar[frozenset[str]] = frozenset({PROCESSED, MOVED, "dead-lettered", "kept"})
+    FINAL: ClassVar[frozenset[str]] = frozenset({PROCESSED, MOVED, tracing.DEAD_LETTERED,
+                                                 tracing.KEPT})
 
     @property
     def final(self) -> bool:
@@ -98,7 +100,7 @@ class Tracker:
 
     def ended(self, span: ReadableSpan) -> None:
         attributes = span.attributes or {}
-        message_id = str(attributes.get("messaging.message.id", ""))
+        message_id = str(attributes.get(tracing.MESSAGE_ID, ""))
         if not message_id or span.context is None:
             return
         span_id = span.context.span_id
@@ -113,8 +115,8 @@ class Tracker:
                         self._expect(sent_id, destination)
                 if attempt.moved_to is not None:
                     self._expect(message_id, attempt.moved_to)
-            elif span.kind is SpanKind.PRODUCER and "error.type" not in attributes:
-                destination = str(attributes.get("messaging.destination.name", ""))
+            elif span.kind is SpanKind.PRODUCER and tracing.ERROR_TYPE not in attributes:
+                destination = str(attributes.get(tracing.DESTINATION, ""))
                 parent = span.parent.span_id if span.parent is not None else None
                 if parent in self._open:
                     self._held_sends.setdefault(parent, []).append((message_id, destination))
@@ -132,27 +134,27 @@ class Tracker:
 
 
 def _is_process(span: ReadableSpan) -> bool:
-    return span.kind is SpanKind.CONSUMER and span.name.startswith("process ")
+    return span.kind is SpanKind.CONSUMER and span.name.startswith(f"{tracing.PROCESS} ")
 
 
 def _attempt(span: ReadableSpan, exception: BaseException | None) -> Attempt:
     attributes = span.attributes or {}
-    error_type = attributes.get("error.type")
+    error_type = attributes.get(tracing.ERROR_TYPE)
     events = {event.name: event.attributes or {} for event in span.events}
     outcome, moved_to = PROCESSED, None
-    if "mdb.error_destination" in events:
+    if tracing.ERROR_DESTINATION_EVENT in events:
         outcome = MOVED
-        moved_to = str(events["mdb.error_destination"].get("messaging.destination.name"))
-    elif "mdb.stuck" in events:
-        outcome = str(events["mdb.stuck"].get("mdb.outcome"))
-    elif "mdb.redelivery" in events:
+        moved_to = str(events[tracing.ERROR_DESTINATION_EVENT].get(tracing.DESTINATION))
+    elif tracing.STUCK_EVENT in events:
+        outcome = str(events[tracing.STUCK_EVENT].get(tracing.OUTCOME))
+    elif tracing.REDELIVERY_EVENT in events:
         outcome = REDELIVERED
     elif error_type is not None:
         outcome = NOT_SETTLED
-    subscription = attributes.get("messaging.destination.subscription.name")
-    count = attributes.get("mdb.delivery_count", 1)
+    subscription = attributes.get(tracing.SUBSCRIPTION)
+    count = attributes.get(tracing.DELIVERY_COUNT, 1)
     return Attempt(
-        destination=str(attributes.get("messaging.destination.name", "")),
+        destination=str(attributes.get(tracing.DESTINATION, "")),
         subscription=None if subscription is None else str(subscription),
         delivery_count=count if isinstance(count, int) else 1,
         outcome=outcome,

@@ -1,4 +1,5 @@
-"""Benchmark (issue 14): poison messages with a redelivery delay must not hold the pool.
+"""Benchmark: poison messages with a redelivery delay must not hold the pool
+(docs/performance.md).
 
     .venv/bin/python -m tests.bench.benchmark_delays [--good 10000] [--failing 1000] [--runs 3]
 
@@ -15,8 +16,9 @@ embedded memory broker, and a private ActiveMQ with the reference config, its sc
   against the time the good ones took plus limit x delay (the goal: about that, not the
   number of failing messages times the delay).
 
-With the delay held in the pool slots, as before issue 14, the failing messages alone would
-occupy the four slots for FAILING x limit x delay / pool seconds (1,500 s with the defaults).
+Were the delay held in the pool slots (docs/concepts.md, "Redelivery delays and order"), the
+failing messages alone would occupy the four slots for FAILING x limit x delay / pool seconds
+(1,500 s with the defaults).
 Medians of ``--runs`` runs. Not a test: CI never times anything.
 """
 

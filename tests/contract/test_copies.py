@@ -1,6 +1,7 @@
 """A copy mdb re-sends (for a redelivery, to the error destination) is the same message, on
 every broker: its body, its kind (text or bytes), the application's headers, its reply-to and
-correlation id; only mdb's own headers are added (issue 12, finding 1)."""
+correlation id; only mdb's own headers are added (docs/concepts.md, "How redelivery works,
+and why")."""
 
 from __future__ import annotations
 

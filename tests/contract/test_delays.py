@@ -1,4 +1,4 @@
-"""Redelivery delays kept by the broker (issue 14), on every broker: memory, ActiveMQ (its
+"""Redelivery delays kept by the broker, on every broker: memory, ActiveMQ (its
 scheduler, on in the reference config) and RabbitMQ (delay queues).
 
 A failed message's copy is handed to the broker with its delay, in the transaction that acks

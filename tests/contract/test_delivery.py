@@ -1,4 +1,5 @@
-"""The delivery contract (DESIGN §4), once, on every broker: memory, ActiveMQ and RabbitMQ."""
+"""The delivery contract (docs/architecture.md, "Delivery contract"), once, on every broker:
+memory, ActiveMQ and RabbitMQ."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ async def test_redeliveries_and_the_error_destination_are_in_the_trace(url: str)
     settings = settings_for(url)
     calls = Calls()
 
-    # A delay: the broker holds each retry (issue 14), and the trace goes on through it.
+    # A delay: the broker holds each retry, and the trace goes on through it.
     @listener(queue, redelivery=Redelivery(limit=1, delay=0.2))
     async def flaky(body: str, ctx: Context) -> None:
         calls.add("run", (body, ctx.delivery_count))

@@ -1,6 +1,6 @@
 """The ledger of the fault tests: who processed what, checked against what the producer was told.
 
-The contract after a fault (DESIGN.md §4, rules 4 and 5):
+The contract after a fault (docs/architecture.md, "Delivery contract", rules 4 and 6):
 
 * every message whose ``Producer.send`` returned (``told``) is processed — once per app in
   ``one-copy-per-app``, by every server in ``one-copy-per-server``;

@@ -1,4 +1,4 @@
-"""A broker killed (SIGKILL) while it holds a failed message's delayed copy (issue 14): after
+"""A broker killed (SIGKILL) while it holds a failed message's delayed copy: after
 its restart the copy comes back with its count and its flag, behind a message sent while it
 was held.
 

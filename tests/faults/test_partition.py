@@ -1,5 +1,5 @@
 """A container process cut off from its brokers, or frozen, past the broker's tolerance, checked
-with a ledger (issue 13).
+with a ledger (docs/failover.md, "Partitions").
 
 Two ActiveMQ brokers listen on a private bridge (``tests.harness.netns``) and hold a topic
 partitioned over them. App ``shop`` runs two container processes on one shared subscription

@@ -4,10 +4,10 @@ One private node (this module's own; never the session fixture) holds the topic.
 runs two container processes on one shared subscription (``one-copy-per-app``), app ``audit``
 two servers with their own (``one-copy-per-server``); a producer sends in a loop meanwhile.
 
-RabbitMQ does not promise the redelivered flag for a message that was delivered before a
-crash of the node (DESIGN.md §4, docs): a repeat after the restart may come unflagged. So here
-the contract is asserted for loss only (every message whose send returned is processed by the
-app, and by every audit server); unflagged repeats are counted and printed, not asserted.
+RabbitMQ does not promise the redelivered flag for a message that was delivered before a crash
+of the node (docs/failover.md, "Known limits"): a repeat after the restart may come unflagged.
+So here the contract is asserted for loss only (every message whose send returned is processed
+by the app, and by every audit server); unflagged repeats are counted and printed, not asserted.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 master and its standby. They share no store, so this only proves that the container's
 connections and the producer's move to the second address when the first is killed -9, and
 that the listener is subscribed again there. The shared-store master/slave (one store: the
-messages follow the takeover) is tested on its own (issue 13, item 2)."""
+messages follow the takeover) is tested on its own (``test_activemq_ha.py``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Hostile frames (issue 11, findings 1 and 2): NUL bytes in headers, frames split at a NUL,
-and headers too many or too large for the broker to take back in an error-destination copy.
+"""Hostile frames (docs/security.md, "Hostile input: frames"): NUL bytes in headers, frames
+split at a NUL, and headers too many or too large for the broker to take back in an
+error-destination copy.
 
 Each case checks that the container stays ready, that the message behind the hostile one is
 processed, and that the hostile message ends intact on an error destination: never lost, never
@@ -77,7 +78,7 @@ def damaged_count(container: Container, listener_name: str) -> int:
     return deployed.stats.damaged
 
 
-# -- finding 1: NUL bytes -------------------------------------------------------------------------
+# -- NUL bytes ------------------------------------------------------------------------------------
 
 async def test_a_header_with_a_nul_is_refused_before_anything_is_sent(broker_url: str) -> None:
     queue = f"queue:{unique('nulsend')}"
@@ -151,15 +152,15 @@ async def test_a_failure_text_with_a_nul_still_reaches_the_error_destination(
     assert "\x00" not in moved.headers[ERROR_MESSAGE]
 
 
-# -- finding 2: too many or too large headers ------------------------------------------------------
+# -- too many or too large headers -----------------------------------------------------------------
 
 @pytest.mark.activemq
 async def test_a_refused_transacted_send_is_never_followed_by_its_ack(
     activemq: BrokerProcess,
 ) -> None:
-    """How finding 2 lost its message: ActiveMQ refused a SEND with too many headers but went
-    on reading the frames behind it, and committed the pipelined ACK without the copy. A
-    transacted SEND the broker refuses must fail before the caller can ack anything.
+    """How a refused copy could lose its message: ActiveMQ refuses a SEND with too many headers
+    but goes on reading the frames behind it, and would commit a pipelined ACK without the copy.
+    A transacted SEND the broker refuses must fail before the caller can ack anything.
     (RabbitMQ took every such frame measured: 2,000 headers, one of 200 KB.)"""
     stomp_url = activemq.url
     name = unique("refused")

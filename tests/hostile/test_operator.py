@@ -1,4 +1,4 @@
-"""A careless operator's cases on real brokers (issue 11, finding 5 and "What to build" 4 and 6):
+"""A careless operator's cases on real brokers (docs/security.md, "Secrets"; docs/failover.md):
 a password never reaches the log, DEBUG included, and a broker outage is one line when it starts
 and one when it ends, with nothing of the broker library's."""
 

@@ -1,9 +1,10 @@
-"""Hostile input the delivery policy must survive (issue 11, findings 3 and 6), on the embedded
+"""Hostile input the delivery policy must survive (docs/security.md, "Hostile input: delivery
+counts, settings, handlers and bodies"), on the embedded
 broker, ActiveMQ and RabbitMQ: a forged ``mdb_delivery_count`` and a bad body carrying a
 secret. Each case checks that the container stays ready, that the next message still flows,
 and that the hostile message is processed or sits intact on the error destination.
 
-The settings and handler shapes of finding 4 are refused before anything runs: see
+Settings and handler shapes that cannot work are refused before anything runs: see
 tests/unit/test_listener.py and tests/unit/test_options.py."""
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ async def still_flowing(url: str, container: Container, calls: Calls, queue: str
 
 async def test_a_forged_delivery_count_crashes_nothing_and_loses_nothing(broker_url: str,
                                                                          ) -> None:
-    """Finding 3: count 1030 overflowed the backoff arithmetic and killed the container; a
+    """A huge count (1030) must not overflow the backoff arithmetic and kill the container; a
     count that is not a number is a first delivery; a count past the limit is believed (the
     count is advisory: docs/security.md), so the message moves to the error destination
     intact after one run of the handler."""
@@ -89,9 +90,9 @@ async def test_a_bad_body_never_shows_in_logs_spans_or_error_headers(
     broker_url: str, spans: InMemorySpanExporter, caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Finding 6: pydantic's ``input_value=...`` carried the body into the span status, the
-    WARNING log line and ``mdb_error_message``, and stomp.py's DEBUG lines showed every frame's
-    body. The body itself stays intact on the error destination."""
+    """pydantic's ``input_value=...`` would carry the body into the span status, the WARNING
+    log line and ``mdb_error_message``, and stomp.py's DEBUG lines show every frame's body:
+    none of them may show it. The body itself stays intact on the error destination."""
     monkeypatch.delenv("MDB_TRACE_BODIES", raising=False)
     caplog.set_level(logging.DEBUG, logger="mdb")
     caplog.set_level(logging.DEBUG, logger="stomp.py")  # it logs every frame at DEBUG
@@ -134,9 +135,10 @@ def plain_wrapper(handler: Callable[..., Any]) -> Callable[..., Any]:
 
 async def test_a_handler_that_returns_a_coroutine_unrun_is_not_acknowledged_as_processed(
 ) -> None:
-    """Finding 4's cousin the decorator cannot see: the coroutine a wrapped ``async def``
-    returns was dropped and the message settled as processed. It now fails like a raising
-    handler, so the message ends on the error destination, intact and explained."""
+    """A handler shape the decorator cannot see: a plain ``def`` wrapping an ``async def``
+    returns a coroutine that would be dropped and the message settled as processed. It fails
+    like a raising handler instead, so the message ends on the error destination, intact and
+    explained."""
     url = f"memory://{unique('wrapped')}"
     queue = f"queue:{unique('wrapped')}"
     ran = Calls()

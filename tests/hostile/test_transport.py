@@ -1,8 +1,8 @@
-"""A careless or hostile operator's settings for the connection itself (issue 11, findings 7
-and 8, and the CONNECT header injection of finding 5): broker URLs with parts mdb would
-ignore, credentials that would inject CONNECT headers, credentials from a file, and TLS
-settings that cannot work. These need no broker; ``test_transport_brokers.py`` covers the
-same on real brokers (TLS, vhosts, refused credentials, authorization).
+"""A careless or hostile operator's settings for the connection itself (docs/security.md, "TLS
+and authentication"): broker URLs with parts mdb would ignore, credentials that would inject
+CONNECT headers, credentials from a file, and TLS settings that cannot work. These need no
+broker; ``test_transport_brokers.py`` covers the same on real brokers (TLS, vhosts, refused
+credentials, authorization).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""TLS, virtual hosts, authentication and authorization on real brokers (issue 11, findings 7
-and 8, "What to build" 1-3).
+"""TLS, virtual hosts, authentication and authorization on real brokers (docs/security.md, "TLS
+and authentication").
 
 Two brokers of their own, shared by the session: an ActiveMQ with a ``stomp+ssl`` connector
 that wants a client certificate (mutual TLS) and a RabbitMQ node with a STOMP TLS listener; the

@@ -1,8 +1,9 @@
-"""Java services and mdb on one ActiveMQ (issue 12): what crosses intact, and what does not yet.
+"""Java services and mdb on one ActiveMQ: what crosses intact, and what does not yet
+(docs/interop.md).
 
-The tests naming issue 12's findings reproduced them before the fix (they failed on the code
-before it): copies that change the JMS message, and messages STOMP cannot carry handed to a
-handler as an empty body.
+Two ways mdb could change what a Java client sent are guarded here: a copy (a retry, or one on
+the error destination) that is not the same JMS message, and a message STOMP cannot carry
+handed to a handler as an empty body.
 """
 
 from __future__ import annotations
@@ -105,8 +106,9 @@ BODIES = {"text": "keep me", "bytes": base64.b64encode(bytes(range(256))).decode
 @pytest.mark.parametrize("kind", ["text", "bytes"])
 async def test_an_error_destination_copy_keeps_the_jms_message(
         java_broker: JavaBroker, kind: str) -> None:
-    """Issue 12, finding 1: the copy was a BytesMessage, priority 4, no expiration, persistent.
-    The error copy here is a copy of a retry copy: each keeps the message."""
+    """The copy on the error destination is the same JMS message: its kind (text stays text),
+    priority, expiration, delivery mode, correlation id, type and properties. It is a copy of a
+    retry copy here: each keeps the message."""
     broker, java = java_broker
     queue = unique("copy")
     calls = Calls()
@@ -131,7 +133,7 @@ async def test_an_error_destination_copy_keeps_the_jms_message(
 
 
 async def test_a_redelivered_copy_keeps_the_jms_message(java_broker: JavaBroker) -> None:
-    """Issue 12, finding 1, the retry copy as mdb reads it: the same STOMP headers as the
+    """The retry copy as mdb reads it is the same message: the same STOMP headers as the
     original but for the message id, timestamp and mdb's own (and the two ActiveMQ adds as
     properties to a TextMessage sent over STOMP: ``amq-msg-type``, ``content-length``)."""
     broker, java = java_broker
@@ -160,7 +162,8 @@ async def test_a_redelivered_copy_keeps_the_jms_message(java_broker: JavaBroker)
 @pytest.mark.parametrize("kind", ["map", "object", "stream", "plain"])
 async def test_a_java_message_stomp_cannot_carry_is_not_processed_as_an_empty_body(
         java_broker: JavaBroker, kind: str) -> None:
-    """Issue 12, finding 2: it was handed to the handler as an empty body and acked."""
+    """A MapMessage (ObjectMessage, ...) reaches mdb over STOMP with an empty body: it goes to
+    the error destination, saying so, never to the handler as an empty body that is acked."""
     broker, java = java_broker
     queue = unique(kind)
     calls = Calls()

@@ -1,4 +1,4 @@
-"""The RabbitMQ equivalents of the Java interop tests (issue 12, build item 6): RabbitMQ has no
+"""The RabbitMQ equivalents of the Java interop tests (docs/interop.md): RabbitMQ has no
 JMS client here, so both sides are mdb, on its STOMP plugin's own conventions: a requester's
 ``/temp-queue/`` in ``reply-to``, seen by the replier as a ``/reply-queue/``; and a retry copy
 keeps what its STOMP frames carry (priority, expiration)."""

@@ -1,4 +1,4 @@
-"""Request/reply between Java and mdb on one ActiveMQ (issue 12, finding 3): a Java requester
+"""Request/reply between Java and mdb on one ActiveMQ (docs/interop.md): a Java requester
 with a TemporaryQueue answered by an mdb handler, mdb's ``Producer.request`` answered by a Java
 replier, and a reply-to written in mdb's syntax seen by Java as its JMSReplyTo."""
 
@@ -64,8 +64,8 @@ async def test_mdb_requests_a_java_replier(java_broker: JavaBroker) -> None:
 @pytest.mark.parametrize("kind", ["map", "object", "stream", "plain"])
 async def test_a_java_reply_stomp_cannot_carry_is_an_error_not_an_empty_body(
         java_broker: JavaBroker, kind: str) -> None:
-    """Issue 12, build item 2, on the reply path: a MapMessage (...) reply reached
-    ``producer.request`` as an empty body; the requester gets an mdb error saying so."""
+    """A MapMessage (...) reply reaches mdb over STOMP with an empty body: the requester gets
+    an mdb error saying so, never an empty body."""
     broker, java = java_broker
     queue = unique(f"mdb_asks_{kind}")
     async with anyio.create_task_group() as tg, Producer(settings_for(broker.url)) as producer:

@@ -1,5 +1,5 @@
-"""A Java consumer selects what mdb sends (issue 12, finding 4): by mdb's content type, through
-``mdb_content_type`` (STOMP's ``content-type`` is no JMS identifier), and by a user's header."""
+"""A Java consumer selects what mdb sends: by mdb's content type, through ``mdb_content_type``
+(STOMP's ``content-type`` is no JMS identifier), and by a user's header (docs/interop.md)."""
 
 from __future__ import annotations
 

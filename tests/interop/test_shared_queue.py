@@ -1,5 +1,5 @@
-"""A queue consumed at once by an mdb container and by a Java JMS consumer (issue 12, build item
-6): messages sent by either side are each processed once, by one of them, and a repeat is
+"""A queue consumed at once by an mdb container and by a Java JMS consumer (docs/interop.md):
+messages sent by either side are each processed once, by one of them, and a repeat is
 flagged; a message an mdb handler fails on reaches the Java consumer as the same JMS message."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 JVMs, executors and Python workers), submitted with ``spark-submit --master spark://…`` and
 ``--py-files`` of this checkout's mdb, the source's journal on an S3 server (moto) through
 s3fs, the checkpoint and the totals on the same bucket mounted by s3fs-fuse: on ActiveMQ and
-on RabbitMQ; and the faults of issue 17 there (on ActiveMQ): kill -9 of the driver, of a
+on RabbitMQ; and three faults there (on ActiveMQ, docs/spark.md): kill -9 of the driver, of a
 worker mid-batch, of the broker mid-stream. Each test ends with every order counted once in
 the parquet totals and nothing left in the source's subscription queues."""
 

@@ -65,7 +65,7 @@ class Payment(BaseModel):
 ])
 def test_a_decode_error_says_where_and_why_but_never_shows_the_body(annotation: object,
                                                                     body: bytes) -> None:
-    """Issue 11, finding 6: the text goes to logs, span status and error headers."""
+    """The text goes to logs, span status and error headers, where a body must never be."""
     with pytest.raises(DecodeError) as caught:
         codec.decoder_for(annotation)(body)
     text = str(caught.value)
@@ -74,8 +74,8 @@ def test_a_decode_error_says_where_and_why_but_never_shows_the_body(annotation: 
 
 
 def test_headers_beyond_the_bounds_are_refused_before_sending() -> None:
-    """Issue 11, finding 9: ActiveMQ refuses such a frame by dropping the connection, which made
-    the send's outcome unknown ("may have been stored") when it surely failed."""
+    """ActiveMQ refuses such a frame by dropping the connection, which would make the send's
+    outcome unknown ("may have been stored") when it surely failed."""
     # with content-type, mdb_content_type and mdb_id
     fits = {f"h{n}": "v" for n in range(MAX_HEADERS - 3)}
     assert len(codec.outgoing("x", fits).headers) == MAX_HEADERS

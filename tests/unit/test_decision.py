@@ -236,7 +236,7 @@ def test_after_a_held_send_failed_the_whole_batch_runs_again_flagged() -> None:
     assert steps == [Step(r.delivery, message(2), None) for r in run]
 
 
-# -- the delivery count is untrusted input (issue 11, finding 3) --------------------------------
+# -- the delivery count is untrusted input: any producer can write its header -------------------
 
 GENEROUS = Policy("l", Redelivery(limit=10_000, delay=1.0, backoff=2.0, max_delay=60.0),
                   REQUEUE, ERRORS)
@@ -281,7 +281,7 @@ def test_a_forged_count_past_the_limit_moves_the_message_to_the_error_destinatio
     assert outcome.headers["mdb_delivery_count"] == "99999"
 
 
-# -- the failure text copied into the error headers (issue 11, "What to build" 5) ---------------
+# -- the failure text copied into the error headers fits any frame ------------------------------
 
 def test_the_error_text_has_no_nul_nor_control_characters_and_stays_readable() -> None:
     text = error_text("bad\x00value\x1b[31m red\r\nnext line\ttab\x7f end\u0085")

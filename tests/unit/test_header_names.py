@@ -1,4 +1,4 @@
-"""Header names a Java (JMS) selector can use (issue 12, finding 4): mdb's content type under a
+"""Header names a Java (JMS) selector can use (docs/interop.md): mdb's content type under a
 JMS identifier too, read from either name, and one warning per header name a selector cannot
 name."""
 

@@ -195,8 +195,8 @@ class _Callable:
 ])
 def test_a_handler_shape_that_cannot_work_is_refused_at_declaration(handler: object,
                                                                     says: str) -> None:
-    """Issue 11, finding 4: a generator's body never ran while every message was acked; a
-    callable instance crashed startup."""
+    """A generator's body would never run while every message was acked; a callable instance
+    would crash startup: both are refused when decorated."""
     with pytest.raises(ListenerDefinitionError, match=f"{says}.*def or async def"):
         listener("queue:orders", name="on_order")(handler)  # type: ignore[type-var]
 

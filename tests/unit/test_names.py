@@ -1,5 +1,6 @@
 """Names that become part of frames and subscription names are refused with a trailing newline
-(issue 11, finding 9): ``$`` in a regular expression also matches before a final newline."""
+(a newline in a header would end it): ``$`` in a regular expression also matches before a final
+newline."""
 
 from __future__ import annotations
 

@@ -127,8 +127,8 @@ def test_the_reference_shows_each_options_declared_default_range_and_meaning() -
 def test_settings_that_would_hang_a_slot_or_loop_a_message_are_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, toml: str, setting: str,
 ) -> None:
-    """Issue 11, finding 4: ``delay = inf`` held a pool slot for ever; an endless timeout
-    waits for ever on a hung broker."""
+    """``delay = inf`` would hold a pool slot for ever, and an endless timeout would wait for
+    ever on a hung broker: both are refused."""
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "mdb.toml"
     config.write_text(toml + "\n")

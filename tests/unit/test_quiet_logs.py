@@ -1,6 +1,6 @@
-"""Quiet logs under broker faults (issue 11, "What to build" 6): a broker outage is one line
-when it starts and one when it ends (with the failed attempts and how long it lasted), however
-many connections and reconnect attempts the container has."""
+"""Quiet logs under broker faults (docs/failover.md, "What the log says during an outage"): a
+broker outage is one line when it starts and one when it ends (with the failed attempts and how
+long it lasted), however many connections and reconnect attempts the container has."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Secrets are never shown (issue 11, finding 5): a broker URL's password, a password setting's
-value and a CONNECT frame's passcode stay out of plan tables, errors and logs, DEBUG included."""
+"""Secrets are never shown (docs/security.md, "Secrets"): a broker URL's password, a password
+setting's value and a CONNECT frame's passcode stay out of plan tables, errors and logs, DEBUG
+included."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What mdb checks of a queue listener's selector before connecting (``mdb subscriptions``
-finds what the broker would refuse at ``mdb run``; issue 11, finding 9)."""
+finds what the broker would refuse at ``mdb run``; docs/distribution.md)."""
 
 from __future__ import annotations
 

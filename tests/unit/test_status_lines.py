@@ -1,4 +1,4 @@
-"""``mdb run``'s periodic status line (issue 11, "What to build" 6): on a terminal every
+"""``mdb run``'s periodic status line (docs/failover.md): on a terminal every
 interval; elsewhere (a log collector) only when it changed."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""stomp.py's DEBUG frame lines never show a body unless MDB_TRACE_BODIES=true (issue 11,
-finding 6: bodies and validation inputs never reach logs)."""
+"""stomp.py's DEBUG frame lines never show a body unless MDB_TRACE_BODIES=true: bodies and
+validation inputs never reach logs (docs/tracing.md, docs/security.md)."""
 
 from __future__ import annotations
 
