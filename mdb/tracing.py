@@ -152,6 +152,10 @@ class Processing:
         self.span.add_event("mdb.stuck", {"mdb.outcome": outcome})
 
 
+UNSEEN: AbstractContextManager[Processing] = nullcontext(Processing(INVALID_SPAN, {}))
+"""The ``process`` span of a delivery settled unseen (not selected): none."""
+
+
 class Consumer:
     """The telemetry of one listener's consumer: its subscription on one broker. What every
     ``process`` span and data point of its deliveries shares is worked out once, here."""
