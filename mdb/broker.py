@@ -20,12 +20,15 @@ Rules every adapter keeps:
   Nothing done on a stale object reaches the broker. The container reconnects by calling
   ``Broker.connect()`` again.
 * A delivery whose settlement failed (an aborted or rolled-back transaction) stays with its
-  live subscription, as on ActiveMQ: it is redelivered only once that subscription is closed.
+  live subscription: it is redelivered only once that subscription is closed (an adapter
+  whose broker redelivers it sooner says so in its own docstring; the container closes the
+  subscription either way).
 """
 
 from __future__ import annotations
 
 import abc
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -95,6 +98,30 @@ class SubscriptionRequest:
     prefetch: int
 
 
+class ProblemKind(enum.Enum):
+    """The kinds of ``Problem``; each value is the error type the container gives the message
+    on the error destination."""
+
+    DAMAGED = "mdb.DamagedFrame"
+    """Received in a damaged or inconsistent form (e.g. a frame cut at a NUL byte in a header):
+    the delivery's ``headers`` and ``body`` are what could be read of it, NUL bytes in headers
+    replaced by U+FFFD."""
+    UNSUPPORTED = "mdb.UnsupportedMessageKind"
+    """A kind of message whose body the broker could not carry over the adapter's protocol (a
+    JMS MapMessage over STOMP arrives with an empty body): handing it to a handler as an empty
+    body would lose its content silently."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why the adapter cannot hand a delivery over as its sender sent it, ``text`` saying what
+    was wrong. The container never hands such a delivery to a handler nor retries it: it
+    moves it to the error destination at once."""
+
+    kind: ProblemKind
+    text: str
+
+
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """One message as delivered by the broker.
@@ -113,13 +140,8 @@ class Delivery:
     ``reply_to`` is where the sender asked for a reply (``Transaction.send`` and
     ``Connection.send`` of the same broker accept it as a target) and ``correlation_id`` the
     sender's correlation id; None when the message has none.
-    ``damage`` is set (saying what was wrong) when the adapter received the message in a
-    damaged or inconsistent form, e.g. a frame cut at a NUL byte in a header: ``headers`` and
-    ``body`` are what could be read of it, NUL bytes in headers replaced by U+FFFD. The
-    container never hands such a delivery to a handler; it moves it to the error destination.
-    ``unsupported`` is set likewise (saying why) for a message whose body the broker could not
-    carry over the adapter's protocol (a JMS MapMessage over STOMP arrives with an empty body):
-    handing it to a handler as an empty body would lose its content silently.
+    ``problem`` is set when the adapter cannot hand the message over as it was sent
+    (``Problem``).
     ``can_dead_letter`` is True when ``Connection.dead_letter`` would leave the message on a
     dead-letter queue the broker surely keeps it on; False where it could drop it instead.
     """
@@ -133,8 +155,7 @@ class Delivery:
     protocol_headers: frozenset[str] = frozenset()
     reply_to: ReplyAddress | None = None
     correlation_id: str | None = None
-    damage: str | None = None
-    unsupported: str | None = None
+    problem: Problem | None = None
     can_dead_letter: bool = False
 
 
@@ -162,6 +183,15 @@ class Subscription(abc.ABC):
         batch of what is available, never to poll. On a closed subscription or a lost
         connection it returns None; ``receive`` then raises ``ConnectionLost``.
         """
+
+    @property
+    def holding(self) -> bool:
+        """True while deliveries the broker dispatched to this subscription are unsettled,
+        received or not. Closing a subscription that holds some may end its whole connection
+        (where the broker keeps unacked deliveries with the connection: the adapter says so),
+        and with it the work of the other subscriptions on that connection. False by
+        default."""
+        return False
 
     @abc.abstractmethod
     async def close(self) -> None:

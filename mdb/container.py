@@ -18,8 +18,8 @@ Lifecycle (``run``):
    drain and close, slots of new members start.
 3. stop (``request_stop``): stop receiving → let in-flight handlers finish within
    ``shutdown_grace_period`` → cancel what is still running, aborting its transaction so the
-   broker redelivers it → close subscriptions (a slot that may still hold prefetched
-   deliveries leaves its own to this step: see ``Slots.close_held``) → delete the
+   broker redelivers it → close subscriptions (one still holding deliveries is left to this
+   step: see ``Slots.close_held``) → delete the
    subscriptions of listeners with ``durable_subscription_deletion`` → close connections.
 """
 

@@ -227,12 +227,7 @@ class BrokerLink:
         ConnectionFailed (``round_failed``)."""
         async with self._lock:
             if not self.is_open:
-                connections_then = self.status.connections
-                try:
-                    await self._round()
-                except ConnectionFailed as exc:
-                    self.status.round_failed(str(exc), connections_then)
-                    raise
+                await self._reported_round()
             assert self._current is not None
             return self._current
 
@@ -250,11 +245,9 @@ class BrokerLink:
                 # connection was opened belongs to that outage, already reported.
                 self.status.down("connection lost")
             while not self.is_open:
-                connections_then = self.status.connections
                 try:
-                    await self._round()
+                    await self._reported_round()
                 except ConnectionFailed as exc:
-                    self.status.round_failed(str(exc), connections_then)
                     # The outage is logged once by the status; each round only at DEBUG.
                     log.debug("broker %s: reconnect failed (%s); next round in %.1fs",
                               self.name, exc, delay)
@@ -262,6 +255,15 @@ class BrokerLink:
                     delay = backed_off(delay, self.settings)
             assert self._current is not None
             return self._current
+
+    async def _reported_round(self) -> None:
+        """``_round``, a failed one told to the broker status (``round_failed``)."""
+        connections_then = self.status.connections
+        try:
+            await self._round()
+        except ConnectionFailed as exc:
+            self.status.round_failed(str(exc), connections_then)
+            raise
 
     async def _round(self) -> None:
         """One round over the broker's addresses (``round_order``), from the status's active

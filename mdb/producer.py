@@ -13,7 +13,7 @@ from types import TracebackType
 import anyio
 
 from mdb import codec, tracing
-from mdb.broker import Delivery
+from mdb.broker import Delivery, ProblemKind
 from mdb.brokers import Brokers
 from mdb.destinations import Destination
 from mdb.errors import ReplyTimeout, UnsupportedMessageKind
@@ -160,10 +160,10 @@ class Producer:
 def _reply(delivery: Delivery, request_id: str) -> Message:
     """A reply to request ``request_id`` as ``Producer.request`` returns it;
     ``UnsupportedMessageKind`` for one whose content the broker could not carry."""
-    if delivery.unsupported is not None:
+    if delivery.problem is not None and delivery.problem.kind is ProblemKind.UNSUPPORTED:
         raise UnsupportedMessageKind(
             f"the reply to request {request_id} is a message mdb cannot read: "
-            f"{delivery.unsupported}")
+            f"{delivery.problem.text}")
     return Message(id=delivery.headers.get(ID) or delivery.broker_message_id,
                    destination=delivery.destination, body=delivery.body,
                    headers=delivery.headers, redelivered=delivery.broker_redelivered,

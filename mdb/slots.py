@@ -140,66 +140,72 @@ class Slots:
         return self.stopping or slot.retired
 
     async def _consume(self, slot: Slot) -> None:
-        deployed, planned, link = slot.deployed, slot.planned, slot.link
-        batch_size = deployed.spec.options.max_messages_per_transaction
-        processor = Processor(deployed.spec, planned, link.system, self.producer, deployed.stats,
-                              deployed.strikes, slot.threads, stopping=lambda: self._ends(slot))
-        while not self._ends(slot):
-            holding = False  # may hold prefetched deliveries: none once a receive waited
-            try:
-                connection = await link.connection()
-                if slot.subscription is None:
-                    slot.subscription = await connection.subscribe(planned.request)
-                subscription = slot.subscription
-                # One scope for all the receives of this subscription (one per receive costs
-                # some twenty calls a message), cancelled only while the slot waits in one.
-                with anyio.CancelScope() as receiving:
-                    while not self._ends(slot):
-                        slot.receiving = receiving
-                        try:
-                            delivery = await subscription.receive()
-                        finally:
-                            slot.receiving = None
-                        holding = True
-                        if receiving.cancel_called:
-                            # It arrived as the slot was stopped: it stays unsettled, as one
-                            # still buffered, and goes back to the broker (below).
-                            break
-                        batch = [delivery]
-                        while len(batch) < batch_size:
-                            ready = subscription.receive_nowait()
-                            if ready is None:
-                                break
-                            batch.append(ready)
-                        if not await processor.process_batch(connection, subscription, batch):
-                            # Brokers keep an unsettled delivery with its live subscription;
-                            # closing the subscription (below) hands it back for redelivery,
-                            # flagged.
-                            break
-                if receiving.cancelled_caught:  # cancelled while waiting: nothing buffered
-                    holding = False
-            except ConnectionLost as exc:  # the broker's status logs the outage once
-                log.debug("listener %s: connection to broker %s lost (%s); resubscribing",
-                          deployed.spec.name, link.name, exc)
-            except BrokerError as exc:
-                log.error("listener %s: cannot resubscribe on broker %s: %s",
-                          deployed.spec.name, link.name, exc)
-                await anyio.sleep(link.settings.reconnect_max_delay)
-            finally:
-                if slot.subscription is not None:
-                    if self.stopping and holding and planned.request.prefetch > 1:
-                        # It may hold prefetched deliveries, and closing a subscription that
-                        # holds any closes its connection on RabbitMQ, rolling back the other
-                        # slots' handlers still finishing on it: closed once all ended.
-                        self._held.append(slot.subscription)
-                    else:
-                        with anyio.CancelScope(shield=True):
-                            await slot.subscription.close()
-                    slot.subscription = None
-        if slot.subscription is not None:  # ended before the loop began
-            with anyio.CancelScope(shield=True):
-                await slot.subscription.close()
-            slot.subscription = None
+        """Receive and process until the slot ends, subscribing again after a lost
+        connection."""
+        deployed, link = slot.deployed, slot.link
+        processor = Processor(deployed.spec, slot.planned, link.system, self.producer,
+                              deployed.stats, deployed.strikes, slot.threads,
+                              stopping=lambda: self._ends(slot))
+        try:
+            while not self._ends(slot):
+                try:
+                    await self._receive(slot, processor)
+                except ConnectionLost as exc:  # the broker's status logs the outage once
+                    log.debug("listener %s: connection to broker %s lost (%s); resubscribing",
+                              deployed.spec.name, link.name, exc)
+                except BrokerError as exc:
+                    log.error("listener %s: cannot resubscribe on broker %s: %s",
+                              deployed.spec.name, link.name, exc)
+                    await anyio.sleep(link.settings.reconnect_max_delay)
+                finally:
+                    await self._release(slot)
+        finally:
+            await self._release(slot)  # subscribed, and ended before the loop began
+
+    async def _receive(self, slot: Slot, processor: Processor) -> None:
+        """Hand what the slot's subscription delivers to ``processor`` (a batch of what is
+        already here, up to ``max_messages_per_transaction``) until the slot ends or a
+        delivery could not be settled."""
+        connection = await slot.link.connection()
+        if slot.subscription is None:
+            slot.subscription = await connection.subscribe(slot.planned.request)
+        subscription = slot.subscription
+        batch_size = slot.deployed.spec.options.max_messages_per_transaction
+        # One scope for all the receives of this subscription (one per receive costs some
+        # twenty calls a message), cancelled only while the slot waits in one.
+        with anyio.CancelScope() as receiving:
+            while not self._ends(slot):
+                slot.receiving = receiving
+                try:
+                    delivery = await subscription.receive()
+                finally:
+                    slot.receiving = None
+                if receiving.cancel_called:
+                    # It arrived as the slot was stopped: it stays unsettled, as one still
+                    # buffered, and goes back to the broker (_release).
+                    return
+                batch = [delivery]
+                while len(batch) < batch_size and (
+                        ready := subscription.receive_nowait()) is not None:
+                    batch.append(ready)
+                if not await processor.process_batch(connection, subscription, batch):
+                    # Brokers keep an unsettled delivery with its live subscription; closing
+                    # the subscription (_release) hands it back for redelivery, flagged.
+                    return
+
+    async def _release(self, slot: Slot) -> None:
+        """Close the slot's subscription, if it has one: what it holds goes back to the
+        broker, flagged. At a stop, one still holding deliveries is closed only once every
+        slot ended (``close_held``): closing it may end its connection, and with it the work
+        other slots are finishing there (``Subscription.holding``)."""
+        subscription, slot.subscription = slot.subscription, None
+        if subscription is None:
+            return
+        if self.stopping and subscription.holding:
+            self._held.append(subscription)
+            return
+        with anyio.CancelScope(shield=True):
+            await subscription.close()
 
 
 async def subscribe(slots: Iterable[Slot]) -> None:

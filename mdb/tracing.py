@@ -167,6 +167,10 @@ class Processing:
         self.span.add_event(STUCK_EVENT, {OUTCOME: outcome})
 
 
+UNSEEN: AbstractContextManager[Processing] = nullcontext(Processing(INVALID_SPAN, {}))
+"""The ``process`` span of a delivery settled unseen (not selected): none."""
+
+
 class Consumer:
     """The telemetry of one listener's consumer: its subscription on one broker. What every
     ``process`` span and data point of its deliveries shares is worked out once, here."""

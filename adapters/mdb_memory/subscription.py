@@ -59,6 +59,10 @@ class MemorySubscription(Subscription):
         return self._request
 
     @property
+    def holding(self) -> bool:
+        return bool(self._unsettled)
+
+    @property
     def unsettled_count(self) -> int:
         """Deliveries pushed to this subscription and not settled (received or not)."""
         return len(self._unsettled)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mdb.broker import SubscriptionRequest
+from mdb.broker import Problem, ProblemKind, SubscriptionRequest
 from mdb.destinations import Destination
 from mdb.errors import SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
@@ -130,9 +130,20 @@ class Dialect(abc.ABC):
         headers["persistent"] = "true"
         return headers
 
+    def problem(self, headers: Mapping[str, str], body: bytes,
+                damage: str | None) -> Problem | None:
+        """What keeps the MESSAGE frame with ``headers`` and ``body`` from being handed over as
+        it was sent (``Delivery.problem``): the ``damage`` the wire found in it, else a
+        content this broker could not carry (``unsupported``); None for a whole message."""
+        if damage is not None:
+            return Problem(ProblemKind.DAMAGED, damage)
+        why = self.unsupported(headers, body)
+        return None if why is None else Problem(ProblemKind.UNSUPPORTED, why)
+
     def unsupported(self, headers: Mapping[str, str], body: bytes) -> str | None:
         """Why a MESSAGE frame with ``headers`` and ``body`` holds a message whose content this
-        broker could not carry over STOMP (``Delivery.unsupported``); None for one it carried."""
+        broker could not carry over STOMP (``ProblemKind.UNSUPPORTED``); None for one it
+        carried."""
         return None
 
     def dead_letters(self, headers: Mapping[str, str]) -> bool:

@@ -123,6 +123,12 @@ class StompSubscription(Subscription):
     def requeue_destination(self) -> Destination:
         return self._requeue
 
+    @property
+    def holding(self) -> bool:
+        """True while a delivery is unsettled; closing the subscription then closes its
+        connection where the broker keeps unacked deliveries with it (RabbitMQ: ``close``)."""
+        return bool(self.unsettled)
+
     async def receive(self) -> Delivery:
         """The next delivery. Raises ``ConnectionLost`` once the connection is lost (buffered
         deliveries are dropped, not drained) or the subscription was closed."""
@@ -180,7 +186,7 @@ class StompSubscription(Subscription):
     def deliver(self, headers: dict[str, str], body: bytes | str | None,
                 damage: str | None = None) -> None:
         """A MESSAGE frame of this subscription: buffered as a delivery, unsettled; ``damage``
-        says what was wrong with a frame the wire found damaged (``Delivery.damage``)."""
+        says what was wrong with a frame the wire found damaged (``Delivery.problem``)."""
         ack_id = headers["ack"]  # the wire hands over only frames that have one
         self.unsettled.dispatched(ack_id)
         reply_to, correlation_id = reply_fields(headers)
@@ -196,8 +202,7 @@ class StompSubscription(Subscription):
                 protocol_headers=self._dialect.protocol_headers,
                 reply_to=reply_to,
                 correlation_id=correlation_id,
-                damage=damage,
-                unsupported=self._dialect.unsupported(headers, content),
+                problem=self._dialect.problem(headers, content, damage),
                 can_dead_letter=self._dialect.dead_letters(headers),
             )
         )

@@ -82,9 +82,10 @@ class StompTemporaryQueue(TemporaryQueue):
 
     def deliver(self, headers: dict[str, str], body: bytes | str | None,
                 damage: str | None = None) -> None:
-        """A MESSAGE frame (already settled: ``ack:auto``); ``damage`` as for a subscription's
-        (``Delivery.damage``), and ``unsupported`` too (a Java replier's MapMessage reaches
-        ``Producer.request`` as an error, never as an empty body)."""
+        """A MESSAGE frame (already settled: ``ack:auto``); ``damage`` as for a subscription's.
+        Either, or a content the broker could not carry, is the ``Delivery.problem`` (a Java
+        replier's MapMessage reaches ``Producer.request`` as an error, never as an empty
+        body)."""
         reply_to, correlation_id = reply_fields(headers)
         content = body if isinstance(body, bytes) else text(body).encode()
         self._inbox.put(Delivery(
@@ -97,8 +98,7 @@ class StompTemporaryQueue(TemporaryQueue):
             protocol_headers=self._dialect.protocol_headers,
             reply_to=reply_to,
             correlation_id=correlation_id,
-            damage=damage,
-            unsupported=self._dialect.unsupported(headers, content),
+            problem=self._dialect.problem(headers, content, damage),
         ))
 
     def connection_lost(self, why: str) -> None:

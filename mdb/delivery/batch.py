@@ -1,8 +1,9 @@
 """Batches: several deliveries of one subscription in one transaction, and the fall-back.
 
 Batches (``max_messages_per_transaction`` > 1). A slot hands over what its subscription already
-holds, in dispatch order. Consecutive deliveries that can go to the handler (not in doubt, not
-undecodable, selected: the others are settled on their own, in their turn) run in one
+holds, in dispatch order. Consecutive deliveries that can go to the handler together (fresh and
+never struck, ``mdb.delivery.decision.classify``, and decoded: the others are processed on
+their own, in their turn) run in one
 transaction: the handler is invoked once per message, in order, its sends join the
 transaction, and only once every invocation succeeded are the deliveries acked in it, in
 order, and committed. So a transaction that is aborted holds no ack, and after an abort every
@@ -24,18 +25,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mdb.broker import Connection, Delivery
-from mdb.delivery.decision import Raised, to_message
+from mdb.delivery.decision import FRESH, Kind, Raised
 from mdb.delivery.invoker import Invoker
 from mdb.delivery.sends import TransactedSends
 from mdb.delivery.stats import Stats
-from mdb.destinations import Destination
 from mdb.errors import ConnectionLost, DecodeError
 from mdb.message import Message
 
 
 @dataclass(frozen=True, slots=True)
 class Ready:
-    """A delivery of a batch that can go to the handler: not in doubt, selected, its body
+    """A delivery of a batch that can go to the handler: fresh, never struck, its body
     decoded."""
 
     delivery: Delivery
@@ -53,29 +53,26 @@ class BatchFailure:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One delivery processed on its own: ``message`` as the handler sees it this time, and
-    ``failure`` when it is already known (the handler raised on it in the batch)."""
+    """One delivery to process: ``message`` as the handler sees it this time, and ``kind``,
+    what it is (``classify``) or the failure the handler already raised on it in a batch."""
 
     delivery: Delivery
     message: Message
-    failure: Raised | None = None
+    kind: Kind | Raised
 
 
-def ready_run(deliveries: Sequence[Delivery], destination: Destination,
-              selected: Callable[[Delivery], bool], decode: Callable[[bytes], Any],
-              ) -> list[Ready]:
-    """The leading deliveries that can go to the handler, decoded; the first one in doubt,
-    undecodable or not ``selected`` ends the run (it is settled on its own)."""
+def ready_run(steps: Sequence[Step], decode: Callable[[bytes], Any]) -> list[Ready]:
+    """The leading ``steps`` that can go to the handler together, decoded: the first that is
+    not fresh, was struck or does not decode ends the run (it is processed on its own)."""
     run: list[Ready] = []
-    for delivery in deliveries:
-        if delivery.broker_redelivered or not selected(delivery):
+    for step in steps:
+        if step.kind != FRESH:
             break
-        message = to_message(delivery, destination)
         try:
-            body = decode(message.body)
+            body = decode(step.message.body)
         except DecodeError:
             break
-        run.append(Ready(delivery, message, body))
+        run.append(Ready(step.delivery, step.message, body))
     return run
 
 
@@ -88,11 +85,11 @@ def fall_back(run: Sequence[Ready], failed: BatchFailure) -> list[Step]:
         if index < failed.at:
             again = replace(item.message, redelivered=True,
                             delivery_count=item.message.delivery_count + 1)
-            steps.append(Step(item.delivery, again))
+            steps.append(Step(item.delivery, again, FRESH))
         elif index == failed.at:
             steps.append(Step(item.delivery, item.message, failed.failure))
         else:
-            steps.append(Step(item.delivery, item.message))
+            steps.append(Step(item.delivery, item.message, FRESH))
     return steps
 
 

@@ -9,19 +9,10 @@ what they rest on): the headers that do not fit are left out, not refused.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
 
 from mdb import message as m
-from mdb.delivery.decision import (
-    DeadLetter,
-    Failure,
-    Keep,
-    MoveToError,
-    Policy,
-    Redeliver,
-    error_headers,
-)
-from mdb.message import MAX_HEADER_BYTES, MAX_HEADERS, MAX_TOTAL_BYTES, Message, line_bytes
+from mdb.message import MAX_HEADER_BYTES, MAX_HEADERS, MAX_TOTAL_BYTES, line_bytes
 
 # mdb's own headers, kept first (cut to MAX_HEADER_BYTES if need be); a producer may set any of
 # them too, but there are only so many.
@@ -65,23 +56,3 @@ def _cut(name: str, value: str) -> str:
         excess = line_bytes(name, value) - MAX_HEADER_BYTES
         value = value[: max(0, len(value) - max(1, excess // 2))]
     return value
-
-
-def fitted(outcome: Redeliver | MoveToError | DeadLetter | Keep, message: Message,
-           failure: Failure, policy: Policy, protocol_headers: Set[str],
-           ) -> Redeliver | MoveToError | DeadLetter | Keep:
-    """``outcome`` with its copy's headers within the bounds. A message
-    whose headers do not all fit is not retried (its copy would lack some): it moves to the
-    error destination at once, with the headers that fit and ``mdb_headers_dropped``. A kept
-    copy keeps what fits."""
-    if isinstance(outcome, DeadLetter):
-        return outcome
-    headers, dropped = bounded(outcome.headers)
-    if isinstance(outcome, MoveToError):
-        return MoveToError(outcome.destination, headers)
-    if isinstance(outcome, Keep):
-        return Keep(outcome.delay, outcome.destination, headers, outcome.round)
-    if not dropped:
-        return outcome
-    return MoveToError(policy.error_destination, bounded(error_headers(
-        message, failure, policy.listener, protocol_headers))[0])

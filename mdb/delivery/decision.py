@@ -16,10 +16,16 @@ process how often settling a message failed by the broker's doing (``mdb.deliver
 to the broker's own dead-letter queue where the broker surely keeps it there (``DeadLetter``),
 else it stays with its subscription behind growing pauses (``Keep``).
 
-``decide`` maps (the message, what happened to it, the listener's ``Policy``) to an
-``Outcome``: ``Settle``, ``Redeliver``, ``MoveToError``, ``DeadLetter`` or ``Keep``, with the
-headers of any copy to send.
-``mdb.delivery.processor`` carries the outcome out.
+Two pure steps, shared by a delivery processed on its own and by a batch:
+
+* ``classify`` says once what a delivery is, before any handler runs: ``Fresh`` (for the
+  handler), ``NotSelected``, ``InDoubt``, ``Unreadable`` or ``Stuck``;
+* ``decide`` maps (the message, what happened to it — the class, or what the handler run made
+  of a fresh one —, the listener's ``Policy``) to an ``Outcome``, every one of them:
+  ``Settle``, ``Filter``, ``Redeliver``, ``MoveToError``, ``DeadLetter`` or ``Keep``, with
+  the headers of any copy to send, already within the bounds of ``mdb.delivery.copies``.
+
+``mdb.delivery.processor`` carries the outcome out, in one place.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from typing import ClassVar, overload
 
 from mdb import codec
 from mdb import message as headers_
-from mdb.broker import Delivery
+from mdb.broker import Delivery, Problem, ProblemKind
+from mdb.delivery.copies import bounded
 from mdb.destinations import Destination
 from mdb.errors import error_type
 from mdb.message import Message
@@ -108,21 +115,25 @@ class Undecodable:
 
 
 @dataclass(frozen=True, slots=True)
-class Damaged(Undecodable):
-    """The adapter received the message damaged (``Delivery.damage``): like a body that does
-    not decode, it is never retried nor given to the handler; it moves to the error
-    destination at once."""
+class Unreadable:
+    """The adapter could not hand the message over as its sender sent it (``Delivery.problem``:
+    a damaged frame, a kind of message its protocol cannot carry): like a body that does not
+    decode, it is never given to the handler nor retried; it moves to the error destination
+    at once, the problem's kind as its error type."""
 
-    error_type: ClassVar[str] = "mdb.DamagedFrame"
+    problem: Problem
 
+    @property
+    def error_type(self) -> str:
+        return self.problem.kind.value
 
-@dataclass(frozen=True, slots=True)
-class Unsupported(Undecodable):
-    """The broker delivered a message of a kind whose body it could not carry
-    (``Delivery.unsupported``): never given to the handler as an empty body, never retried;
-    it moves to the error destination at once, saying so."""
+    @property
+    def text(self) -> str:
+        return self.problem.text
 
-    error_type: ClassVar[str] = "mdb.UnsupportedMessageKind"
+    @property
+    def damaged(self) -> bool:
+        return self.problem.kind is ProblemKind.DAMAGED
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +167,43 @@ class Stuck:
                 "broker refuses: may mdb's user write the error destination?)")
 
 
-Failure = InDoubt | Undecodable | Raised | Stuck
+@dataclass(frozen=True, slots=True)
+class Fresh:
+    """A delivery for the handler. ``struck``: settling its message failed before, by the
+    broker's doing (``mdb.delivery.strikes``): it is processed on its own, never in a batch."""
+
+    struck: bool = False
+
+
+Failure = InDoubt | Undecodable | Unreadable | Raised | Stuck
+Kind = Fresh | NotSelected | InDoubt | Unreadable | Stuck
+"""What a delivery is before any handler runs (``classify``)."""
 Happened = Succeeded | NotSelected | Failure
+"""What ``decide`` decides on: the class of a delivery that does not go to the handler, or
+what the handler's run made of one that did."""
+
+SUCCEEDED = Succeeded()
+FRESH = Fresh()
+STRUCK = Fresh(struck=True)
+NOT_SELECTED = NotSelected()
+IN_DOUBT = InDoubt()
+
+
+def classify(delivery: Delivery, *, selected: bool, strikes: int) -> Kind:
+    """What ``delivery`` is, whose message was struck ``strikes`` times
+    (``mdb.delivery.strikes``) and is ``selected`` or not by the subscription's selector.
+    In this order: stuck at ``MAX_STRIKES`` (whatever else it is), unreadable, not selected
+    (settled unseen, see ``mdb.planning``), in doubt (the broker flagged it redelivered),
+    else fresh."""
+    if strikes >= MAX_STRIKES:
+        return Stuck(strikes, delivery.can_dead_letter)
+    if delivery.problem is not None:
+        return Unreadable(delivery.problem)
+    if not selected:
+        return NOT_SELECTED
+    if delivery.broker_redelivered:
+        return IN_DOUBT
+    return STRUCK if strikes else FRESH
 
 
 # -- what to do --------------------------------------------------------------------------------
@@ -168,31 +214,42 @@ class Settle:
 
 
 @dataclass(frozen=True, slots=True)
+class Filter:
+    """Acknowledge the delivery unseen: no span, counted as filtered."""
+
+
+@dataclass(frozen=True, slots=True)
 class Redeliver:
     """Ack the delivery and, in the same transaction, send a copy of its body, delivery number
     ``delivery_count``, with ``headers`` to ``destination`` (the subscription's requeue
     destination), to be delivered ``delay`` seconds later: held back by the broker where it
-    can (``Connection.delay_unsupported``), else waited out before the transaction."""
+    can (``Connection.delay_unsupported``), else waited out before the transaction.
+    ``failure`` is why."""
 
     delay: float
     delivery_count: int
     destination: Destination
     headers: Mapping[str, str]
+    failure: InDoubt | Raised
 
 
 @dataclass(frozen=True, slots=True)
 class MoveToError:
     """Ack the delivery and, in the same transaction, send a copy of its body with ``headers``
-    (which say what failed) to ``destination``, the listener's error destination."""
+    (which say what failed: ``failure``) to ``destination``, the listener's error
+    destination."""
 
     destination: Destination
     headers: Mapping[str, str]
+    failure: Failure
 
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     """Hand the delivery to the broker's own dead-letter queue (``Connection.dead_letter``),
     which settles it: no copy is sent."""
+
+    failure: Stuck
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,9 +263,10 @@ class Keep:
     destination: Destination
     headers: Mapping[str, str]
     round: int
+    failure: Stuck
 
 
-Outcome = Settle | Redeliver | MoveToError | DeadLetter | Keep
+Outcome = Settle | Filter | Redeliver | MoveToError | DeadLetter | Keep
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,50 +280,72 @@ class Policy:
 
 
 SETTLE = Settle()
-DEAD_LETTER = DeadLetter()
+FILTER = Filter()
 
 
 @overload
-def decide(message: Message, happened: Succeeded | NotSelected, policy: Policy,
+def decide(message: Message, happened: Succeeded, policy: Policy,
            protocol_headers: Set[str] = ...) -> Settle: ...
 @overload
-def decide(message: Message, happened: InDoubt | Undecodable | Raised, policy: Policy,
-           protocol_headers: Set[str] = ...) -> Redeliver | MoveToError: ...
+def decide(message: Message, happened: NotSelected, policy: Policy,
+           protocol_headers: Set[str] = ...) -> Filter: ...
+@overload
+def decide(message: Message, happened: InDoubt | Undecodable | Unreadable | Raised,
+           policy: Policy, protocol_headers: Set[str] = ...) -> Redeliver | MoveToError: ...
 @overload
 def decide(message: Message, happened: Stuck, policy: Policy,
            protocol_headers: Set[str] = ...) -> MoveToError | DeadLetter | Keep: ...
+@overload
+def decide(message: Message, happened: Happened, policy: Policy,
+           protocol_headers: Set[str] = ...) -> Outcome: ...
 def decide(message: Message, happened: Happened, policy: Policy,
            protocol_headers: Set[str] = frozenset()) -> Outcome:
     """The outcome of ``message`` after ``happened``.
 
-    A success, or a message not selected, is settled. A failure (the handler raised, or the
-    delivery is in doubt) is redelivered while ``message.delivery_count`` is at most the
+    A success is settled, a message not selected filtered. A failure (the handler raised, or
+    the delivery is in doubt) is redelivered while ``message.delivery_count`` is at most the
     policy's ``limit`` — after ``delay_before(count)`` seconds for a handler failure, at once
-    for a delivery in doubt — and past it, or at once for an undecodable body, moved to the
-    error destination. A message stuck ``MAX_STRIKES`` times moves to the error destination;
-    past that, to the broker's dead-letter queue where the broker keeps it there, else it is
-    kept (``Redelivery.keep_delay``). ``protocol_headers`` are the names of the headers the
-    broker set for this one delivery (``Delivery.protocol_headers``): they are not copied.
+    for a delivery in doubt — and past it, or at once for an undecodable or unreadable
+    message, moved to the error destination. A message stuck ``MAX_STRIKES`` times moves to
+    the error destination; past that, to the broker's dead-letter queue where the broker
+    keeps it there, else it is kept (``Redelivery.keep_delay``). ``protocol_headers`` are the
+    names of the headers the broker set for this one delivery (``Delivery.protocol_headers``):
+    they are not copied.
+
+    A copy's headers are cut to the bounds of ``mdb.delivery.copies``. A message whose
+    headers do not all fit is not redelivered (its copy would lack some): it moves to the
+    error destination at once, with the headers that fit and ``mdb_headers_dropped``; a kept
+    copy keeps what fits.
     """
     match happened:
-        case Succeeded() | NotSelected():
+        case Succeeded():
             return SETTLE
+        case NotSelected():
+            return FILTER
         case Stuck(dead_letter=True) if happened.strikes > MAX_STRIKES:
-            return DEAD_LETTER
+            return DeadLetter(happened)
         case Stuck() if happened.strikes > MAX_STRIKES:
             rounds = happened.strikes - MAX_STRIKES
-            return Keep(policy.redelivery.keep_delay(rounds), policy.requeue_destination,
-                        redelivery_headers(message, protocol_headers, message.delivery_count),
-                        rounds)
+            kept, _ = bounded(redelivery_headers(message, protocol_headers,
+                                                 message.delivery_count))
+            return Keep(policy.redelivery.keep_delay(rounds), policy.requeue_destination, kept,
+                        rounds, happened)
         case InDoubt() | Raised() if message.delivery_count <= policy.redelivery.limit:
             count = message.delivery_count
-            delay = 0.0 if isinstance(happened, InDoubt) else policy.redelivery.delay_before(count)
-            return Redeliver(delay, count + 1, policy.requeue_destination,
-                             redelivery_headers(message, protocol_headers, count + 1))
-        case _:
-            return MoveToError(policy.error_destination,
-                               error_headers(message, happened, policy.listener,
-                                             protocol_headers))
+            headers, dropped = bounded(redelivery_headers(message, protocol_headers, count + 1))
+            if dropped:
+                return _moved(message, happened, policy, protocol_headers)
+            delay = (0.0 if isinstance(happened, InDoubt)
+                     else policy.redelivery.delay_before(count))
+            return Redeliver(delay, count + 1, policy.requeue_destination, headers, happened)
+        case InDoubt() | Undecodable() | Unreadable() | Raised() | Stuck():
+            return _moved(message, happened, policy, protocol_headers)
+
+
+def _moved(message: Message, failure: Failure, policy: Policy,
+           protocol_headers: Set[str]) -> MoveToError:
+    headers, _ = bounded(error_headers(message, failure, policy.listener, protocol_headers))
+    return MoveToError(policy.error_destination, headers, failure)
 
 
 def redelivery_headers(message: Message, protocol_headers: Set[str],

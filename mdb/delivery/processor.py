@@ -1,31 +1,34 @@
-"""Processing the deliveries of one subscription: run the handler, then settle each delivery
-as ``mdb.delivery.decision`` decides (the effectful side of it)."""
+"""Processing the deliveries of one subscription: classify each, run the handler on the fresh
+ones, and carry out what ``mdb.delivery.decision`` decides, in one place (``_carry_out``)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import anyio
 
 from mdb import clock, tracing
 from mdb.broker import Connection, Delivery, Subscription
 from mdb.delivery.batch import Ready, Step, fall_back, ready_run, run_in_one_transaction
-from mdb.delivery.copies import fitted
 from mdb.delivery.decision import (
-    MAX_STRIKES,
-    Damaged,
+    NOT_SELECTED,
+    SUCCEEDED,
     DeadLetter,
-    Failure,
-    InDoubt,
+    Filter,
+    Fresh,
+    Happened,
     Keep,
     MoveToError,
+    Outcome,
     Policy,
     Raised,
     Redeliver,
-    Stuck,
+    Settle,
+    Succeeded,
     Undecodable,
-    Unsupported,
+    Unreadable,
+    classify,
     decide,
     to_message,
 )
@@ -33,6 +36,7 @@ from mdb.delivery.invoker import Invoker
 from mdb.delivery.sends import DirectSends, TransactedSends, commit
 from mdb.delivery.stats import Stats
 from mdb.delivery.strikes import Strikes, identity
+from mdb.destinations import Destination
 from mdb.errors import BrokerError, DecodeError
 from mdb.listener import ListenerSpec
 from mdb.message import Message, OutgoingMessage
@@ -43,11 +47,11 @@ log = logging.getLogger("mdb.delivery")
 
 
 class Processor:
-    """Runs one listener's handler on the deliveries of one planned subscription, as the
-    delivery contract (docs/architecture.md, "Delivery contract")
-    says. Made once per pool slot; the connection and the subscription, which change at every
-    reconnect, come with the deliveries. ``stopping()`` says when no further message may go to
-    the handler. ``stats`` and ``strikes`` are the listener's, shared by its slots."""
+    """Runs one listener's handler on the deliveries of one planned subscription and settles
+    them as the delivery contract says (docs/architecture.md, "Delivery contract"). Made once
+    per pool slot; the connection and the subscription, which change at every reconnect, come
+    with the deliveries. ``stopping()`` says when no further message may go to the handler.
+    ``stats`` and ``strikes`` are the listener's, shared by its slots."""
 
     def __init__(
         self, spec: ListenerSpec, planned: PlannedSubscription, system: str,
@@ -64,6 +68,8 @@ class Processor:
         self._stopping = stopping
         self._invoker = Invoker(spec, planned, system, stats, threads)
         self._direct = DirectSends(producer, planned.broker)
+        self._policy: Policy | None = None
+        self._policy_of: Subscription | None = None
 
     async def process_batch(self, connection: Connection, subscription: Subscription,
                             deliveries: Sequence[Delivery]) -> bool:
@@ -74,24 +80,18 @@ class Processor:
         or on its own when the connection was lost (perhaps already, elsewhere). Once
         ``stopping()`` is true no further message goes to the handler; the unprocessed ones stay
         unsettled too. Raises only BaseExceptions such as cancellation."""
-        destination = self._spec.destination
-        if len(deliveries) == 1:  # the usual case
-            delivery = deliveries[0]
-            return await self._process(connection, subscription,
-                                       Step(delivery, to_message(delivery, destination)))
+        steps = [self._step(d) for d in deliveries]
+        if len(steps) == 1:  # the usual case
+            return await self._process(connection, subscription, steps[0])
         if not self._spec.options.transacted:
-            return await self._one_at_a_time(
-                connection, subscription, (Step(d, to_message(d, destination)) for d in deliveries))
+            return await self._one_at_a_time(connection, subscription, steps)
         start = 0
-        while start < len(deliveries):
+        while start < len(steps):
             if start and self._stopping():
                 return True
-            run = ready_run(deliveries[start:], destination, self._batchable,
-                            self._invoker.decode)
+            run = ready_run(steps[start:], self._invoker.decode)
             if len(run) < 2:
-                delivery = deliveries[start]
-                if not await self._process(connection, subscription,
-                                           Step(delivery, to_message(delivery, destination))):
+                if not await self._process(connection, subscription, steps[start]):
                     return False
                 start += 1
             else:
@@ -101,6 +101,22 @@ class Processor:
                     return False
                 start += len(run)
         return True
+
+    def _step(self, delivery: Delivery) -> Step:
+        """``delivery`` as the handler would see it, classified once."""
+        message = to_message(delivery, self._spec.destination)
+        selected = self._selector is None or self._selector(delivery.headers)
+        return Step(delivery, message, classify(
+            delivery, selected=selected, strikes=self._strikes_of(delivery, message)))
+
+    def _strikes_of(self, delivery: Delivery, message: Message) -> int:
+        """The strikes of ``delivery``'s message (``mdb.delivery.strikes``), one more if it
+        came back in doubt after the broker confirmed moving it to the error destination."""
+        if delivery.broker_redelivered:
+            return self._strikes.came_back(identity(delivery), message.delivery_count)
+        if not self._strikes:
+            return 0  # nothing was ever struck: no identity to work out
+        return self._strikes.count(identity(delivery))
 
     async def _one_at_a_time(self, connection: Connection, subscription: Subscription,
                              steps: Iterable[Step]) -> bool:
@@ -135,68 +151,51 @@ class Processor:
         """Process and settle one delivery; return False if it could not be settled (a broker
         error), in which case the broker redelivers it once its subscription is closed."""
         delivery, message = step.delivery, step.message
-        failure: Failure | None = step.failure
-        if failure is None and delivery.damage is not None:
-            failure = Damaged(delivery.damage)
-        if failure is None and delivery.unsupported is not None:
-            failure = Unsupported(delivery.unsupported)
-        strikes = self._strikes_of(delivery, message)
-        if strikes >= MAX_STRIKES:
-            failure = Stuck(strikes, delivery.can_dead_letter)
+        # A message its selector rejects is settled unseen: no span, not in flight.
+        handling = (tracing.UNSEEN if step.kind is NOT_SELECTED
+                    else self._invoker.handling(delivery, message))
         try:
-            if failure is None and not self._selected(delivery):
-                # Not this subscription's message: settled unseen (see mdb.planning).
-                await connection.ack(delivery)
-                self._stats.filtered += 1
-                return True
-            with self._invoker.handling(delivery, message) as span:
-                if failure is None:
-                    failure = await self._run(connection, delivery, message)
-                if failure is not None:
-                    await self._settle_failure(connection, subscription, delivery, message,
-                                               failure, span)
+            with handling as span:
+                happened: Happened
+                sends: TransactedSends | None = None
+                if isinstance(step.kind, Fresh):
+                    happened, sends = await self._run(delivery, message, connection)
+                else:
+                    happened = step.kind
+                outcome = decide(message, happened, self._policy_for(subscription),
+                                 delivery.protocol_headers)
+                await self._carry_out(outcome, step, connection, sends, span)
         except BrokerError as exc:
             if connection.is_open:  # refused, not lost: it counts against this message
                 self._strikes.strike(identity(delivery))
             return self._not_settled(f"message {message.id}", exc, connection)
         return True
 
-    def _selected(self, delivery: Delivery) -> bool:
-        return self._selector is None or self._selector(delivery.headers)
+    def _policy_for(self, subscription: Subscription) -> Policy:
+        """The decision's view of the listener and ``subscription``, made again only when the
+        subscription changed (a reconnect)."""
+        if self._policy is None or self._policy_of is not subscription:
+            spec = self._spec
+            self._policy = Policy(spec.name, spec.options.redelivery,
+                                  subscription.requeue_destination, spec.error_destination)
+            self._policy_of = subscription
+        return self._policy
 
-    def _batchable(self, delivery: Delivery) -> bool:
-        return (delivery.damage is None and delivery.unsupported is None
-                and self._selected(delivery)
-                and not (self._strikes and self._strikes.count(identity(delivery))))
-
-    def _strikes_of(self, delivery: Delivery, message: Message) -> int:
-        """The strikes of ``delivery``'s message (``mdb.delivery.strikes``), one more if it
-        came back in doubt after the broker confirmed moving it to the error destination."""
-        if delivery.broker_redelivered:
-            return self._strikes.came_back(identity(delivery), message.delivery_count)
-        if not self._strikes:
-            return 0  # nothing was ever struck: no identity to work out
-        return self._strikes.count(identity(delivery))
-
-    async def _run(self, connection: Connection, delivery: Delivery,
-                   message: Message) -> Failure | None:
-        """Run the handler on ``delivery`` as the listener's options say and settle it; or,
-        when it is in doubt, does not decode or the handler failed, return what went wrong
-        with nothing of the run sent in a transaction or settled."""
-        if delivery.broker_redelivered:
-            return InDoubt()
+    async def _run(self, delivery: Delivery, message: Message, connection: Connection,
+                   ) -> tuple[Succeeded | Undecodable | Raised, TransactedSends | None]:
+        """Run the handler on a fresh delivery as the listener's options say: what happened,
+        and the transacted sends to settle it with (None: settled by a plain ack). A run that
+        failed sent nothing in a transaction."""
         try:
             body = self._invoker.decode(message.body)
         except DecodeError as exc:
-            return Undecodable(str(exc))
+            return Undecodable(str(exc)), None
         if not self._spec.options.transacted:
             try:
                 await self._invoker.invoke(message, body, self._direct.send)
             except Exception as exc:  # user code: any failure is a failed delivery
-                return Raised.of(exc)
-            await connection.ack(delivery)
-            self._stats.processed += 1
-            return None
+                return Raised.of(exc), None
+            return SUCCEEDED, None
         sends = TransactedSends(connection, self._broker, self._system, self._producer)
         try:
             await self._invoker.invoke(message, body, sends.send)
@@ -208,87 +207,95 @@ class Processor:
             raise
         if error is not None:
             await sends.abort()
-            return Raised.of(error)
-        await sends.settle([delivery], self._stats)
-        return None
+            return Raised.of(error), None
+        return SUCCEEDED, sends
 
-    async def _settle_failure(self, connection: Connection, subscription: Subscription,
-                              delivery: Delivery, message: Message, failure: Failure,
-                              span: tracing.Processing) -> None:
-        """Settle ``delivery`` as ``decide`` says: ack it and, in the same transaction, send it
-        back to ``subscription`` (for another delivery, or kept) or to the error destination;
-        or hand it to the broker's dead-letter queue."""
-        spec = self._spec
-        policy = Policy(spec.name, spec.options.redelivery, subscription.requeue_destination,
-                        spec.error_destination)
-        outcome = fitted(decide(message, failure, policy, delivery.protocol_headers),
-                         message, failure, policy, delivery.protocol_headers)
-        if isinstance(outcome, DeadLetter):
-            span.failed(failure.error_type, failure.text)
-            await connection.dead_letter(delivery)
-            span.given_up("dead-lettered")
-            self._stats.dead_lettered += 1
-            log.warning("listener %s: message %s handed to the broker's dead-letter queue (%s: "
-                        "%s)", spec.name, message.id, failure.error_type, failure.text)
-            return
-        held = 0.0  # the delay the broker holds the copy for, freeing this slot at once
-        if isinstance(outcome, Redeliver) and outcome.delay > 0:
-            if await connection.delay_unsupported() is None:
-                held = outcome.delay
-            else:
+    async def _carry_out(self, outcome: Outcome, step: Step, connection: Connection,
+                         sends: TransactedSends | None, span: tracing.Processing) -> None:
+        """Do what ``outcome`` says with ``step``'s delivery: the one place where a decision
+        becomes acks, copies, waits, strikes, counts and log lines."""
+        delivery, message = step.delivery, step.message
+        name = self._spec.name
+        match outcome:
+            case Settle():
+                if sends is None:
+                    await connection.ack(delivery)
+                    self._stats.processed += 1
+                else:
+                    await sends.settle([delivery], self._stats)
+            case Filter():
+                await connection.ack(delivery)
+                self._stats.filtered += 1
+            case DeadLetter(failure=failure):
+                span.failed(failure.error_type, failure.text)
+                await connection.dead_letter(delivery)
+                span.given_up(tracing.DEAD_LETTERED)
+                self._stats.dead_lettered += 1
+                log.warning("listener %s: message %s handed to the broker's dead-letter queue "
+                            "(%s: %s)", name, message.id, failure.error_type, failure.text)
+            case Redeliver(failure=failure):
+                held = await self._wait_or_hold(outcome.delay, connection)
+                span.failed(failure.error_type, failure.text)
+                await self._copy(connection, step, outcome.destination, outcome.headers, held)
+                span.redelivery(outcome.delivery_count)
+                self._stats.redelivered += 1
+                log.info("listener %s: message %s failed (%s: %s), delivery %d of at most %d",
+                         name, message.id, failure.error_type, failure.text,
+                         message.delivery_count, self._spec.options.redelivery.limit + 1)
+            case Keep(failure=failure):
                 await clock.current().sleep(outcome.delay)
-        elif isinstance(outcome, Keep):
-            await clock.current().sleep(outcome.delay)
-        span.failed(failure.error_type, failure.text)
-        target = outcome.destination
+                span.failed(failure.error_type, failure.text)
+                await self._copy(connection, step, outcome.destination, outcome.headers)
+                self._stats.kept += 1
+                self._strikes.strike(identity(delivery))  # a longer pause next time
+                span.given_up(tracing.KEPT)
+                log.log(logging.WARNING if outcome.round == 1 else logging.DEBUG,
+                        "listener %s: message %s kept on %s (%s: %s); the broker has no "
+                        "dead-letter queue that surely keeps it: it stays there, not handled "
+                        "again by this process, coming back after pauses of up to "
+                        "redelivery.max_delay (round %d)", name, message.id,
+                        outcome.destination, failure.error_type, failure.text, outcome.round)
+            case MoveToError(failure=failure):
+                span.failed(failure.error_type, failure.text)
+                try:
+                    await self._copy(connection, step, outcome.destination, outcome.headers)
+                except BrokerError:
+                    if not connection.is_open:
+                        # Refused by closing the connection, perhaps (RabbitMQ): see strikes.
+                        # (A refusal on an open connection is struck by _process.)
+                        self._strikes.strike(identity(delivery))
+                    raise
+                self._strikes.moved(identity(delivery), message.delivery_count)
+                span.moved(outcome.destination)
+                self._stats.to_error_destination += 1
+                if isinstance(failure, Unreadable) and failure.damaged:
+                    self._stats.damaged += 1
+                log.warning("listener %s: message %s moved to %s after %d deliveries (%s: %s)",
+                            name, message.id, outcome.destination, message.delivery_count,
+                            failure.error_type, failure.text)
+
+    async def _wait_or_hold(self, delay: float, connection: Connection) -> float:
+        """The delay the broker holds a copy for, freeing this slot at once; or, where it
+        cannot, 0 once the delay was waited out here."""
+        if delay <= 0 or await connection.delay_unsupported() is None:
+            return delay
+        await clock.current().sleep(delay)
+        return 0.0
+
+    async def _copy(self, connection: Connection, step: Step, target: Destination,
+                    headers: Mapping[str, str], delay: float = 0.0) -> None:
+        """Ack ``step``'s delivery and, in the same transaction, send its copy with ``headers``
+        to ``target``, held back ``delay`` seconds by the broker."""
+        delivery, message = step.delivery, step.message
         tx = await connection.begin()
         # The copy is the same message (docs/concepts.md): it keeps the request's reply-to
         # and correlation id, for a ``ctx.reply`` of a later delivery, and the adapter keeps
         # what its protocol says of the message (copy_of).
-        copy = OutgoingMessage(message.body, outcome.headers, reply_to=message.reply_to,
+        copy = OutgoingMessage(message.body, headers, reply_to=message.reply_to,
                                correlation_id=message.correlation_id,
-                               copy_of=delivery.headers, delay=held)
-        try:
-            with tracing.sending(self._system, target, copy) as traced:
-                await commit(tx, [delivery], sends=[(target, traced)])
-        except BrokerError:
-            if isinstance(outcome, MoveToError) and not connection.is_open:
-                # Refused by closing the connection, perhaps (RabbitMQ): see strikes. (A
-                # refusal on an open connection is struck by _process.)
-                self._strikes.strike(identity(delivery))
-            raise
-        if isinstance(outcome, MoveToError):
-            self._strikes.moved(identity(delivery), message.delivery_count)
-        if isinstance(outcome, Redeliver):
-            span.redelivery(outcome.delivery_count)
-            self._stats.redelivered += 1
-            log.info("listener %s: message %s failed (%s: %s), delivery %d of at most %d",
-                     spec.name, message.id, failure.error_type, failure.text,
-                     message.delivery_count, policy.redelivery.limit + 1)
-        elif isinstance(outcome, Keep):
-            self._kept(delivery, message, failure, outcome)
-            span.given_up("kept")
-        else:
-            span.moved(target)
-            self._stats.to_error_destination += 1
-            if isinstance(failure, Damaged):
-                self._stats.damaged += 1
-            log.warning("listener %s: message %s moved to %s after %d deliveries (%s: %s)",
-                        spec.name, message.id, target, message.delivery_count,
-                        failure.error_type, failure.text)
-
-    def _kept(self, delivery: Delivery, message: Message, failure: Failure,
-              outcome: Keep) -> None:
-        """A stuck message was kept: one more strike (a longer pause next time), counted, and
-        said at WARNING the first time only."""
-        self._stats.kept += 1
-        self._strikes.strike(identity(delivery))
-        log.log(logging.WARNING if outcome.round == 1 else logging.DEBUG,
-                "listener %s: message %s kept on %s (%s: %s); the broker has no dead-letter "
-                "queue that surely keeps it: it stays there, not handled again by this process, "
-                "coming back after pauses of up to redelivery.max_delay (round %d)",
-                self._spec.name, message.id, outcome.destination, failure.error_type,
-                failure.text, outcome.round)
+                               copy_of=delivery.headers, delay=delay)
+        with tracing.sending(self._system, target, copy) as traced:
+            await commit(tx, [delivery], sends=[(target, traced)])
 
     def _not_settled(self, what: str, exc: BrokerError, connection: Connection) -> bool:
         self._stats.rolled_back += 1
@@ -300,4 +307,3 @@ class Processor:
                 else "its subscription is closed: the broker redelivers it, flagged")
         log.warning("listener %s: %s not settled (%s); %s", self._spec.name, what, exc, fate)
         return False
-

@@ -7,14 +7,19 @@ from collections.abc import Mapping
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from mdb.broker import Delivery
+from mdb.broker import Delivery, Problem, ProblemKind
 from mdb.delivery.batch import BatchFailure, Ready, Step, fall_back, ready_run
 from mdb.delivery.decision import (
-    DEAD_LETTER,
     ERROR_TEXT_LIMIT,
+    FILTER,
+    FRESH,
+    IN_DOUBT,
     MAX_DELIVERY_COUNT,
     MAX_STRIKES,
+    NOT_SELECTED,
     SETTLE,
+    STRUCK,
+    DeadLetter,
     InDoubt,
     Keep,
     MoveToError,
@@ -25,6 +30,8 @@ from mdb.delivery.decision import (
     Stuck,
     Succeeded,
     Undecodable,
+    Unreadable,
+    classify,
     decide,
     error_text,
     to_message,
@@ -53,17 +60,18 @@ def delivery(headers: Mapping[str, str], *, redelivered: bool = False,
     return Delivery(ORDERS, body, headers, "ID:broker-1", redelivered, None)
 
 
-@pytest.mark.parametrize("happened", [Succeeded(), NotSelected()])
-def test_a_success_or_a_message_not_selected_is_settled(happened: Succeeded | NotSelected,
-                                                        ) -> None:
-    assert decide(message(3), happened, POLICY) is SETTLE
+def test_a_success_is_settled_and_a_message_not_selected_filtered() -> None:
+    assert decide(message(3), Succeeded(), POLICY) is SETTLE
+    assert decide(message(3), NotSelected(), POLICY) is FILTER
 
 
 def test_a_failed_handler_is_redelivered_to_the_requeue_destination_with_the_count_raised(
 ) -> None:
-    outcome = decide(message(1), Raised("ValueError", "no"), POLICY)
+    failure = Raised("ValueError", "no")
+    outcome = decide(message(1), failure, POLICY)
     assert outcome == Redeliver(1.0, 2, REQUEUE, {
-        "mdb_id": "m-1", "mdb_delivery_count": "2", "mdb_redelivery_of": "queue:orders"})
+        "mdb_id": "m-1", "mdb_delivery_count": "2", "mdb_redelivery_of": "queue:orders"},
+        failure)
 
 
 @pytest.mark.parametrize(("count", "delay"), [(1, 1.0), (2, 2.0)])
@@ -92,12 +100,14 @@ def test_a_limit_of_zero_moves_the_first_failure() -> None:
 
 
 def test_past_the_limit_the_copy_carries_the_failure() -> None:
-    outcome = decide(message(3, region="eu", mdb_redelivery_of="queue:orders"),
-                     Raised("ValueError", "bad order"), POLICY)
+    failure = Raised("ValueError", "bad order")
+    outcome = decide(message(3, region="eu", mdb_redelivery_of="queue:orders"), failure,
+                     POLICY)
     assert outcome == MoveToError(ERRORS, {
         "region": "eu", "mdb_id": "m-1", "mdb_delivery_count": "3",
         "mdb_error_type": "ValueError", "mdb_error_message": "bad order",
-        "mdb_error_listener": "on_order", "mdb_original_destination": "queue:orders"})
+        "mdb_error_listener": "on_order", "mdb_original_destination": "queue:orders"},
+        failure)
 
 
 def test_the_error_text_is_cut_at_the_limit() -> None:
@@ -108,7 +118,8 @@ def test_the_error_text_is_cut_at_the_limit() -> None:
 
 def test_a_delivery_in_doubt_is_redelivered_at_once_and_past_the_limit_says_so() -> None:
     assert decide(message(1), InDoubt(), POLICY) == Redeliver(0.0, 2, REQUEUE, {
-        "mdb_id": "m-1", "mdb_delivery_count": "2", "mdb_redelivery_of": "queue:orders"})
+        "mdb_id": "m-1", "mdb_delivery_count": "2", "mdb_redelivery_of": "queue:orders"},
+        InDoubt())
     moved = decide(message(3), InDoubt(), POLICY)
     assert isinstance(moved, MoveToError)
     assert moved.headers["mdb_error_type"] == "mdb.InDoubt"
@@ -125,7 +136,8 @@ def test_a_stuck_message_moves_to_the_error_destination_whatever_its_count_says(
 
 
 def test_past_that_it_goes_to_the_brokers_dead_letter_queue_where_the_broker_keeps_it() -> None:
-    assert decide(message(9), Stuck(MAX_STRIKES + 1, dead_letter=True), POLICY) is DEAD_LETTER
+    stuck = Stuck(MAX_STRIKES + 1, dead_letter=True)
+    assert decide(message(9), stuck, POLICY) == DeadLetter(stuck)
 
 
 def test_else_it_is_kept_unchanged_on_its_queue_after_growing_pauses() -> None:
@@ -134,7 +146,8 @@ def test_else_it_is_kept_unchanged_on_its_queue_after_growing_pauses() -> None:
                 for n in (1, 2, 3)]
     assert outcomes[0] == Keep(1.0, REQUEUE, {"region": "eu", "mdb_id": "m-1",
                                               "mdb_delivery_count": "3",
-                                              "mdb_redelivery_of": "queue:orders"}, 1)
+                                              "mdb_redelivery_of": "queue:orders"}, 1,
+                               Stuck(MAX_STRIKES + 1, dead_letter=False))
     assert [o.delay for o in outcomes if isinstance(o, Keep)] == [1.0, 2.0, 3.0]  # max_delay 3
 
 
@@ -206,19 +219,46 @@ def test_a_delivery_becomes_the_message_the_handler_sees() -> None:
     assert to_message(delivery({"mdb_delivery_count": "0"}), ORDERS).delivery_count == 1
 
 
-def test_a_run_ends_at_the_first_delivery_in_doubt_not_selected_or_undecodable() -> None:
+def test_a_run_ends_at_the_first_delivery_in_doubt_not_selected_struck_or_undecodable(
+) -> None:
     def decode(body: bytes) -> bytes:
         if body == b"bad":
             raise DecodeError("bad")
         return body
 
-    good = [delivery({"mdb_id": str(n)}) for n in range(3)]
-    for stop in (delivery({}, redelivered=True), delivery({"skip": "1"}),
-                 delivery({}, body=b"bad")):
-        run = ready_run([*good[:2], stop, good[2]], ORDERS,
-                        lambda d: "skip" not in d.headers, decode)
-        assert [r.delivery for r in run] == good[:2]
+    def step(d: Delivery, strikes: int = 0) -> Step:
+        return Step(d, to_message(d, ORDERS),
+                    classify(d, selected="skip" not in d.headers, strikes=strikes))
+
+    good = [step(delivery({"mdb_id": str(n)})) for n in range(3)]
+    for stop in (step(delivery({}, redelivered=True)), step(delivery({"skip": "1"})),
+                 step(delivery({}, body=b"bad")), step(delivery({}), strikes=1)):
+        run = ready_run([*good[:2], stop, good[2]], decode)
+        assert [r.delivery for r in run] == [s.delivery for s in good[:2]]
         assert [r.message.id for r in run] == ["0", "1"]
+
+
+def test_a_delivery_is_classified_once_stuck_first_then_unreadable_unselected_in_doubt(
+) -> None:
+    damaged = Problem(ProblemKind.DAMAGED, "cut at a NUL")
+    flagged = Delivery(ORDERS, b"", {}, "1", True, None, problem=damaged, can_dead_letter=True)
+    assert classify(flagged, selected=False, strikes=MAX_STRIKES) == Stuck(MAX_STRIKES, True)
+    assert classify(flagged, selected=False, strikes=0) == Unreadable(damaged)
+    plain = delivery({})
+    assert classify(plain, selected=False, strikes=1) is NOT_SELECTED
+    assert classify(delivery({}, redelivered=True), selected=True, strikes=0) is IN_DOUBT
+    assert classify(plain, selected=True, strikes=MAX_STRIKES - 1) is STRUCK
+    assert classify(plain, selected=True, strikes=0) is FRESH
+
+
+def test_an_unreadable_message_moves_at_once_as_its_problem_says() -> None:
+    for kind in ProblemKind:
+        failure = Unreadable(Problem(kind, "why"))
+        outcome = decide(message(1), failure, POLICY)
+        assert outcome == MoveToError(ERRORS, {
+            "mdb_id": "m-1", "mdb_delivery_count": "1", "mdb_error_type": kind.value,
+            "mdb_error_message": "why", "mdb_error_listener": "on_order",
+            "mdb_original_destination": "queue:orders"}, failure)
 
 
 def test_after_a_failure_a_batch_falls_back_to_one_message_at_a_time() -> None:
@@ -226,14 +266,14 @@ def test_after_a_failure_a_batch_falls_back_to_one_message_at_a_time() -> None:
     failure = Raised("ValueError", "third")
     steps = fall_back(run, BatchFailure(2, failure))
     assert [s.delivery for s in steps] == [r.delivery for r in run]
-    assert [(s.message.delivery_count, s.message.redelivered, s.failure) for s in steps] == [
-        (2, True, None), (2, True, None), (1, False, failure), (1, False, None)]
+    assert [(s.message.delivery_count, s.message.redelivered, s.kind) for s in steps] == [
+        (2, True, FRESH), (2, True, FRESH), (1, False, failure), (1, False, FRESH)]
 
 
 def test_after_a_held_send_failed_the_whole_batch_runs_again_flagged() -> None:
     run = [Ready(delivery({}), message(1), b"{}") for _ in range(2)]
     steps = fall_back(run, BatchFailure(2, Raised("mdb.errors.ConnectionLost", "down")))
-    assert steps == [Step(r.delivery, message(2), None) for r in run]
+    assert steps == [Step(r.delivery, message(2), FRESH) for r in run]
 
 
 # -- the delivery count is untrusted input: any producer can write its header -------------------
