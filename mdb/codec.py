@@ -12,7 +12,7 @@ from typing import Any, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from mdb.errors import DecodeError, EncodeError
+from mdb.errors import DecodeError, EncodeError, error_type
 from mdb.jms_names import warn_unselectable
 from mdb.message import ID, OutgoingMessage, labelled, new_id, refuse_nul, refuse_oversized
 
@@ -52,14 +52,29 @@ def _decoding(parse: Callable[[bytes], Any], errors: type[Exception],
 
 
 MAX_ERRORS_SHOWN = 10
+MAX_TEXT = 4000
+"""Characters of an exception's text that ``describe`` keeps: what logs, span status and error
+headers show of a failure (the headers cut it again, to ``ERROR_TEXT_LIMIT`` bytes)."""
 
 
 def describe(exc: BaseException) -> str:
     """``str(exc)``, except for a pydantic ``ValidationError``: its errors' locations and
     messages without the input values, their types or pydantic's URLs. A location's part that
-    is not an identifier (a dictionary key taken from the input) shows as ``<key>``."""
-    if not isinstance(exc, ValidationError):
-        return str(exc)
+    is not an identifier (a dictionary key taken from the input) shows as ``<key>``. Never
+    raises: an exception whose text cannot be had (its ``__str__`` raised) is
+    ``<unprintable TYPE>``; a text longer than ``MAX_TEXT`` is cut, saying so."""
+    try:
+        # An exact str: the methods of a str subclass that __str__ may return could raise too.
+        text = str.__str__(_validation_text(exc) if isinstance(exc, ValidationError)
+                           else str(exc))
+    except BaseException:  # no await in here: not a cancellation, the exception's own doing
+        return f"<unprintable {error_type(exc)}>"
+    if len(text) <= MAX_TEXT:
+        return text
+    return f"{text[:MAX_TEXT]}... (cut: {len(text)} characters)"
+
+
+def _validation_text(exc: ValidationError) -> str:
     errors = exc.errors(include_url=False, include_input=False, include_context=False)
     shown = "; ".join(f"{_location(e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
                       for e in errors[:MAX_ERRORS_SHOWN])

@@ -101,8 +101,20 @@ class SendOutcomeUnknown(BrokerError):
 
 def error_type(exc: BaseException) -> str:
     """How mdb names ``exc``'s type in error headers and telemetry: a builtin by its bare name
-    (``ValueError``), any other qualified by its module (``mdb.errors.DecodeError``)."""
+    (``ValueError``), any other qualified by its module (``mdb.errors.DecodeError``). Never
+    raises: a class whose names are not plain strings (a metaclass's doing) is ``<unnamed
+    exception type>``."""
     cls = type(exc)
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}"
+    try:
+        module, name = cls.__module__, cls.__qualname__
+    except BaseException:  # no await in here: not a cancellation, the class's own doing
+        return UNNAMED
+    # Exactly str: a str subclass's own methods could raise where the name is shown.
+    if type(module) is not str or type(name) is not str:
+        return UNNAMED
+    if module == "builtins":
+        return name
+    return f"{module}.{name}"
+
+
+UNNAMED = "<unnamed exception type>"
