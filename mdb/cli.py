@@ -98,13 +98,16 @@ async def send(args: argparse.Namespace, settings: Settings) -> None:
 
 
 def _check_json(body: str | bytes) -> None:
-    """ConfigurationError unless ``body`` is a JSON document (``mdb send --json``)."""
+    """EncodeError unless ``body`` is a JSON document (``mdb send --json``)."""
     try:
         json.loads(body)
     except UnicodeDecodeError:
-        raise ConfigurationError("mdb send --json: the body is not JSON (not UTF-8)") from None
+        raise EncodeError("mdb send --json: the body is not JSON (not UTF-8)") from None
     except json.JSONDecodeError as exc:  # its text says where, never what the body holds
-        raise ConfigurationError(f"mdb send --json: the body is not JSON ({exc})") from None
+        raise EncodeError(f"mdb send --json: the body is not JSON ({exc})") from None
+    except RecursionError:
+        raise EncodeError("mdb send --json: the body is JSON nested too deeply to be read "
+                          "(a handler could not decode it either)") from None
 
 
 async def subscriptions(args: argparse.Namespace, settings: Settings) -> None:

@@ -22,7 +22,9 @@ BYTES = "application/octet-stream"
 
 
 def decoder_for(annotation: Any) -> Callable[[bytes], Any]:
-    """A function turning a body into ``annotation``; it raises DecodeError on a bad body."""
+    """A function turning a body into ``annotation``; it raises DecodeError on a bad body,
+    whatever decoding it raised (a body nested too deep for the parser, a validator's own
+    error), MemoryError aside."""
     if annotation is bytes or annotation is Any:
         return lambda body: body
     if annotation is str:
@@ -40,13 +42,18 @@ def decoder_for(annotation: Any) -> Callable[[bytes], Any]:
 
 def _decoding(parse: Callable[[bytes], Any], errors: type[Exception],
               what: str) -> Callable[[bytes], Any]:
-    """``parse`` raising ``DecodeError("<what>: <why>")`` instead of ``errors``."""
+    """``parse`` raising ``DecodeError("<what>: <why>")`` instead of ``errors``, and
+    ``DecodeError("<what>: <type>: <why>")`` instead of any other exception but MemoryError."""
 
     def decode(body: bytes) -> Any:
         try:
             return parse(body)
         except errors as exc:
             raise DecodeError(f"{what}: {describe(exc)}") from None
+        except MemoryError:
+            raise  # the process is out of memory, which says nothing of this body
+        except Exception as exc:  # RecursionError from deep nesting, a validator's own error
+            raise DecodeError(f"{what}: {error_type(exc)}: {describe(exc)}") from None
 
     return decode
 

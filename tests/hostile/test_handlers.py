@@ -8,18 +8,99 @@ run`` stops only when asked to, and exits non-zero when it stops otherwise."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel, field_validator
 
 from mdb import Redelivery, listener
 from mdb.codec import MAX_TEXT
 from mdb.delivery.decision import ERROR_TEXT_LIMIT
 from mdb.errors import UNNAMED
-from mdb.message import ERROR_MESSAGE, ERROR_TYPE
-from tests.contract.support import Calls, read, running, settings_for, unique
+from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
+from tests.contract.support import WAIT, Calls, read, running, settings_for, unique
 from tests.hostile.test_policy import send, still_flowing
 
 pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+DEEP = b"[" * 100_000 + b"]" * 100_000  # valid JSON, too deep for Python's parser
+
+
+# -- bodies the decoder cannot read -----------------------------------------------------------
+
+class Order(BaseModel):
+    sku: str
+
+    @field_validator("sku")
+    @classmethod
+    def known(cls, sku: str) -> str:
+        if sku == "lookup":
+            raise LookupError("no such sku")  # not a ValueError: pydantic passes it on
+        return sku
+
+
+async def test_a_body_nested_too_deep_or_failing_a_validator_is_undecodable(
+        broker_url: str) -> None:
+    """``RecursionError`` escaped a ``dict`` or ``list`` decoder (a validator's own error any
+    decoder), killing every slot of the container at once; on every restart again, until the
+    message reached the error destination as in doubt. Now it goes there at once, as a body
+    that does not decode, in a batch as alone."""
+    dicts, lists, orders = (f"queue:{unique(name)}" for name in ("deep_dict", "deep_list",
+                                                                "deep_order"))
+    calls = Calls()
+
+    @listener(dicts, redelivery=Redelivery(limit=3, delay=0))
+    async def on_dict(body: dict[str, Any]) -> None:
+        calls.add("body", "after" if body.get("after") else body)
+
+    @listener(lists, max_messages_per_transaction=4, redelivery=Redelivery(limit=3, delay=0))
+    async def on_list(body: list[int]) -> None:
+        calls.add("list", body)
+
+    @listener(orders, redelivery=Redelivery(limit=3, delay=0))
+    async def on_order(order: Order) -> None:
+        calls.add("order", order.sku)
+
+    # A batch: the deep body between two good ones, all held by the slot's subscription at once.
+    for body in ([1], DEEP, [2]):
+        await send(broker_url, lists, body)
+    async with running(settings_for(broker_url), on_dict, on_list, on_order) as container:
+        deep = await send(broker_url, dicts, DEEP)
+        await send(broker_url, orders, {"sku": "lookup"})
+        [moved] = await read(broker_url, f"{dicts}.DLQ", 1)
+        [moved_in_batch] = await read(broker_url, f"{lists}.DLQ", 1)
+        [refused] = await read(broker_url, f"{orders}.DLQ", 1)
+        await calls.wait(lambda c: len(c.of("list")) == 2)
+        await send(broker_url, dicts, {"after": True})
+        await calls.wait(lambda c: "after" in c.of("body"))
+        assert container.health().ready
+    assert moved.body == DEEP and moved.headers[ID] == deep
+    for message in (moved, moved_in_batch):
+        assert message.headers[ERROR_TYPE] == "mdb.DecodeError"
+        assert message.headers[DELIVERY_COUNT] == "1"
+        assert "RecursionError" in message.headers[ERROR_MESSAGE]
+    assert refused.headers[ERROR_TYPE] == "mdb.DecodeError"
+    assert "LookupError: no such sku" in refused.headers[ERROR_MESSAGE]
+    assert calls.of("body") == ["after"] and calls.of("order") == []
+    assert sorted(calls.of("list")) == [[1], [2]]  # type: ignore[type-var]
+
+
+def test_mdb_send_refuses_a_json_body_nested_too_deep_in_one_line(tmp_path: Path) -> None:
+    """``mdb send --json`` of such a body ended in a traceback."""
+    body = tmp_path / "deep.json"
+    body.write_bytes(DEEP)
+    result = subprocess.run(
+        [sys.executable, "-m", "mdb.cli", "send", "queue:deep", "--json", "--file", str(body)],
+        cwd=ROOT, env={**os.environ, "MDB_BROKERS__DEFAULT__URL": "memory://deep"},
+        capture_output=True, text=True, timeout=WAIT)
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("mdb: cannot send: mdb send --json: ") and "too deep" in line
 
 
 # -- exceptions that cannot be shown ------------------------------------------------------------
