@@ -17,8 +17,9 @@ Exit status (a failure is one line on stderr, ``mdb: configuration error: ...`` 
 error: ...``, never a traceback):
 
 - 0: a clean stop; ``mdb status``: the container is ready;
-- 1: ``mdb status``: the container answered and is not ready (or not live); ``mdb run
-  --workers N``: a worker could not be kept up (its status, when 2 or 3, is the supervisor's);
+- 1: ``mdb status``: the container answered and is not ready (or not live); ``mdb run``: the
+  container stopped without a signal or a requested stop; ``mdb run --workers N``: a worker
+  could not be kept up (its status, when 2 or 3, is the supervisor's);
 - 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
   a listener module that does not import or raises at import, an invalid selector, a
   ``health_port`` that cannot be bound, a ``--file`` that cannot be read, a ``--json`` body that

@@ -11,6 +11,7 @@ ever catches ``MdbError`` subclasses::
     │   └── UnsupportedMessageKind      a message the broker could not carry (a JMS MapMessage...)
     ├── EncodeError (a TypeError)   a body to send is not bytes, str, a model or JSON data
     ├── NoReplyTo                   ``Context.reply`` on a message that names no reply-to
+    ├── HandlerInterrupted          a handler raised CancelledError, SystemExit... of its own
     ├── ReplyTimeout (a TimeoutError) ``Producer.request`` got no reply in time
     └── BrokerError                 anything that went wrong talking to a broker
         ├── ConnectionFailed            could not connect (refused, timed out, TLS, ...)
@@ -61,6 +62,13 @@ class EncodeError(MdbError, TypeError):
 class NoReplyTo(MdbError):
     """``Context.reply`` was called while handling a message that asks for no reply (it has no
     reply-to). Raised in the handler, it fails the delivery like any handler error."""
+
+
+class HandlerInterrupted(MdbError):
+    """A handler raised a ``BaseException`` that is not an ``Exception`` and not the container
+    stopping it: a ``CancelledError`` of its own (a task or call it awaited was cancelled),
+    ``SystemExit``, ``KeyboardInterrupt``... It fails the delivery like any handler error
+    (``__cause__`` is what the handler raised) instead of ending the container."""
 
 
 class ReplyTimeout(MdbError, TimeoutError):
