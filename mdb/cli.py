@@ -17,8 +17,9 @@ Exit status (a failure is one line on stderr, ``mdb: configuration error: ...`` 
 error: ...``, never a traceback):
 
 - 0: a clean stop; ``mdb status``: the container is ready;
-- 1: ``mdb status``: the container answered and is not ready (or not live); ``mdb run
-  --workers N``: a worker could not be kept up (its status, when 2 or 3, is the supervisor's);
+- 1: ``mdb status``: the container answered and is not ready (or not live); ``mdb run``: the
+  container stopped without a signal or a requested stop; ``mdb run --workers N``: a worker
+  could not be kept up (its status, when 2 or 3, is the supervisor's);
 - 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
   a listener module that does not import or raises at import, an invalid selector, a
   ``health_port`` that cannot be bound, a ``--file`` that cannot be read, a ``--json`` body that
@@ -98,13 +99,16 @@ async def send(args: argparse.Namespace, settings: Settings) -> None:
 
 
 def _check_json(body: str | bytes) -> None:
-    """ConfigurationError unless ``body`` is a JSON document (``mdb send --json``)."""
+    """EncodeError unless ``body`` is a JSON document (``mdb send --json``)."""
     try:
         json.loads(body)
     except UnicodeDecodeError:
-        raise ConfigurationError("mdb send --json: the body is not JSON (not UTF-8)") from None
+        raise EncodeError("mdb send --json: the body is not JSON (not UTF-8)") from None
     except json.JSONDecodeError as exc:  # its text says where, never what the body holds
-        raise ConfigurationError(f"mdb send --json: the body is not JSON ({exc})") from None
+        raise EncodeError(f"mdb send --json: the body is not JSON ({exc})") from None
+    except RecursionError:
+        raise EncodeError("mdb send --json: the body is JSON nested too deeply to be read "
+                          "(a handler could not decode it either)") from None
 
 
 async def subscriptions(args: argparse.Namespace, settings: Settings) -> None:

@@ -12,7 +12,7 @@ from typing import Any, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from mdb.errors import DecodeError, EncodeError
+from mdb.errors import DecodeError, EncodeError, error_type
 from mdb.jms_names import warn_unselectable
 from mdb.message import ID, OutgoingMessage, labelled, new_id, refuse_nul, refuse_oversized
 
@@ -22,7 +22,9 @@ BYTES = "application/octet-stream"
 
 
 def decoder_for(annotation: Any) -> Callable[[bytes], Any]:
-    """A function turning a body into ``annotation``; it raises DecodeError on a bad body."""
+    """A function turning a body into ``annotation``; it raises DecodeError on a bad body,
+    whatever decoding it raised (a body nested too deep for the parser, a validator's own
+    error), MemoryError aside."""
     if annotation is bytes or annotation is Any:
         return lambda body: body
     if annotation is str:
@@ -40,26 +42,46 @@ def decoder_for(annotation: Any) -> Callable[[bytes], Any]:
 
 def _decoding(parse: Callable[[bytes], Any], errors: type[Exception],
               what: str) -> Callable[[bytes], Any]:
-    """``parse`` raising ``DecodeError("<what>: <why>")`` instead of ``errors``."""
+    """``parse`` raising ``DecodeError("<what>: <why>")`` instead of ``errors``, and
+    ``DecodeError("<what>: <type>: <why>")`` instead of any other exception but MemoryError."""
 
     def decode(body: bytes) -> Any:
         try:
             return parse(body)
         except errors as exc:
             raise DecodeError(f"{what}: {describe(exc)}") from None
+        except MemoryError:
+            raise  # the process is out of memory, which says nothing of this body
+        except Exception as exc:  # RecursionError from deep nesting, a validator's own error
+            raise DecodeError(f"{what}: {error_type(exc)}: {describe(exc)}") from None
 
     return decode
 
 
 MAX_ERRORS_SHOWN = 10
+MAX_TEXT = 4000
+"""Characters of an exception's text that ``describe`` keeps: what logs, span status and error
+headers show of a failure (the headers cut it again, to ``ERROR_TEXT_LIMIT`` bytes)."""
 
 
 def describe(exc: BaseException) -> str:
     """``str(exc)``, except for a pydantic ``ValidationError``: its errors' locations and
     messages without the input values, their types or pydantic's URLs. A location's part that
-    is not an identifier (a dictionary key taken from the input) shows as ``<key>``."""
-    if not isinstance(exc, ValidationError):
-        return str(exc)
+    is not an identifier (a dictionary key taken from the input) shows as ``<key>``. Never
+    raises: an exception whose text cannot be had (its ``__str__`` raised) is
+    ``<unprintable TYPE>``; a text longer than ``MAX_TEXT`` is cut, saying so."""
+    try:
+        # An exact str: the methods of a str subclass that __str__ may return could raise too.
+        text = str.__str__(_validation_text(exc) if isinstance(exc, ValidationError)
+                           else str(exc))
+    except BaseException:  # no await in here: not a cancellation, the exception's own doing
+        return f"<unprintable {error_type(exc)}>"
+    if len(text) <= MAX_TEXT:
+        return text
+    return f"{text[:MAX_TEXT]}... (cut: {len(text)} characters)"
+
+
+def _validation_text(exc: ValidationError) -> str:
     errors = exc.errors(include_url=False, include_input=False, include_context=False)
     shown = "; ".join(f"{_location(e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
                       for e in errors[:MAX_ERRORS_SHOWN])

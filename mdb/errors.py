@@ -11,6 +11,7 @@ ever catches ``MdbError`` subclasses::
     │   └── UnsupportedMessageKind      a message the broker could not carry (a JMS MapMessage...)
     ├── EncodeError (a TypeError)   a body to send is not bytes, str, a model or JSON data
     ├── NoReplyTo                   ``Context.reply`` on a message that names no reply-to
+    ├── HandlerInterrupted          a handler raised CancelledError, SystemExit... of its own
     ├── ReplyTimeout (a TimeoutError) ``Producer.request`` got no reply in time
     └── BrokerError                 anything that went wrong talking to a broker
         ├── ConnectionFailed            could not connect (refused, timed out, TLS, ...)
@@ -63,6 +64,13 @@ class NoReplyTo(MdbError):
     reply-to). Raised in the handler, it fails the delivery like any handler error."""
 
 
+class HandlerInterrupted(MdbError):
+    """A handler raised a ``BaseException`` that is not an ``Exception`` and not the container
+    stopping it: a ``CancelledError`` of its own (a task or call it awaited was cancelled),
+    ``SystemExit``, ``KeyboardInterrupt``... It fails the delivery like any handler error
+    (``__cause__`` is what the handler raised) instead of ending the container."""
+
+
 class ReplyTimeout(MdbError, TimeoutError):
     """``Producer.request`` got no reply within its timeout. The request was sent: it may
     still be processed, and its late reply is dropped with the temporary queue."""
@@ -101,8 +109,20 @@ class SendOutcomeUnknown(BrokerError):
 
 def error_type(exc: BaseException) -> str:
     """How mdb names ``exc``'s type in error headers and telemetry: a builtin by its bare name
-    (``ValueError``), any other qualified by its module (``mdb.errors.DecodeError``)."""
+    (``ValueError``), any other qualified by its module (``mdb.errors.DecodeError``). Never
+    raises: a class whose names are not plain strings (a metaclass's doing) is ``<unnamed
+    exception type>``."""
     cls = type(exc)
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}"
+    try:
+        module, name = cls.__module__, cls.__qualname__
+    except BaseException:  # no await in here: not a cancellation, the class's own doing
+        return UNNAMED
+    # Exactly str: a str subclass's own methods could raise where the name is shown.
+    if type(module) is not str or type(name) is not str:
+        return UNNAMED
+    if module == "builtins":
+        return name
+    return f"{module}.{name}"
+
+
+UNNAMED = "<unnamed exception type>"

@@ -40,10 +40,10 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     di = find_container(args.container or settings.container, modules)
     flush_telemetry = tracing.configure(settings.app)
     try:
-        await _run(settings, args, modules, listeners, di)
+        requested = await _run(settings, args, modules, listeners, di)
     finally:
         flush_telemetry()
-    return 0
+    return 0 if requested else 1
 
 
 def _worker_command(args: argparse.Namespace, place: WorkerPlace) -> list[str]:
@@ -57,7 +57,9 @@ def _worker_command(args: argparse.Namespace, place: WorkerPlace) -> list[str]:
 
 
 async def _run(settings: Settings, args: argparse.Namespace, modules: list[ModuleType],
-               listeners: list[ListenerSpec], di: containers.Container | None) -> None:
+               listeners: list[ListenerSpec], di: containers.Container | None) -> bool:
+    """Run the container until it stops; return whether it stopped because it was asked to (a
+    signal, the supervisor), not of its own accord (its work ended: a failure)."""
     place = None if args.worker is None else WorkerPlace.parse(args.worker)
     channel = None if place is None else await WorkerChannel.open(place)
     label = "mdb" if place is None else f"mdb: worker {place.index}"
@@ -96,6 +98,10 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
             if channel is not None:
                 await channel.aclose()
     print(f"{label}: stopped; {status_line(d.stats for d in container.deployed)}", flush=True)
+    if not container.stopping:
+        print(f"{label}: the container stopped without being asked to (no signal, no stop "
+              "request): a failure, exit status 1", file=sys.stderr, flush=True)
+    return container.stopping
 
 
 async def _stop_on_signals(container: Container) -> None:

@@ -145,9 +145,11 @@ class Raised:
 
     @classmethod
     def of(cls, exc: BaseException) -> Raised:
-        """What ``exc`` says; a pydantic ``ValidationError`` without the values it was given,
-        which are often the body (``codec.describe``)."""
-        return cls(error_type(exc), codec.describe(exc))
+        """What ``exc`` says, bounded for every place that shows it (logs, span status, error
+        headers), even for an exception that cannot be rendered; a pydantic
+        ``ValidationError`` without the values it was given, which are often the body
+        (``codec.describe``)."""
+        return cls(error_text(error_type(exc), ERROR_TYPE_LIMIT), codec.describe(exc))
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from contextlib import AbstractContextManager
 from functools import partial
 from types import TracebackType
@@ -15,7 +16,7 @@ from mdb import codec, tracing
 from mdb.broker import Delivery
 from mdb.context import Context, SendFunction
 from mdb.delivery.stats import Stats
-from mdb.errors import ListenerDefinitionError
+from mdb.errors import HandlerInterrupted, ListenerDefinitionError, error_type
 from mdb.listener import ListenerSpec
 from mdb.message import Message
 from mdb.planning import PlannedSubscription
@@ -45,7 +46,21 @@ class Invoker:
 
     async def invoke(self, message: Message, body: Any, send: SendFunction) -> None:
         """Call the handler with ``body`` and a ``Context`` whose sends go to ``send``; what
-        it raises is raised."""
+        it raises is raised, a ``BaseException`` other than the container's cancellation as
+        ``HandlerInterrupted``: it fails this delivery, never the container."""
+        try:
+            await self._call(message, body, send)
+        except Exception:
+            raise
+        except BaseException as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()) and _cancelled():
+                raise
+            said = codec.describe(exc)
+            raise HandlerInterrupted(f"the handler raised {error_type(exc)}"
+                                     f"{f' ({said})' if said else ''}, not a stop of the "
+                                     "container: it fails this delivery") from exc
+
+    async def _call(self, message: Message, body: Any, send: SendFunction) -> None:
         spec = self._spec
         kwargs: dict[str, Any] = {}
         if spec.body_parameter:
@@ -68,6 +83,13 @@ class Invoker:
                 "instead of running: the work it stands for never ran. Decorate a function "
                 "that does the work (an async def wrapped by a plain decorator looks like a "
                 "def to mdb: make the wrapper async too)")
+
+
+def _cancelled() -> bool:
+    """Whether a scope around the current task was cancelled: the container is stopping its
+    handlers (or a timeout around them ran out). A ``CancelledError`` the handler raises
+    otherwise is its own (an awaited task was cancelled)."""
+    return anyio.current_effective_deadline() == -math.inf
 
 
 class Handling:

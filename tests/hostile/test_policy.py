@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from mdb import Container, Context, Producer, Redelivery, listener
 from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
-from tests.contract.support import Calls, read, record_spans, running, settings_for, unique
+from tests.contract.support import Calls, read, running, settings_for, unique
 
 pytestmark = pytest.mark.anyio
 
@@ -75,15 +75,6 @@ async def test_a_forged_delivery_count_crashes_nothing_and_loses_nothing(broker_
 
 class Payment(BaseModel):
     card: int
-
-
-_SPANS = InMemorySpanExporter()
-
-
-@pytest.fixture(scope="module")
-def spans() -> Iterator[InMemorySpanExporter]:
-    record_spans(_SPANS)
-    yield _SPANS
 
 
 async def test_a_bad_body_never_shows_in_logs_spans_or_error_headers(
