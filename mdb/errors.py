@@ -13,6 +13,7 @@ ever catches ``MdbError`` subclasses::
     ├── NoReplyTo                   ``Context.reply`` on a message that names no reply-to
     ├── HandlerInterrupted          a handler raised CancelledError, SystemExit... of its own
     ├── ReplyTimeout (a TimeoutError) ``Producer.request`` got no reply in time
+    ├── DatabaseUnavailable         an exactly-once listener's database cannot be reached in time
     └── BrokerError                 anything that went wrong talking to a broker
         ├── ConnectionFailed            could not connect (refused, timed out, TLS, ...)
         │   └── CredentialsRefused          the broker refused the login (user, password, vhost)
@@ -126,3 +127,8 @@ def error_type(exc: BaseException) -> str:
 
 
 UNNAMED = "<unnamed exception type>"
+
+
+class DatabaseUnavailable(MdbError):
+    """The database of an exactly-once listener cannot be reached, or did not answer in time:
+    the delivery stays unsettled and comes back, flagged (docs/exactly-once.md)."""
