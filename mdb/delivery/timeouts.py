@@ -104,8 +104,8 @@ class HandlerThreads:
         if call.stuck:
             raise HandlerTimeout(
                 f"the handler ran {time.monotonic() - call.started:.1f} s, past its "
-                f"handler_timeout of {timeout:g} s (a plain def cannot be cancelled: it was "
-                "let finish)")
+                f"handler_timeout of {timeout:g} s; a plain def cannot be cancelled, so it "
+                "was let finish")
         if failed is not None:
             raise failed
         return result
