@@ -7,8 +7,9 @@ Off by default; setting ``health_port`` turns it on. Three routes, all ``GET``, 
     not live or its loop has stopped. A wedged loop does not answer at all, so the probe times
     out: the snapshot is taken *on the event loop*, never in the server's thread.
 ``/health/ready``
-    200 when every broker is up and every listener has a subscribed consumer on each member;
-    503 otherwise, with the reason (the brokers that are down, the listeners that are short).
+    200 when every broker is up, every listener has a subscribed consumer on each member and
+    a pool slot not stuck in a handler past its ``handler_timeout``; 503 otherwise, with the
+    reason (the brokers that are down, the listeners that are short, those all stuck).
 ``/status``
     200 with :meth:`Health.to_json`, which :meth:`Health.from_json` rebuilds
     (:func:`fetch_status`, for ``mdb status``).
@@ -56,6 +57,16 @@ class BrokerHealth:
 
 
 @dataclass(frozen=True)
+class StuckHandler:
+    """A plain ``def`` handler running past its listener's ``handler_timeout``: its pool slot
+    is stuck until it returns."""
+
+    message_id: str
+    running_for: float
+    """Seconds it has run, when the snapshot was taken."""
+
+
+@dataclass(frozen=True)
 class ListenerHealth:
     """One listener: how many of its members have a subscribed consumer, and its work."""
 
@@ -64,6 +75,15 @@ class ListenerHealth:
     subscribed: int
     in_flight: int
     processed: int
+    slots: int = 0
+    """Its pool slots (``pool`` per member); 0 from a container that did not say."""
+    stuck: tuple[StuckHandler, ...] = ()
+    """Its handlers past their ``handler_timeout``, each holding a slot."""
+
+    @property
+    def all_stuck(self) -> bool:
+        """Every slot holds a stuck handler: the listener takes no message."""
+        return 0 < self.slots <= len(self.stuck)
 
 
 @dataclass(frozen=True)
@@ -97,12 +117,17 @@ class Health:
     """The worker processes (``mdb run --workers N``); empty for a single process."""
 
     def unready(self) -> dict[str, object]:
-        """Why the container is not ready: the brokers not up, the listeners short of members."""
+        """Why the container is not ready: the brokers not up, the listeners short of members,
+        the listeners whose every slot is stuck in a handler past its ``handler_timeout``."""
         return {
             "brokers_down": [b.name for b in self.brokers if b.state != "up"],
             "listeners_short": [
                 {"name": lh.name, "subscribed": lh.subscribed, "members": lh.members}
                 for lh in self.listeners if lh.subscribed < lh.members
+            ],
+            "listeners_stuck": [
+                {"name": lh.name, "stuck": len(lh.stuck), "slots": lh.slots}
+                for lh in self.listeners if lh.all_stuck
             ],
         }
 
@@ -115,7 +140,9 @@ class Health:
                 for b in self.brokers],
             "listeners": [
                 {"name": lh.name, "members": lh.members, "subscribed": lh.subscribed,
-                 "in_flight": lh.in_flight, "processed": lh.processed}
+                 "in_flight": lh.in_flight, "processed": lh.processed, "slots": lh.slots,
+                 "stuck": [{"message_id": h.message_id, "running_for": h.running_for}
+                           for h in lh.stuck]}
                 for lh in self.listeners
             ],
             "events": dict(self.events),
@@ -140,7 +167,10 @@ class Health:
                 listeners=tuple(
                     ListenerHealth(_typed(lh["name"], str), _typed(lh["members"], int),
                                    _typed(lh["subscribed"], int), _typed(lh["in_flight"], int),
-                                   _typed(lh["processed"], int))
+                                   _typed(lh["processed"], int), _typed(lh.get("slots", 0), int),
+                                   tuple(StuckHandler(_typed(h["message_id"], str),
+                                                      float(_typed(h["running_for"], int | float)))
+                                         for h in lh.get("stuck", ())))
                     for lh in data["listeners"]
                 ),
                 events={_typed(k, str): _typed(v, int) for k, v in data["events"].items()},

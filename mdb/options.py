@@ -131,6 +131,12 @@ class ListenerOptions(BaseModel):
     nothing ahead, so an orderly stop hands nothing back, but the slot waits a broker round
     trip for each next message; 2 to 4 hide it for a handler that waits on I/O
     (docs/concepts.md#pools-and-prefetch)"""
+    handler_timeout: float = Field(0.0, ge=0, le=MAX_WAIT)
+    """seconds a handler may take on one message (WebLogic's transaction timeout); 0, the
+    default, sets none. Past it an `async def` handler is cancelled; a plain `def` one cannot
+    be: it is reported at WARNING and its pool slot counted stuck until it returns (not ready
+    while every slot of the listener is). Either way the delivery then fails with
+    `mdb.errors.HandlerTimeout` and `redelivery` applies (docs/concepts.md#handler-timeouts)"""
 
     @field_validator("error_destination")
     @classmethod
