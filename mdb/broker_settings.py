@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from mdb.redaction import check_userinfo
+
 # STOMP 1.2 does not escape CONNECT headers: one of these in a login, passcode or vhost would
 # end the header and start another (or end the frame).
 _CONNECT_UNSAFE = re.compile(r"[\r\n\x00]")
@@ -63,8 +65,9 @@ class BrokerSettings(BaseModel):
     url: str | list[str] = Field("memory://", description=(
         "`memory://NAME` (embedded), `stomp+activemq://HOST:PORT` or "
         "`stomp+rabbitmq://HOST:PORT[/VHOST]`; the port is required, a password here is "
-        "better given in `password` or `password_file`. A list (same scheme) is one broker "
-        "at several addresses, tried in turn (docs/failover.md)"))
+        "better given in `password` or `password_file` (here, write a `/`, `?`, `#` or `@` "
+        "in it as `%2F`, `%3F`, `%23`, `%40`). A list (same scheme) is one broker at several "
+        "addresses, tried in turn (docs/failover.md)"))
     username: str | None = Field(None, description="login, if the broker wants one")
     password: SecretStr | None = Field(None, description="passcode; never printed or logged")
     password_file: Path | None = Field(
@@ -139,6 +142,11 @@ class BrokerSettings(BaseModel):
                 where = "" if isinstance(value, str) else f"address [{index}] "
                 raise ValueError(f"{where}must look like 'memory://' or "
                                  "'stomp+activemq://host:61613'")
+            try:
+                check_userinfo(url)
+            except ValueError as exc:
+                where = "" if isinstance(value, str) else f"address [{index}]: "
+                raise ValueError(f"{where}{exc}") from None
         schemes = list(dict.fromkeys(url.partition("://")[0] for url in urls))
         if len(schemes) > 1:
             raise ValueError(f"the addresses mix schemes ({', '.join(schemes)}); the "

@@ -1,6 +1,7 @@
 """A careless operator's inputs, and a hostile producer's headers, that need no broker
-(docs/security.md): selectors nested or negated beyond any reasonable depth, numbers of
-thousands of digits, in a selector, a header it reads, or a delivery count."""
+(docs/security.md): a password in a URL holding '/', '?', '#' or '@'; selectors nested or
+negated beyond any reasonable depth, numbers of thousands of digits, in a selector, a header
+it reads, or a delivery count."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from mdb.broker import Delivery
+from mdb.broker import ConnectionOptions, Delivery
+from mdb.broker_settings import BrokerSettings
 from mdb.delivery.decision import MAX_DELIVERY_COUNT, to_message
 from mdb.destinations import Destination
+from mdb.errors import ConfigurationError
+from mdb.links import adapter
+from mdb.redaction import mask_secrets, redact_url
 from mdb.selector import MAX_DEPTH, SelectorError, compile_selector
+from mdb_stomp import StompBroker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,6 +43,47 @@ def one_line(stderr: bytes) -> str:
     lines = stderr.decode().strip().splitlines()
     assert "Traceback" not in stderr.decode()
     return lines[-1]
+
+
+# -- a password that holds URL delimiters -----------------------------------------------------
+
+PASSWORDS = ["ab+/cd==", "12/cd", "p?x", "p#x", "p@x", "a/b?c#d@e", "s3cr3t@"]
+
+
+@pytest.mark.parametrize("password", PASSWORDS)
+@pytest.mark.parametrize("host", ["mq:61613", "mq:6161x", "[::1]:61613/vhost", ""])
+def test_a_url_never_shows_its_password_whatever_it_holds(password: str, host: str) -> None:
+    url = f"stomp+rabbitmq://bob:{password}@{host}"
+    for shown in (redact_url(url), redact_url(f"bob:{password}@{host}"),
+                  mask_secrets(f"connecting to {url} failed")):
+        assert password not in shown and "bob:***@" in shown
+
+
+@pytest.mark.parametrize("password", ["ab+/cd==", "12/cd", "p?x", "p#x"])
+@pytest.mark.parametrize("scheme", ["stomp+activemq", "stomp+rabbitmq"])
+def test_an_unencoded_delimiter_in_a_url_password_is_refused_saying_how_to_write_it(
+        password: str, scheme: str, tmp_path: Path) -> None:
+    (tmp_path / "inputs_listeners.py").write_text(LISTENERS)
+    url = f"{scheme}://bob:{password}@mq:61613"
+    result = mdb("subscriptions", "inputs_listeners", cwd=tmp_path,
+                 env={"MDB_BROKERS__DEFAULT__URL": url})
+    assert result.returncode == 2
+    shown = (result.stdout + result.stderr).decode()
+    assert password not in shown
+    line = one_line(result.stderr)
+    assert "brokers.default.url" in line and "%2F" in line and "password_file" in line
+    # The adapter refuses it too when given the URL past the settings (mdb.testing, the seam).
+    with pytest.raises(ConfigurationError) as refused:
+        StompBroker(ConnectionOptions(url=url))
+    assert password not in str(refused.value) and "%2F" in str(refused.value)
+
+
+def test_a_percent_encoded_url_password_reaches_the_broker_whole() -> None:
+    url = "stomp+rabbitmq://bob:ab+%2Fcd%3F%23%40==@mq:61613/tenant"
+    broker = adapter("main", BrokerSettings(url=url), "c")
+    assert isinstance(broker, StompBroker)
+    assert (broker.username, broker.password, broker.vhost) == ("bob", "ab+/cd?#@==", "tenant")
+    assert redact_url(url) == "stomp+rabbitmq://bob:***@mq:61613/tenant"
 
 
 # -- selectors and numbers ----------------------------------------------------------------------
