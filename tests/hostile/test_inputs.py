@@ -1,11 +1,12 @@
 """A careless operator's inputs, and a hostile producer's headers, that need no broker
-(docs/security.md): a password in a URL holding '/', '?', '#' or '@'; selectors nested or
-negated beyond any reasonable depth, numbers of thousands of digits, in a selector, a header
-it reads, or a delivery count."""
+(docs/security.md): a password in a URL holding '/', '?', '#' or '@'; a body file or a password
+file without end; selectors nested or negated beyond any reasonable depth, numbers of
+thousands of digits, in a selector, a header it reads, or a delivery count."""
 
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from mdb.broker import ConnectionOptions, Delivery
-from mdb.broker_settings import BrokerSettings
+from mdb.broker_settings import MAX_SECRET_BYTES, BrokerSettings
 from mdb.delivery.decision import MAX_DELIVERY_COUNT, to_message
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
 from mdb.links import adapter
+from mdb.message import MAX_SEND_FILE_BYTES
 from mdb.redaction import mask_secrets, redact_url
 from mdb.selector import MAX_DEPTH, SelectorError, compile_selector
 from mdb_stomp import StompBroker
@@ -34,9 +36,12 @@ LISTENERS = (
 
 def mdb(*args: str, cwd: Path, env: dict[str, str] | None = None,
         stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    def limit_memory() -> None:  # a reader without bound fails fast instead of swapping
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
     return subprocess.run([sys.executable, "-m", "mdb.cli", *args], cwd=cwd,
                           env={**os.environ, **(env or {})}, input=stdin,
-                          capture_output=True, timeout=120)
+                          capture_output=True, timeout=120, preexec_fn=limit_memory)
 
 
 def one_line(stderr: bytes) -> str:
@@ -84,6 +89,53 @@ def test_a_percent_encoded_url_password_reaches_the_broker_whole() -> None:
     assert isinstance(broker, StompBroker)
     assert (broker.username, broker.password, broker.vhost) == ("bob", "ab+/cd?#@==", "tenant")
     assert redact_url(url) == "stomp+rabbitmq://bob:***@mq:61613/tenant"
+
+
+# -- files without end ------------------------------------------------------------------------
+
+def test_mdb_send_refuses_a_body_file_past_its_bound_in_one_line(tmp_path: Path) -> None:
+    large = tmp_path / "large.bin"
+    with large.open("wb") as sparse:
+        sparse.truncate(MAX_SEND_FILE_BYTES + 1)
+    for source, stdin in ((str(large), None), ("/dev/zero", None),
+                          ("-", b"x" * (MAX_SEND_FILE_BYTES + 1))):
+        result = mdb("send", "queue:inputs", "--file", source, cwd=tmp_path, stdin=stdin)
+        assert result.returncode == 2
+        assert one_line(result.stderr) == (
+            f"mdb: configuration error: mdb send --file {source}: more than 64 MiB, the "
+            "largest body mdb send sends")
+
+
+def test_a_body_file_at_its_bound_is_sent(tmp_path: Path) -> None:
+    exact = tmp_path / "exact.bin"
+    with exact.open("wb") as sparse:
+        sparse.truncate(MAX_SEND_FILE_BYTES)
+    result = mdb("send", "queue:inputs", "--file", str(exact), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_password_file_must_be_a_small_regular_file(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # nobody writes it: reading it blocking would wait for ever
+    large = tmp_path / "large"
+    large.write_text("x" * (MAX_SECRET_BYTES + 1))
+    for path, why in ((fifo, "not a regular file"), (Path("/dev/zero"), "not a regular file"),
+                      (tmp_path, "not a regular file"), (large, "too large")):
+        with pytest.raises(ValueError, match=why):
+            BrokerSettings(password_file=path)
+    exact = tmp_path / "exact"
+    exact.write_text("p" * (MAX_SECRET_BYTES - 1) + "\n")
+    assert BrokerSettings(password_file=exact).password is not None
+
+
+def test_a_fifo_password_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "inputs_listeners.py").write_text(LISTENERS)
+    os.mkfifo(tmp_path / "secret")
+    result = mdb("subscriptions", "inputs_listeners", cwd=tmp_path,
+                 env={"MDB_BROKERS__DEFAULT__PASSWORD_FILE": str(tmp_path / "secret")})
+    assert result.returncode == 2
+    assert "brokers.default.password_file" in result.stderr.decode()
+    assert "not a regular file" in one_line(result.stderr)
 
 
 # -- selectors and numbers ----------------------------------------------------------------------
