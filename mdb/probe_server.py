@@ -6,19 +6,22 @@ are connected.
 every connection for as long as the client cared to keep it: 1,500 idle clients made 1,502
 threads, and with a low file limit a readiness probe got no answer at all. Here:
 
-* requests are read on an event loop of the server's own, in one thread, whatever the number
-  of connections (not on the container's loop: a wedged container loop must not stop the
-  server from answering that it is not live, nor a flood of clients slow the container);
+* connections are accepted, and requests read, on an event loop of the server's own, in one
+  thread, whatever the number of connections (not on the container's loop: a flood of
+  clients must not slow the container, and a container whose loop has stopped is still
+  answered for, 503);
 * at most ``MAX_CONNECTIONS`` connections are open. A connection past it closes the one that
   has waited longest for its request (a client that sends its request at once, as a probe
   does, is never that one under a flood of slow clients); when every open connection has
-  sent its request, the new one is closed;
+  sent its request, the new one is closed. This is decided as each connection is accepted,
+  so the server never holds more file descriptors than that; when the process has none left
+  (other parts of it hold them), accepting pauses and says so once;
 * a connection has ``DEADLINE`` seconds, from its accept, to send its request and take the
   answer, then it is closed;
 * answers are computed by ``ANSWER_THREADS`` threads (computing one may block: the health
-  endpoint waits for the container's loop). When that many answers have been waiting for
-  longer than their clients did (the container's loop does not answer), further requests are
-  answered at once with 503 instead of queuing for ever;
+  endpoint waits for the container's loop). When ``MAX_CONNECTIONS`` requests still wait for
+  their answer (the container's loop does not answer), further requests are answered 503 at
+  once instead of queuing for ever;
 * a client that goes away, or sends something that is not a GET request, costs no log line.
 """
 
@@ -63,13 +66,13 @@ class ProbeServer:
         self._sock = sock
         self._answer = answer
         self._loop = asyncio.new_event_loop()
-        self._loop.set_exception_handler(_quiet)
         self._stopped = self._loop.create_future()
-        self._open: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._open: dict[asyncio.Task[None], socket.socket] = {}
         self._waiting: dict[asyncio.Task[None], None] = {}  # no request yet, oldest first
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._unanswered = 0  # jobs handed to the answer threads and not finished
         self._threads: list[threading.Thread] = []
+        self._said_out_of_files = False
 
     def start(self) -> None:
         port = self._sock.getsockname()[1]
@@ -92,27 +95,43 @@ class ProbeServer:
         self._loop.close()
 
     async def _serve(self) -> None:
-        server = await asyncio.start_server(self._connected, sock=self._sock,
-                                            limit=self.MAX_REQUEST_BYTES)
-        async with server:
-            await self._stopped
-            server.close()
-            for task in list(self._open):
-                task.cancel()
-            await asyncio.gather(*self._open, return_exceptions=True)
+        accepting = asyncio.create_task(self._accept())
+        await self._stopped
+        tasks = [accepting, *self._open]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for conn in self._open.values():
+            conn.close()  # a connection cancelled before its task began
+        self._sock.close()
 
-    async def _connected(self, reader: asyncio.StreamReader,
-                         writer: asyncio.StreamWriter) -> None:
+    async def _accept(self) -> None:
+        self._sock.setblocking(False)
+        while True:
+            try:
+                conn, _ = await self._loop.sock_accept(self._sock)
+            except OSError as exc:  # out of file descriptors, most likely
+                if not self._said_out_of_files:
+                    log.warning("health endpoint: cannot accept a connection: %s", exc)
+                    self._said_out_of_files = True
+                await asyncio.sleep(0.1)
+                continue
+            if len(self._open) >= self.MAX_CONNECTIONS and not self._evict_one():
+                conn.close()
+            else:
+                self._open[asyncio.create_task(self._connected(conn))] = conn
+            await asyncio.sleep(0)  # an evicted connection closes before the next accept
+
+    async def _connected(self, conn: socket.socket) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._open) >= self.MAX_CONNECTIONS and not self._evict_one():
-            writer.transport.abort()
-            return
-        self._open[task] = writer
-        self._waiting[task] = None
+        writer = None
         answered = False
         try:
             async with asyncio.timeout(self.DEADLINE):
+                reader, writer = await asyncio.open_connection(
+                    sock=conn, limit=self.MAX_REQUEST_BYTES)
+                self._waiting[task] = None
                 try:
                     path = await _request(reader)
                     self._waiting.pop(task, None)
@@ -127,7 +146,9 @@ class ProbeServer:
         finally:
             self._open.pop(task, None)
             self._waiting.pop(task, None)
-            if answered:
+            if writer is None:
+                conn.close()
+            elif answered:
                 writer.close()
             else:
                 writer.transport.abort()
@@ -138,7 +159,8 @@ class ProbeServer:
         if oldest is None:
             return False
         del self._waiting[oldest]
-        self._open.pop(oldest).transport.abort()  # its read ends; the task finishes quietly
+        del self._open[oldest]
+        oldest.cancel()  # its task closes the connection as it ends
         return True
 
     async def _answered(self, path: str) -> Answer:
@@ -201,9 +223,3 @@ def _settle(future: asyncio.Future[Any], value: object) -> None:
     if not future.done():
         future.set_result(value)
 
-
-def _quiet(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """The loop's own complaints (out of file descriptors while accepting, ...) as one line,
-    without the traceback asyncio would print."""
-    log.warning("health endpoint: %s %s", context.get("message", ""),
-                context.get("exception", ""))

@@ -6,16 +6,25 @@ clients that go away print nothing."""
 from __future__ import annotations
 
 import os
+import queue
 import resource
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from mdb.health import Health, HealthServer
+from mdb.probe_server import ProbeServer
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 60.0
@@ -70,18 +79,67 @@ def probe(url: str) -> int:
         return int(response.status)
 
 
+def files_of(process: subprocess.Popen[str]) -> int:
+    return len(os.listdir(f"/proc/{process.pid}/fd"))
+
+
 def test_probes_are_answered_under_a_flood_of_idle_and_slow_clients(tmp_path: Path) -> None:
     with container(tmp_path) as (process, url), ExitStack() as clients:
         port = int(url.rsplit(":", 1)[1])
         assert probe(url) == 200
-        before = threads_of(process)
+        threads, files = threads_of(process), files_of(process)
         for index in range(FLOOD):
             client = clients.enter_context(socket.create_connection(("127.0.0.1", port)))
             if index % 2:  # slow: half a request, and then nothing
                 client.sendall(b"GET /health/ready HTTP/1.1\r\nHost: x\r\n")
         assert probe(url) == 200
         assert probe(url) == 200
-        assert threads_of(process) <= before + 2
+        assert threads_of(process) <= threads + 2
+        assert files_of(process) <= files + ProbeServer.MAX_CONNECTIONS + 2
+    assert process.stderr is not None
+    stderr = process.stderr.read()
+    assert "Traceback" not in stderr and "cannot accept" not in stderr, stderr
+
+
+def test_a_slow_client_is_cut_off_and_what_is_not_a_get_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ProbeServer, "DEADLINE", 0.5)
+    with serving() as port:
+        with socket.create_connection(("127.0.0.1", port)) as slow:
+            slow.sendall(b"GET /health/live HTTP/1.1\r\n")
+            slow.settimeout(WAIT)
+            assert slow.recv(1024) == b""  # closed by the server, unanswered
+        for request, status in ((b"POST /health/live HTTP/1.1\r\n\r\n", b" 405 "),
+                                (b"hello\r\n\r\n", b" 400 "),
+                                (b"GET /health/live?x=1 HTTP/1.1\r\n\r\n", b" 200 ")):
+            with socket.create_connection(("127.0.0.1", port)) as client:
+                client.sendall(request)
+                client.settimeout(WAIT)
+                assert status in client.recv(1024).split(b"\r\n", 1)[0]
+
+
+@contextmanager
+def serving() -> Iterator[int]:
+    """A HealthServer of a live container, on an event loop in a thread; yields its port."""
+    ports: queue.Queue[int] = queue.Queue()
+    stop = threading.Event()
+
+    async def serve() -> None:
+        server = HealthServer(lambda: Health(live=True, ready=True))
+        server.start()
+        try:
+            ports.put(server.port)
+            await anyio.to_thread.run_sync(stop.wait)
+        finally:
+            server.close()
+
+    thread = threading.Thread(target=anyio.run, args=(serve,), daemon=True)
+    thread.start()
+    try:
+        yield ports.get(timeout=WAIT)
+    finally:
+        stop.set()
+        thread.join(timeout=WAIT)
 
 
 def test_clients_that_go_away_early_print_nothing(tmp_path: Path) -> None:
