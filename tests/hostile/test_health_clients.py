@@ -6,25 +6,22 @@ clients that go away print nothing."""
 from __future__ import annotations
 
 import os
-import queue
 import resource
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import anyio
-import anyio.to_thread
 import pytest
 
-from mdb.health import Health, HealthServer
+from mdb.health import Health
 from mdb.probe_server import ProbeServer
+from tests.unit.test_health import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 60.0
@@ -104,7 +101,8 @@ def test_probes_are_answered_under_a_flood_of_idle_and_slow_clients(tmp_path: Pa
 def test_a_slow_client_is_cut_off_and_what_is_not_a_get_is_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ProbeServer, "DEADLINE", 0.5)
-    with serving() as port:
+    with serving(Health(live=True, ready=True)) as url:
+        port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as slow:
             slow.sendall(b"GET /health/live HTTP/1.1\r\n")
             slow.settimeout(WAIT)
@@ -116,30 +114,6 @@ def test_a_slow_client_is_cut_off_and_what_is_not_a_get_is_refused(
                 client.sendall(request)
                 client.settimeout(WAIT)
                 assert status in client.recv(1024).split(b"\r\n", 1)[0]
-
-
-@contextmanager
-def serving() -> Iterator[int]:
-    """A HealthServer of a live container, on an event loop in a thread; yields its port."""
-    ports: queue.Queue[int] = queue.Queue()
-    stop = threading.Event()
-
-    async def serve() -> None:
-        server = HealthServer(lambda: Health(live=True, ready=True))
-        server.start()
-        try:
-            ports.put(server.port)
-            await anyio.to_thread.run_sync(stop.wait)
-        finally:
-            server.close()
-
-    thread = threading.Thread(target=anyio.run, args=(serve,), daemon=True)
-    thread.start()
-    try:
-        yield ports.get(timeout=WAIT)
-    finally:
-        stop.set()
-        thread.join(timeout=WAIT)
 
 
 def test_clients_that_go_away_early_print_nothing(tmp_path: Path) -> None:
