@@ -16,9 +16,9 @@ Off by default; setting ``health_port`` turns it on. Three routes, all ``GET``, 
 Under ``mdb run --workers N`` the supervisor serves these routes for the whole server, from its
 workers' snapshots (``mdb.supervisor``); its snapshot lists the workers (``WorkerHealth``).
 
-Any other path is 404. The server logs nothing per request, and no client can exhaust it: it
-keeps a bounded number of connections and threads, cuts off slow clients, and answers probes
-under a flood of them (``mdb.probe_server``).
+Any other path is 404, any other method 405. The server logs nothing per request, and no client
+can exhaust it: it keeps a bounded number of connections and threads, cuts off slow clients,
+and answers probes under a flood of them (``mdb.probe_server``).
 """
 
 from __future__ import annotations
