@@ -17,28 +17,28 @@ Off by default; setting ``health_port`` turns it on. Three routes, all ``GET``, 
 Under ``mdb run --workers N`` the supervisor serves these routes for the whole server, from its
 workers' snapshots (``mdb.supervisor``); its snapshot lists the workers (``WorkerHealth``).
 
-Any other path is 404. The server logs nothing per request.
+Any other path is 404, any other method 405. The server logs nothing per request, and no client
+can exhaust it: it keeps a bounded number of connections and threads, cuts off slow clients,
+and answers probes under a flood of them (``mdb.probe_server``).
 """
 
 from __future__ import annotations
 
 import json
-import threading
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, cast
+from typing import Any
 
 import anyio.from_thread
 import anyio.lowlevel
 
 from mdb.errors import ConfigurationError
+from mdb.probe_server import Answer, ProbeServer
 from mdb.settings import Settings
-
-Answer = tuple[HTTPStatus, dict[str, object]]
 
 
 @dataclass(frozen=True)
@@ -191,16 +191,15 @@ def _typed(value: Any, kind: Any) -> Any:
 
 
 class HealthServer:
-    """Serves the routes above on ``host``:``port`` from a daemon thread.
+    """Serves the routes above on ``host``:``port`` from threads of its own
+    (``mdb.probe_server``).
 
     Construct it on the running event loop whose state ``snapshot`` reads: every request calls
     ``snapshot`` on that loop (it must not block; a coroutine function may await, as the
     supervisor's asks its workers), and waits for it. ``port`` 0 picks a free port;
     after :meth:`start`, ``port`` is the bound one. :meth:`close` is idempotent; it blocks its
-    caller (the loop) for at most the server's poll interval.
+    caller (the loop) only until the server has closed its connections.
     """
-
-    POLL_INTERVAL = 0.05
 
     def __init__(self, snapshot: Callable[[], Health | Awaitable[Health]],
                  host: str = "127.0.0.1", port: int = 0) -> None:
@@ -208,32 +207,27 @@ class HealthServer:
         self.port = port
         self._snapshot = snapshot
         self._token = anyio.lowlevel.current_token()  # RuntimeError off the event loop
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: ProbeServer | None = None
 
     def start(self) -> None:
         """Bind and start serving; ConfigurationError naming the setting when the address
         cannot be bound (the port is taken, the host is not this machine's, ...)."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         try:
-            server = _Server((self.host, self.port), _Handler)
+            sock = socket.create_server((self.host, self.port), family=family)
         except OSError as exc:
             raise ConfigurationError(
                 f"health_port {self.port}: cannot listen on {self.host}:{self.port}: "
                 f"{exc.strerror or exc}; choose another port (0: any free one) or health_host"
             ) from None
-        server.answer = self._answer
-        self._server = server
-        self.port = server.server_address[1]
-        self._thread = threading.Thread(
-            target=server.serve_forever, args=(self.POLL_INTERVAL,),
-            name=f"mdb-health-{self.port}", daemon=True)
-        self._thread.start()
+        self.port = sock.getsockname()[1]
+        self._server = ProbeServer(sock, self._answer)
+        self._server.start()
 
     def close(self) -> None:
         server, self._server = self._server, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.close()
 
     def _answer(self, path: str) -> Answer:
         """Runs in a request thread."""
@@ -260,26 +254,6 @@ class HealthServer:
 
 def _ok(good: bool) -> HTTPStatus:
     return HTTPStatus.OK if good else HTTPStatus.SERVICE_UNAVAILABLE
-
-
-class _Server(ThreadingHTTPServer):
-    answer: Callable[[str], Answer]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    timeout = 10.0  # seconds a client may take to send its request
-
-    def do_GET(self) -> None:
-        status, body = cast(_Server, self.server).answer(self.path.split("?", 1)[0])
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """No per-request log lines."""
 
 
 # -- the client: ``mdb status`` -------------------------------------------------------------

@@ -99,8 +99,9 @@ class ListenerOptions(BaseModel):
     """JMS selector on headers. On a queue the broker evaluates it: ActiveMQ (its full syntax;
     an invalid one fails startup) and the embedded broker (the `mdb.selector` subset); RabbitMQ
     has none, so startup fails. On a topic the container evaluates it on every broker (the
-    `mdb.selector` subset; an invalid one fails startup) and acknowledges a message it does not
-    select without running the handler (docs/distribution.md)"""
+    `mdb.selector` subset, parentheses at most 50 deep; an invalid one fails startup) and
+    acknowledges a message it does not select without running the handler
+    (docs/distribution.md)"""
     redelivery: Redelivery = Redelivery()
     """what happens when the handler raises (table below)"""
     error_destination: str | None = None
