@@ -15,6 +15,8 @@ from mdb.errors import (
     CredentialsRefused,
     DecodeError,
     EncodeError,
+    HandlerInterrupted,
+    HandlerTimeout,
     ListenerDefinitionError,
     MdbError,
     NoReplyTo,
@@ -34,7 +36,8 @@ from mdb.settings import Settings, load_settings
 __all__ = [
     "BrokerError", "BrokerEvent", "ConfigurationError", "ConnectionFailed", "ConnectionLost",
     "Container", "Context", "CredentialsRefused", "DecodeError", "Destination", "Distribution",
-    "EncodeError", "EventKind", "ListenerDefinitionError", "ListenerSpec", "MdbError",
+    "EncodeError", "EventKind", "HandlerInterrupted", "HandlerTimeout",
+    "ListenerDefinitionError", "ListenerSpec", "MdbError",
     "NoReplyTo", "Producer", "Redelivery", "ReplyTimeout", "SelectorError", "SendOutcomeUnknown",
     "Settings", "SubscriptionFailed", "TransactionRolledBack", "UnsupportedMessageKind",
     "listener", "load_settings", "on_event",

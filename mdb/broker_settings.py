@@ -5,15 +5,23 @@ settings."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from mdb.redaction import check_userinfo
+
 # STOMP 1.2 does not escape CONNECT headers: one of these in a login, passcode or vhost would
 # end the header and start another (or end the frame).
 _CONNECT_UNSAFE = re.compile(r"[\r\n\x00]")
+
+# The largest `password_file` read: a passcode is one CONNECT header line, and ActiveMQ refuses
+# a header line of 10,240 bytes or more.
+MAX_SECRET_BYTES = 8_192
 
 
 def check_connect_header(value: str, what: str) -> str:
@@ -63,13 +71,15 @@ class BrokerSettings(BaseModel):
     url: str | list[str] = Field("memory://", description=(
         "`memory://NAME` (embedded), `stomp+activemq://HOST:PORT` or "
         "`stomp+rabbitmq://HOST:PORT[/VHOST]`; the port is required, a password here is "
-        "better given in `password` or `password_file`. A list (same scheme) is one broker "
-        "at several addresses, tried in turn (docs/failover.md)"))
+        "better given in `password` or `password_file` (here, write a `/`, `?`, `#` or `@` "
+        "in it as `%2F`, `%3F`, `%23`, `%40`). A list (same scheme) is one broker at several "
+        "addresses, tried in turn (docs/failover.md)"))
     username: str | None = Field(None, description="login, if the broker wants one")
     password: SecretStr | None = Field(None, description="passcode; never printed or logged")
     password_file: Path | None = Field(
         None, description="read the passcode from this file (a container secret, e.g. "
-                          "`/run/secrets/mq`; one trailing newline is dropped) at startup")
+                          f"`/run/secrets/mq`: a regular file of at most {MAX_SECRET_BYTES} "
+                          "bytes; one trailing newline is dropped) at startup")
     tls: TlsSettings | None = Field(
         None, description="connect over TLS (see the `tls` fields; default: plaintext)")
     heartbeat_ms: Annotated[int, Field(ge=0)] = Field(
@@ -139,6 +149,11 @@ class BrokerSettings(BaseModel):
                 where = "" if isinstance(value, str) else f"address [{index}] "
                 raise ValueError(f"{where}must look like 'memory://' or "
                                  "'stomp+activemq://host:61613'")
+            try:
+                check_userinfo(url)
+            except ValueError as exc:
+                where = "" if isinstance(value, str) else f"address [{index}]: "
+                raise ValueError(f"{where}{exc}") from None
         schemes = list(dict.fromkeys(url.partition("://")[0] for url in urls))
         if len(schemes) > 1:
             raise ValueError(f"the addresses mix schemes ({', '.join(schemes)}); the "
@@ -175,9 +190,24 @@ class BrokerSettings(BaseModel):
 
 
 def _read_secret(path: Path) -> str:
-    """A secret file's text without its one trailing newline; ValueError when unreadable."""
+    """A secret file's text without its one trailing newline; ValueError when it is not a
+    regular file (a FIFO would block startup for ever, ``/dev/zero`` fill the memory), is larger
+    than ``MAX_SECRET_BYTES`` or cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        # Non-blocking, and checked again once open: the path may have been swapped for a FIFO.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError(f"{path}: not a regular file")
+            data = os.read(fd, MAX_SECRET_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(data) > MAX_SECRET_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_SECRET_BYTES} bytes, too large for a "
+                             "password")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: cannot be read ({type(exc).__name__})") from None
     return text[:-1] if text.endswith("\n") else text

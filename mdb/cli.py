@@ -22,9 +22,9 @@ error: ...``, never a traceback):
   could not be kept up (its status, when 2 or 3, is the supervisor's);
 - 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
   a listener module that does not import or raises at import, an invalid selector, a
-  ``health_port`` that cannot be bound, a ``--file`` that cannot be read, a ``--json`` body that
-  is not JSON, a message ``mdb send`` cannot send (a NUL byte in a header, headers beyond the
-  bounds of docs/security.md);
+  ``health_port`` that cannot be bound, a ``--file`` that cannot be read or holds over 64 MiB,
+  a ``--json`` body that is not JSON, a message ``mdb send`` cannot send (a NUL byte in a
+  header, headers beyond the bounds of docs/security.md);
 - 3: a broker error: no broker could be reached at startup, or a broker refused what mdb asked
   (a subscription, ``mdb send``'s message, ...); ``mdb status``: the health endpoint could not
   be reached;
@@ -47,7 +47,7 @@ from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError, EncodeError
 from mdb.health import NotLive, Unreachable, fetch_status, health_url
 from mdb.links import adapters
-from mdb.message import CONTENT_TYPE
+from mdb.message import CONTENT_TYPE, MAX_SEND_FILE_BYTES
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.producer import Producer
 from mdb.report import plan_table, status_report
@@ -173,12 +173,19 @@ def _body(text: str | None, file: str | None) -> str | bytes:
         return text
     if text is not None or file is None:
         raise ConfigurationError("mdb send: give the BODY or --file PATH (- for stdin), not both")
-    if file == "-":
-        return sys.stdin.buffer.read()
     try:
-        return Path(file).read_bytes()
+        if file == "-":
+            body = sys.stdin.buffer.read(MAX_SEND_FILE_BYTES + 1)
+        else:
+            with open(file, "rb") as source:
+                body = source.read(MAX_SEND_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigurationError(f"mdb send --file {file}: {exc.strerror or exc}") from None
+    if len(body) > MAX_SEND_FILE_BYTES:
+        raise ConfigurationError(f"mdb send --file {file}: more than "
+                                 f"{MAX_SEND_FILE_BYTES >> 20} MiB, the largest body mdb send "
+                                 "sends")
+    return body
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -227,7 +234,7 @@ def _parser() -> argparse.ArgumentParser:
     p_send.add_argument("body", nargs="?", help="the body, as text (or give --file)")
     p_send.add_argument("--file", metavar="PATH",
                         help="send the bytes of PATH as the body (-: read stdin), for a body "
-                             "too large or too binary for the command line")
+                             "too large or too binary for the command line; at most 64 MiB")
     p_send.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
     label = p_send.add_mutually_exclusive_group()
     label.add_argument("--json", action="store_true",

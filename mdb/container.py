@@ -26,6 +26,7 @@ Lifecycle (``run``):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -37,7 +38,7 @@ from mdb.broker import Connection
 from mdb.brokers import Brokers
 from mdb.errors import BrokerError, ConnectionFailed
 from mdb.events import BrokerEvent, Callback, EventKind, Events
-from mdb.health import BrokerHealth, Health, ListenerHealth
+from mdb.health import BrokerHealth, Health, ListenerHealth, StuckHandler
 from mdb.listener import ListenerSpec
 from mdb.planning import plan, plan_listeners, slots_per_broker
 from mdb.producer import Producer
@@ -179,10 +180,15 @@ class Container:
     def health(self) -> Health:
         """A snapshot for the health endpoint; call it on the container's event loop. Live
         whenever it is called (the loop answered: a slow start is not a dead process); ready
-        when running, not stopping, every broker up and every member subscribed."""
+        when running, not stopping, every broker up, every member subscribed and every
+        listener with a pool slot not stuck (``mdb.delivery.timeouts``)."""
+        now = time.monotonic()
         listeners = tuple(
             ListenerHealth(d.spec.name, len(d.planned), self.slots.subscribed(d),
-                           d.stats.in_flight, d.stats.processed)
+                           d.stats.in_flight, d.stats.processed,
+                           d.spec.options.pool * len(d.planned),
+                           tuple(StuckHandler(call.message_id, now - call.started)
+                                 for call in d.threads.stuck()))
             for d in self.deployed)
         brokers = tuple(BrokerHealth(status.name, status.state, status.since, status.address)
                         for status in self.brokers.watched())

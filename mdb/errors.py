@@ -13,6 +13,7 @@ ever catches ``MdbError`` subclasses::
     ├── NoReplyTo                   ``Context.reply`` on a message that names no reply-to
     ├── HandlerInterrupted          a handler raised CancelledError, SystemExit... of its own
     ├── ReplyTimeout (a TimeoutError) ``Producer.request`` got no reply in time
+    ├── HandlerTimeout (a TimeoutError) a handler ran past its listener's ``handler_timeout``
     ├── DatabaseUnavailable         an exactly-once listener's database cannot be reached in time
     └── BrokerError                 anything that went wrong talking to a broker
         ├── ConnectionFailed            could not connect (refused, timed out, TLS, ...)
@@ -75,6 +76,12 @@ class HandlerInterrupted(MdbError):
 class ReplyTimeout(MdbError, TimeoutError):
     """``Producer.request`` got no reply within its timeout. The request was sent: it may
     still be processed, and its late reply is dropped with the temporary queue."""
+
+
+class HandlerTimeout(MdbError, TimeoutError):
+    """A handler ran past its listener's ``handler_timeout``: the failure of its delivery
+    (``mdb_error_type`` ``mdb.errors.HandlerTimeout``), redelivered as any failure is. Raised by
+    the container around the handler, never inside it."""
 
 
 class BrokerError(MdbError):

@@ -7,8 +7,9 @@ Off by default; setting ``health_port`` turns it on. Three routes, all ``GET``, 
     not live or its loop has stopped. A wedged loop does not answer at all, so the probe times
     out: the snapshot is taken *on the event loop*, never in the server's thread.
 ``/health/ready``
-    200 when every broker is up and every listener has a subscribed consumer on each member;
-    503 otherwise, with the reason (the brokers that are down, the listeners that are short).
+    200 when every broker is up, every listener has a subscribed consumer on each member and
+    a pool slot not stuck in a handler past its ``handler_timeout``; 503 otherwise, with the
+    reason (the brokers that are down, the listeners that are short, those all stuck).
 ``/status``
     200 with :meth:`Health.to_json`, which :meth:`Health.from_json` rebuilds
     (:func:`fetch_status`, for ``mdb status``).
@@ -16,28 +17,28 @@ Off by default; setting ``health_port`` turns it on. Three routes, all ``GET``, 
 Under ``mdb run --workers N`` the supervisor serves these routes for the whole server, from its
 workers' snapshots (``mdb.supervisor``); its snapshot lists the workers (``WorkerHealth``).
 
-Any other path is 404. The server logs nothing per request.
+Any other path is 404, any other method 405. The server logs nothing per request, and no client
+can exhaust it: it keeps a bounded number of connections and threads, cuts off slow clients,
+and answers probes under a flood of them (``mdb.probe_server``).
 """
 
 from __future__ import annotations
 
 import json
-import threading
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, cast
+from typing import Any
 
 import anyio.from_thread
 import anyio.lowlevel
 
 from mdb.errors import ConfigurationError
+from mdb.probe_server import Answer, ProbeServer
 from mdb.settings import Settings
-
-Answer = tuple[HTTPStatus, dict[str, object]]
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,16 @@ class BrokerHealth:
 
 
 @dataclass(frozen=True)
+class StuckHandler:
+    """A plain ``def`` handler running past its listener's ``handler_timeout``: its pool slot
+    is stuck until it returns."""
+
+    message_id: str
+    running_for: float
+    """Seconds it has run, when the snapshot was taken."""
+
+
+@dataclass(frozen=True)
 class ListenerHealth:
     """One listener: how many of its members have a subscribed consumer, and its work."""
 
@@ -64,6 +75,15 @@ class ListenerHealth:
     subscribed: int
     in_flight: int
     processed: int
+    slots: int = 0
+    """Its pool slots (``pool`` per member); 0 from a container that did not say."""
+    stuck: tuple[StuckHandler, ...] = ()
+    """Its handlers past their ``handler_timeout``, each holding a slot."""
+
+    @property
+    def all_stuck(self) -> bool:
+        """Every slot holds a stuck handler: the listener takes no message."""
+        return 0 < self.slots <= len(self.stuck)
 
 
 @dataclass(frozen=True)
@@ -97,12 +117,17 @@ class Health:
     """The worker processes (``mdb run --workers N``); empty for a single process."""
 
     def unready(self) -> dict[str, object]:
-        """Why the container is not ready: the brokers not up, the listeners short of members."""
+        """Why the container is not ready: the brokers not up, the listeners short of members,
+        the listeners whose every slot is stuck in a handler past its ``handler_timeout``."""
         return {
             "brokers_down": [b.name for b in self.brokers if b.state != "up"],
             "listeners_short": [
                 {"name": lh.name, "subscribed": lh.subscribed, "members": lh.members}
                 for lh in self.listeners if lh.subscribed < lh.members
+            ],
+            "listeners_stuck": [
+                {"name": lh.name, "stuck": len(lh.stuck), "slots": lh.slots}
+                for lh in self.listeners if lh.all_stuck
             ],
         }
 
@@ -115,7 +140,9 @@ class Health:
                 for b in self.brokers],
             "listeners": [
                 {"name": lh.name, "members": lh.members, "subscribed": lh.subscribed,
-                 "in_flight": lh.in_flight, "processed": lh.processed}
+                 "in_flight": lh.in_flight, "processed": lh.processed, "slots": lh.slots,
+                 "stuck": [{"message_id": h.message_id, "running_for": h.running_for}
+                           for h in lh.stuck]}
                 for lh in self.listeners
             ],
             "events": dict(self.events),
@@ -140,7 +167,10 @@ class Health:
                 listeners=tuple(
                     ListenerHealth(_typed(lh["name"], str), _typed(lh["members"], int),
                                    _typed(lh["subscribed"], int), _typed(lh["in_flight"], int),
-                                   _typed(lh["processed"], int))
+                                   _typed(lh["processed"], int), _typed(lh.get("slots", 0), int),
+                                   tuple(StuckHandler(_typed(h["message_id"], str),
+                                                      float(_typed(h["running_for"], int | float)))
+                                         for h in lh.get("stuck", ())))
                     for lh in data["listeners"]
                 ),
                 events={_typed(k, str): _typed(v, int) for k, v in data["events"].items()},
@@ -161,16 +191,15 @@ def _typed(value: Any, kind: Any) -> Any:
 
 
 class HealthServer:
-    """Serves the routes above on ``host``:``port`` from a daemon thread.
+    """Serves the routes above on ``host``:``port`` from threads of its own
+    (``mdb.probe_server``).
 
     Construct it on the running event loop whose state ``snapshot`` reads: every request calls
     ``snapshot`` on that loop (it must not block; a coroutine function may await, as the
     supervisor's asks its workers), and waits for it. ``port`` 0 picks a free port;
     after :meth:`start`, ``port`` is the bound one. :meth:`close` is idempotent; it blocks its
-    caller (the loop) for at most the server's poll interval.
+    caller (the loop) only until the server has closed its connections.
     """
-
-    POLL_INTERVAL = 0.05
 
     def __init__(self, snapshot: Callable[[], Health | Awaitable[Health]],
                  host: str = "127.0.0.1", port: int = 0) -> None:
@@ -178,32 +207,27 @@ class HealthServer:
         self.port = port
         self._snapshot = snapshot
         self._token = anyio.lowlevel.current_token()  # RuntimeError off the event loop
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: ProbeServer | None = None
 
     def start(self) -> None:
         """Bind and start serving; ConfigurationError naming the setting when the address
         cannot be bound (the port is taken, the host is not this machine's, ...)."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         try:
-            server = _Server((self.host, self.port), _Handler)
+            sock = socket.create_server((self.host, self.port), family=family)
         except OSError as exc:
             raise ConfigurationError(
                 f"health_port {self.port}: cannot listen on {self.host}:{self.port}: "
                 f"{exc.strerror or exc}; choose another port (0: any free one) or health_host"
             ) from None
-        server.answer = self._answer
-        self._server = server
-        self.port = server.server_address[1]
-        self._thread = threading.Thread(
-            target=server.serve_forever, args=(self.POLL_INTERVAL,),
-            name=f"mdb-health-{self.port}", daemon=True)
-        self._thread.start()
+        self.port = sock.getsockname()[1]
+        self._server = ProbeServer(sock, self._answer)
+        self._server.start()
 
     def close(self) -> None:
         server, self._server = self._server, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.close()
 
     def _answer(self, path: str) -> Answer:
         """Runs in a request thread."""
@@ -230,26 +254,6 @@ class HealthServer:
 
 def _ok(good: bool) -> HTTPStatus:
     return HTTPStatus.OK if good else HTTPStatus.SERVICE_UNAVAILABLE
-
-
-class _Server(ThreadingHTTPServer):
-    answer: Callable[[str], Answer]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    timeout = 10.0  # seconds a client may take to send its request
-
-    def do_GET(self) -> None:
-        status, body = cast(_Server, self.server).answer(self.path.split("?", 1)[0])
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """No per-request log lines."""
 
 
 # -- the client: ``mdb status`` -------------------------------------------------------------

@@ -87,6 +87,7 @@ def listener(
     durable_subscription_deletion: bool | None = None,
     max_messages_per_transaction: int | None = None,
     prefetch: int | None = None,
+    handler_timeout: float | None = None,
     name: str | None = None,
 ) -> Callable[[F], F]:
     """Make the decorated function (``def`` or ``async def``) the handler of ``destination``.

@@ -143,6 +143,10 @@ def refuse_nul(headers: Mapping[str, str]) -> None:
 MAX_HEADERS = 512  # headers of a message, mdb's own included
 MAX_HEADER_BYTES = 8_192  # one header line as written: name, ':', escaped value
 MAX_TOTAL_BYTES = 262_144  # every header line of a message together
+# The largest body ``mdb send --file`` reads: well inside the frames the brokers take by
+# default (ActiveMQ's STOMP `maxFrameSize`, 100 MiB, and RabbitMQ 3.x's `max_message_size`,
+# 128 MiB), headers included.
+MAX_SEND_FILE_BYTES = 64 * 1024 * 1024
 _ESCAPED = "\\\r\n:"  # STOMP 1.2 writes each of these as two bytes
 
 

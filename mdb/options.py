@@ -99,8 +99,9 @@ class ListenerOptions(BaseModel):
     """JMS selector on headers. On a queue the broker evaluates it: ActiveMQ (its full syntax;
     an invalid one fails startup) and the embedded broker (the `mdb.selector` subset); RabbitMQ
     has none, so startup fails. On a topic the container evaluates it on every broker (the
-    `mdb.selector` subset; an invalid one fails startup) and acknowledges a message it does not
-    select without running the handler (docs/distribution.md)"""
+    `mdb.selector` subset, parentheses at most 50 deep; an invalid one fails startup) and
+    acknowledges a message it does not select without running the handler
+    (docs/distribution.md)"""
     redelivery: Redelivery = Redelivery()
     """what happens when the handler raises (table below)"""
     error_destination: str | None = None
@@ -131,6 +132,12 @@ class ListenerOptions(BaseModel):
     nothing ahead, so an orderly stop hands nothing back, but the slot waits a broker round
     trip for each next message; 2 to 4 hide it for a handler that waits on I/O
     (docs/concepts.md#pools-and-prefetch)"""
+    handler_timeout: float = Field(0.0, ge=0, le=MAX_WAIT)
+    """seconds a handler may take on one message (WebLogic's transaction timeout); 0, the
+    default, sets none. Past it an `async def` handler is cancelled; a plain `def` one cannot
+    be: it is reported at WARNING and its pool slot counted stuck until it returns (not ready
+    while every slot of the listener is). Either way the delivery then fails with
+    `mdb.errors.HandlerTimeout` and `redelivery` applies (docs/concepts.md#handler-timeouts)"""
 
     @field_validator("error_destination")
     @classmethod

@@ -3,41 +3,45 @@
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
 
 
 def redact_url(url: str) -> str:
     """``url`` with the password of its user-info replaced by ``***`` (the user name is kept: it
-    says who connects, which an operator needs). A URL that does not parse is returned masked
-    whole after its scheme, since it may hold a secret in a place mdb cannot find."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        scheme, _, _ = url.partition("://")
-        return f"{scheme}://{MASK}"
-    if password is None:
+    says who connects, which an operator needs).
+
+    Found by text, not by a URL parser: a password may hold an unencoded ``/``, ``?`` or ``#``
+    (a base64 one often does), and a parser then ends the user-info there and reads the
+    password as the host, the port or the path. The user-info is therefore everything between
+    ``://`` and the last ``@`` (a password may hold an ``@`` too), and the user name what comes
+    before its first ``:``. A ``@`` in a path or query masks more than needed, never less."""
+    scheme, sep, rest = url.partition("://") if "://" in url else ("", "", url)
+    userinfo, at, location = rest.rpartition("@")
+    if not at:
         return url
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 literal
-        host = f"[{host}]"
-    user = parts.username or ""
-    netloc = f"{user}:{MASK}@{host}"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if port is not None:
-        netloc += f":{port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}{sep}{user}{':' + MASK if colon else ''}@{location}"
 
 
-# A password in a URL's user-info (``scheme://user:PASSWORD@host``), and a STOMP ``passcode``
-# header as a frame is logged: up to the end of its line, a newline or, in the repr of the
-# frame's lines that stomp.py logs, an escaped one (quotes may be part of the password).
-_URL_PASSWORD = re.compile(r"(://[^/:@\s'\"]*:)[^@\s'\"]*(@)")
+def check_userinfo(url: str) -> None:
+    """ValueError when ``url`` has an ``@`` after its host part: a user name or password
+    holding an unencoded ``/``, ``?`` or ``#``, which every URL parser would read as the host
+    (or a path holding an unencoded ``@``)."""
+    rest = url.partition("://")[2]
+    host_end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    if "@" in rest[host_end:]:
+        raise ValueError(
+            "an '@' after a '/', '?' or '#': percent-encode these in a user name or password "
+            "('/' as %2F, '?' as %3F, '#' as %23, '@' as %40), or give the password in "
+            "`password` or `password_file` instead of the URL")
+
+
+# A password in a URL's user-info (``scheme://user:PASSWORD@host``, up to the last ``@`` of the
+# word: a password may hold one), and a STOMP ``passcode`` header as a frame is logged: up to
+# the end of its line, a newline or, in the repr of the frame's lines that stomp.py logs, an
+# escaped one (quotes may be part of the password).
+_URL_PASSWORD = re.compile(r"(://[^/:@\s'\"]*:)[^\s'\"]*(@)")
 _PASSCODE = re.compile(r"(passcode:).*?(?=\\n|\n|$)")
 
 

@@ -54,14 +54,17 @@ def status_line(stats: Iterable[Stats]) -> str:
 
 
 def status_report(health: Health, url: str, now: float | None = None) -> str:
-    """What ``mdb status`` prints: a headline and why, then brokers, listeners, the workers
-    (``mdb run --workers N``), event counts."""
+    """What ``mdb status`` prints: a headline and why, then brokers, listeners, the handlers
+    stuck past their ``handler_timeout``, the workers (``mdb run --workers N``), event
+    counts."""
     now = time.time() if now is None else now
     lines = [f"mdb at {url}: {'live' if health.live else 'NOT LIVE'}, "
              f"{'ready' if health.ready else 'NOT READY'}"]
     reasons = [f"broker {b.name} is {b.state}" for b in health.brokers if b.state != "up"]
     reasons += [f"listener {lh.name} has {lh.subscribed} of {lh.members} members subscribed"
                 for lh in health.listeners if lh.subscribed < lh.members]
+    reasons += [f"listener {lh.name} has all {lh.slots} slots stuck in handlers past their "
+                f"handler_timeout" for lh in health.listeners if lh.all_stuck]
     reasons += [f"worker {w.index} is {w.state}" for w in health.workers if w.state != "ready"]
     if reasons and not health.ready:
         lines.append(f"  because {'; '.join(reasons)}")
@@ -74,6 +77,10 @@ def status_report(health: Health, url: str, now: float | None = None) -> str:
         for lh in health.listeners]
     events = ", ".join(f"{kind} {count}" for kind, count in sorted(health.events.items()))
     parts = [_table(brokers), _table(listeners)]
+    stuck = [(lh.name, h.message_id, _ago(h.running_for)) for lh in health.listeners
+             for h in lh.stuck]
+    if stuck:
+        parts.append(_table([("stuck handler", "message", "running for"), *stuck]))
     if health.workers:
         parts.append(_table([("worker", "pid", "state", "restarts")] + [
             (str(w.index), str(w.pid or "-"), w.state, str(w.restarts))

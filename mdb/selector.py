@@ -26,19 +26,30 @@ number (``'7' > 5`` is true; ``'abc' > 5`` is unknown); ``<``, ``>``, ``<=``, ``
 strings compare them as numbers when both are numeric and are unknown otherwise. A header used
 as a condition on its own (``urgent AND ...``) is true when its value is ``true``
 (case-insensitive).
+
+Numbers are compared exactly, as decimal numbers of any length (``Decimal``): JMS compares a
+number with a decimal point or an exponent as a double, which gives the same answer up to a
+double's 15 to 17 significant digits and a wrong one beyond (two long numbers that differ
+only past them, or beyond a double's range, would be equal). A header that is not written as a
+number (``inf``, ``nan``, ``1_000``) or whose exponent is beyond ``Decimal``'s range is not one.
+
+Parentheses nest at most ``MAX_DEPTH`` deep (a deeper selector is refused with
+``SelectorError``): parsing and evaluating follow the nesting, and a selector must never run
+out of Python's stack. ``NOT`` may be repeated any number of times.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from decimal import Decimal, InvalidOperation
 
 from mdb.errors import SelectorError
 
 __all__ = ["Headers", "Matcher", "SelectorError", "compile_selector"]
 
 Headers = Mapping[str, str]
-Value = str | int | float | bool | None
+Value = str | Decimal | bool | None
 Matcher = Callable[[Headers], bool]
 
 _TOKEN = re.compile(
@@ -55,6 +66,8 @@ _TOKEN = re.compile(
 _KEYWORDS = {"AND", "OR", "NOT", "IS", "NULL", "TRUE", "FALSE"}
 _UNSUPPORTED = {"LIKE", "IN", "BETWEEN", "ESCAPE"}
 _COMPARISONS = {"=", "<>", "<", ">", "<=", ">="}
+_NUMBER = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+MAX_DEPTH = 50  # parentheses inside parentheses
 
 
 def compile_selector(text: str) -> Matcher:
@@ -91,6 +104,7 @@ class _Parser:
                     kind, value = "keyword", upper
             self.tokens.append((kind, value, position))
         self.pos = 0
+        self.depth = 0
 
     def parse(self) -> Node:
         if not self.tokens:
@@ -150,15 +164,22 @@ class _Parser:
         return "condition", evaluate
 
     def _not(self) -> Node:
-        if self._accept("keyword", "NOT"):
-            fn = _condition(self._not())
+        # A loop, not a recursion: only the parity of a run of NOTs matters.
+        negations = 0
+        while self._accept("keyword", "NOT"):
+            negations += 1
+        node = self._comparison()
+        if not negations:
+            return node
+        fn = _condition(node)
+        if negations % 2 == 0:
+            return "condition", fn
 
-            def evaluate(h: Headers) -> Value:
-                v = fn(h)
-                return None if v is None else not v
+        def evaluate(h: Headers) -> Value:
+            v = fn(h)
+            return None if v is None else not v
 
-            return "condition", evaluate
-        return self._comparison()
+        return "condition", evaluate
 
     def _comparison(self) -> Node:
         left = self._operand()
@@ -184,16 +205,21 @@ class _Parser:
         kind, value, _ = token
         self.pos += 1
         if kind == "op" and value == "(":
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise SelectorError(f"parentheses nested more than {MAX_DEPTH} deep at position "
+                                    f"{token[2]}")
             node = self._or()
             if not self._accept("op", ")"):
                 raise self._fail("')'")
+            self.depth -= 1
             return node
         if kind == "op" and value in "+-":
             number = self._peek()
             if number is None or number[0] != "number":
                 raise self._fail("a number after the sign")
             self.pos += 1
-            literal = _number(number[1])
+            literal = _literal(number[1], number[2])
             signed = -literal if value == "-" else literal
             return "literal", lambda h: signed
         if kind == "word":
@@ -203,7 +229,7 @@ class _Parser:
             text = value[1:-1].replace("''", "'")
             return "literal", lambda h: text
         if kind == "number":
-            literal = _number(value)
+            literal = _literal(value, token[2])
             return "literal", lambda h: literal
         if kind == "keyword" and value in ("TRUE", "FALSE"):
             flag = value == "TRUE"
@@ -212,11 +238,21 @@ class _Parser:
         raise self._fail("a header name, a literal or '('")
 
 
-def _number(text: str) -> int | float:
+def _number(text: str) -> Decimal | None:
+    """The number ``text`` is written as, exactly; None when it is not one."""
+    if not _NUMBER.fullmatch(text):
+        return None
     try:
-        return int(text)
-    except ValueError:
-        return float(text)
+        return Decimal(text)
+    except InvalidOperation:  # an exponent beyond Decimal's range
+        return None
+
+
+def _literal(text: str, position: int) -> Decimal:
+    number = _number(text)
+    if number is None:
+        raise SelectorError(f"the number at position {position} is out of range")
+    return number
 
 
 def _condition(node: Node) -> Callable[[Headers], Value]:
@@ -244,16 +280,11 @@ def _truth(value: Value) -> bool | None:
     return None
 
 
-def _to_number(value: Value) -> int | float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
+def _to_number(value: Value) -> Decimal | None:
+    if isinstance(value, Decimal):
         return value
     if isinstance(value, str):
-        try:
-            return _number(value.strip())
-        except ValueError:
-            return None
+        return _number(value.strip())
     return None
 
 

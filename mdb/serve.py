@@ -5,17 +5,21 @@ command line and exit statuses are ``mdb.cli``'s."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
+import time
 from functools import partial
 from types import ModuleType
+from typing import NoReturn
 
 import anyio
 from dependency_injector import containers
 
 from mdb import tracing
 from mdb.container import Container
+from mdb.delivery.timeouts import HandlerCall
 from mdb.health import HealthServer
 from mdb.listener import ListenerSpec
 from mdb.reload import reload_on_change
@@ -40,10 +44,41 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     di = find_container(args.container or settings.container, modules)
     flush_telemetry = tracing.configure(settings.app)
     try:
-        requested = await _run(settings, args, modules, listeners, di)
+        container = await _run(settings, args, modules, listeners, di)
     finally:
         flush_telemetry()
-    return 0 if requested else 1
+    abandoned = [(d.spec.name, call) for d in container.deployed for call in d.threads.running()]
+    if abandoned:
+        _exit_abandoning(_label(args), abandoned)
+    return 0 if container.stopping else 1
+
+
+def _exit_abandoning(label: str, abandoned: list[tuple[str, HandlerCall]]) -> NoReturn:
+    """End the stopped process at once, though handler threads still run.
+
+    A plain def handler runs on a worker thread, which nothing can stop, and the interpreter
+    waits for every non-daemon thread before it exits (anyio's worker threads are not daemons):
+    a handler stuck for ever would keep a stopped process alive for ever. By now the container
+    has stopped: its connections are closed, telemetry is flushed, and the messages of these
+    handlers were never acknowledged, so the broker delivers them again, in doubt. Ending here
+    loses nothing but the handlers' unfinished work, which that delivery repeats. (Daemon
+    threads would need a thread pool of mdb's own instead of anyio's.) The application's
+    ``atexit`` functions do not run.
+    """
+    now = time.monotonic()
+    what = "; ".join(f"listener {name}, message {call.message_id}, running for "
+                     f"{now - call.started:.0f} s" for name, call in abandoned)
+    print(f"{label}: exiting without waiting for handler threads still running ({what}): "
+          "their messages were not acknowledged and come back in doubt", file=sys.stderr,
+          flush=True)
+    logging.shutdown()  # flushes the log's handlers
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _label(args: argparse.Namespace) -> str:
+    """How ``mdb run`` names itself in the lines it prints."""
+    return "mdb" if args.worker is None else f"mdb: worker {WorkerPlace.parse(args.worker).index}"
 
 
 def _worker_command(args: argparse.Namespace, place: WorkerPlace) -> list[str]:
@@ -57,12 +92,12 @@ def _worker_command(args: argparse.Namespace, place: WorkerPlace) -> list[str]:
 
 
 async def _run(settings: Settings, args: argparse.Namespace, modules: list[ModuleType],
-               listeners: list[ListenerSpec], di: containers.Container | None) -> bool:
-    """Run the container until it stops; return whether it stopped because it was asked to (a
-    signal, the supervisor), not of its own accord (its work ended: a failure)."""
+               listeners: list[ListenerSpec], di: containers.Container | None) -> Container:
+    """Run the container until it stops, and return it; it stopped because it was asked to
+    (a signal, the supervisor) when ``stopping``, else of its own accord (a failure)."""
     place = None if args.worker is None else WorkerPlace.parse(args.worker)
     channel = None if place is None else await WorkerChannel.open(place)
-    label = "mdb" if place is None else f"mdb: worker {place.index}"
+    label = _label(args)
     async with wired(di, modules, listeners) as handlers:
         container = Container(settings, handlers, on_event=find_event_callbacks(modules))
         if place is None or place.index == 1:  # the workers of a server share one plan
@@ -101,7 +136,7 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
     if not container.stopping:
         print(f"{label}: the container stopped without being asked to (no signal, no stop "
               "request): a failure, exit status 1", file=sys.stderr, flush=True)
-    return container.stopping
+    return container
 
 
 async def _stop_on_signals(container: Container) -> None:

@@ -19,6 +19,7 @@ from anyio.abc import TaskGroup
 from mdb.broker import Subscription
 from mdb.brokers import Brokers
 from mdb.delivery import Processor, Stats, Strikes
+from mdb.delivery.timeouts import HandlerThreads
 from mdb.errors import BrokerError, ConnectionFailed, ConnectionLost
 from mdb.links import BrokerLink
 from mdb.listener import ListenerSpec
@@ -37,6 +38,11 @@ class Deployed:
     planned: tuple[PlannedSubscription, ...]
     stats: Stats = field(default_factory=Stats)
     strikes: Strikes = field(default_factory=Strikes)
+    threads: HandlerThreads = field(init=False)
+    """The worker threads of a plain ``def`` handler, one per pool slot."""
+
+    def __post_init__(self) -> None:
+        self.threads = HandlerThreads(self.spec.name, self.spec.options.pool * len(self.planned))
 
 
 @dataclass(eq=False)
@@ -48,7 +54,6 @@ class Slot:
     deployed: Deployed
     planned: PlannedSubscription
     link: BrokerLink
-    threads: anyio.CapacityLimiter
     subscription: Subscription | None = None
     retired: bool = False
     receiving: anyio.CancelScope | None = None
@@ -66,7 +71,6 @@ class Slots:
         self.stopping = False
         self.work: TaskGroup | None = None
         self.running: set[Slot] = set()
-        self._threads: dict[str, anyio.CapacityLimiter] = {}
         self._held: list[Subscription] = []  # stopped slots' subscriptions, closed last
 
     def new(self, where: Iterable[tuple[Deployed, PlannedSubscription]]) -> list[Slot]:
@@ -75,14 +79,11 @@ class Slots:
         assigned = {name: 0 for name in self.brokers.pools}
         slots = []
         for deployed, planned in where:
-            threads = self._threads.setdefault(
-                deployed.spec.name,
-                anyio.CapacityLimiter(deployed.spec.options.pool * len(deployed.planned)))
             links = self.brokers.pools[planned.broker]
             for _ in range(deployed.spec.options.pool):
                 link = links[assigned[planned.broker] % len(links)]
                 assigned[planned.broker] += 1
-                slots.append(Slot(deployed, planned, link, threads))
+                slots.append(Slot(deployed, planned, link))
         return slots
 
     def launch(self, slot: Slot) -> None:
@@ -144,7 +145,7 @@ class Slots:
         connection."""
         deployed, link = slot.deployed, slot.link
         processor = Processor(deployed.spec, slot.planned, link.system, self.producer,
-                              deployed.stats, deployed.strikes, slot.threads,
+                              deployed.stats, deployed.strikes, deployed.threads,
                               stopping=lambda: self._ends(slot))
         try:
             while not self._ends(slot):

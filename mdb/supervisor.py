@@ -278,7 +278,8 @@ def server_health(places: Sequence[Place], answers: dict[int, Health | None],
         total = listeners.get(lh.name, ListenerHealth(lh.name, 0, 0, 0, 0))
         listeners[lh.name] = ListenerHealth(
             lh.name, total.members + lh.members, total.subscribed + lh.subscribed,
-            total.in_flight + lh.in_flight, total.processed + lh.processed)
+            total.in_flight + lh.in_flight, total.processed + lh.processed,
+            total.slots + lh.slots, total.stuck + lh.stuck)
     events: dict[str, int] = {}
     for kind, count in ((k, c) for h in found for k, c in h.events.items()):
         events[kind] = events.get(kind, 0) + count

@@ -72,7 +72,8 @@ class ActiveMQDialect(Dialect):
             headers["amq-msg-type"] = "text"
         return headers
 
-    def delayed(self, queue: Destination, delay_ms: int) -> tuple[str, dict[str, str]]:
+    def delayed(self, queue: Destination, delay_ms: int,
+                headers: Mapping[str, str]) -> tuple[str, dict[str, str]]:
         """The queue itself, with ``AMQ_SCHEDULED_DELAY``: the broker's scheduler holds the
         message (``schedulerSupport``, see ``mdb_stomp.scheduler``). Measured on 5.17.2, raw
         STOMP 1.2: a transacted SEND is scheduled at the COMMIT (its delay counts from there)
@@ -80,8 +81,22 @@ class ActiveMQDialect(Dialect):
         in the scheduler's store under the data directory) and came out on time after the
         restart, with its headers and a ``scheduledJobId`` added, without the
         ``AMQ_SCHEDULED_DELAY``. A message carrying a ``scheduledJobId`` is never scheduled
-        again (it was delivered at once): a copy does not inherit it (``protocol_headers``)."""
-        return self.send_path(queue), {SCHEDULED_DELAY: str(delay_ms)}
+        again (it was delivered at once): a copy does not inherit it (``protocol_headers``).
+
+        Expiry. When it releases a message, the scheduler (5.17.2's ``SchedulerBroker``)
+        restarts its time to live: where JMSTimestamp and JMSExpiration are both above 0 and
+        ``expiration - timestamp`` is too, the expiration becomes that plus the time of the
+        release. A copy sent with the original's ``expires`` (the broker stamps a SEND's
+        JMSTimestamp when it has no ``timestamp`` header) came out with its expiry slipped by
+        the delay. So a SEND with an expiry carries ``timestamp:0`` (JMS's "no timestamp"): its
+        absolute expiry is released unchanged, and a copy whose expiry passed meanwhile is
+        expired by the broker as it arrives (into ``ActiveMQ.DLQ``, as without the
+        scheduler: see docs/activemq.md#redelivery-delays). It is sent all the same: how the
+        broker settles an expired message is its configuration's business, not mdb's."""
+        held = {SCHEDULED_DELAY: str(delay_ms)}
+        if headers.get("expires", "0") != "0":
+            held["timestamp"] = "0"
+        return self.send_path(queue), held
 
     def copy(self, received: Mapping[str, str]) -> dict[str, str]:
         """The same JMS message as ``received`` (measured on 5.17.2, Java OpenWire producer,

@@ -8,7 +8,7 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 from mdb.broker import ConnectionOptions
 from mdb.errors import ConfigurationError
-from mdb.redaction import redact_url
+from mdb.redaction import check_userinfo, redact_url
 from mdb_stomp.activemq import ActiveMQDialect
 from mdb_stomp.connection import StompConnection
 from mdb_stomp.dialect import Dialect
@@ -31,12 +31,13 @@ class StompBroker:
     (``stomp+activemq``, ``stomp+rabbitmq``).
 
     Construction validates the URL and raises ``ConfigurationError`` naming the setting for
-    anything it does not understand, rather than ignoring it: a query (``?ssl=true``: TLS is
-    the ``tls`` setting), a fragment, a path on a broker without virtual hosts, a missing port
-    (a TLS port and a plaintext one differ: mdb does not guess), or a login, passcode or vhost
-    that would inject a CONNECT header. User-info and the vhost are percent-decoded; the
-    options' ``username``/``password`` take precedence over the URL's. A ``queue_type`` the
-    dialect does not know (any, on ActiveMQ) is refused too.
+    anything it does not understand, rather than ignoring it: an ``@`` after the host part (a
+    password holding an unencoded ``/``, ``?`` or ``#``, whose rest would be read as the host),
+    a query (``?ssl=true``: TLS is the ``tls`` setting), a fragment, a path on a broker without
+    virtual hosts, a missing port (a TLS port and a plaintext one differ: mdb does not guess),
+    or a login, passcode or vhost that would inject a CONNECT header. User-info and the vhost
+    are percent-decoded; the options' ``username``/``password`` take precedence over the URL's.
+    A ``queue_type`` the dialect does not know (any, on ActiveMQ) is refused too.
 
     ``connect`` opens one STOMP 1.2 connection with heart-beats planned from ``heartbeat_ms``
     (``mdb_stomp.heartbeats``), over TLS when ``options.tls`` says so. No ``client-id`` is
@@ -46,6 +47,10 @@ class StompBroker:
 
     def __init__(self, options: ConnectionOptions) -> None:
         self.options = options
+        try:
+            check_userinfo(options.url)
+        except ValueError as exc:
+            self._refuse(str(exc))
         parts = urlsplit(options.url)
         dialect = DIALECTS.get(parts.scheme)
         if dialect is None:

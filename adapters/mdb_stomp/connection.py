@@ -26,7 +26,7 @@ from mdb.errors import BrokerError, SendOutcomeUnknown, SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp import scheduler
 from mdb_stomp.dialect import Dialect
-from mdb_stomp.frames import send_frame
+from mdb_stomp.frames import log_outlived, send_frame
 from mdb_stomp.receipts import ReceiptErrors
 from mdb_stomp.subscription import StompSubscription, ack_token
 from mdb_stomp.temporary import StompTemporaryQueue
@@ -113,8 +113,13 @@ class StompConnection(Connection):
     async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
         """SEND with a receipt. ``ConnectionLost`` when it surely was not sent (down before or
         during the write); ``SendOutcomeUnknown`` when no receipt came (timeout, or the
-        connection dropped after the write); ``BrokerError`` when the broker refused it."""
-        path, headers = send_frame(destination, message, self._dialect)
+        connection dropped after the write); ``BrokerError`` when the broker refused it. A copy
+        that expires first is not sent (``Dialect.outlived``)."""
+        frame = send_frame(destination, message, self._dialect)
+        if frame is None:
+            log_outlived(message, destination)
+            return
+        path, headers = frame
         await self._wire.request(
             "send",
             path,

@@ -51,7 +51,8 @@ class SubscribeSpec:
 
 
 class Dialect(abc.ABC):
-    """The broker-specific part of the STOMP adapter. Stateless once made; methods are pure.
+    """The broker-specific part of the STOMP adapter. Stateless once made; methods are pure
+    (but for the clock RabbitMQ's copies read, ``RabbitMQDialect.expiry``).
 
     ``queue_type`` is ``brokers.<name>.queue_type`` (``name``, for messages): the kind of
     queue to declare, one of ``queue_types`` (None: the broker's default); ``StompBroker``
@@ -118,9 +119,19 @@ class Dialect(abc.ABC):
         (``copy``)."""
 
     @abc.abstractmethod
-    def delayed(self, queue: Destination, delay_ms: int) -> tuple[str, dict[str, str]]:
+    def delayed(self, queue: Destination, delay_ms: int,
+                headers: Mapping[str, str]) -> tuple[str, dict[str, str]]:
         """Where to SEND a message for ``queue`` that the broker holds back ``delay_ms``
-        milliseconds first, and the headers that make it so (``OutgoingMessage.delay``)."""
+        milliseconds first, and the headers that make it so (``OutgoingMessage.delay``), to
+        add over ``headers``, those of the SEND otherwise."""
+
+    def outlived(self, message: OutgoingMessage, headers: Mapping[str, str],
+                 delay_ms: int) -> bool:
+        """True for a copy (``message.copy_of``), to be sent with ``headers`` and held back
+        ``delay_ms`` (0 for none), that expires before it could be delivered, where the broker
+        would drop it then: it is not sent, and its delivery is settled with the rest of the
+        transaction. False by default: the broker expires a copy itself."""
+        return False
 
     def copy(self, received: Mapping[str, str]) -> dict[str, str]:
         """The protocol headers of a SEND of a copy of the message received with the headers

@@ -1,14 +1,19 @@
-"""What goes into and comes out of STOMP frames, as pure functions of their inputs."""
+"""What goes into and comes out of STOMP frames, as pure functions of their inputs (and the log
+line of a copy not sent because it expires first)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 
+from mdb import message as m
 from mdb.destinations import Destination, Kind
 from mdb.errors import ConfigurationError, EncodeError
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo, refuse_nul
 from mdb_stomp.dialect import Dialect
+
+log = logging.getLogger("mdb_stomp")
 
 REPLY_TO = "reply-to"
 CORRELATION_ID = "correlation-id"
@@ -51,20 +56,31 @@ def send_headers(message: OutgoingMessage, dialect: Dialect, target: ReplyTo,
 
 
 def send_frame(target: ReplyTo, message: OutgoingMessage,
-               dialect: Dialect) -> tuple[str, dict[str, str]]:
+               dialect: Dialect) -> tuple[str, dict[str, str]] | None:
     """The STOMP destination and the headers (``send_headers``) of a SEND of ``message`` to
     ``target``; for one with a ``delay``, where the dialect has the broker hold it back
-    (``Dialect.delayed``), at least that long to the millisecond. ``EncodeError``, before
+    (``Dialect.delayed``), at least that long to the millisecond. None for a copy that
+    expires first, which is not sent (``Dialect.outlived``). ``EncodeError``, before
     anything is written, for a header holding a NUL byte or a delay on a send to anything but
     a queue."""
     headers = send_headers(message, dialect, target)
-    if message.delay <= 0:
-        return dialect.address(target), headers
-    if not (isinstance(target, Destination) and target.kind is Kind.QUEUE):
+    delay_ms = math.ceil(message.delay * 1000) if message.delay > 0 else 0
+    queue = target if isinstance(target, Destination) and target.kind is Kind.QUEUE else None
+    if delay_ms and queue is None:
         raise EncodeError(f"{target}: only a send to a queue can be delayed")
-    path, held = dialect.delayed(target, math.ceil(message.delay * 1000))
+    if dialect.outlived(message, headers, delay_ms):
+        return None
+    if not delay_ms or queue is None:
+        return dialect.address(target), headers
+    path, held = dialect.delayed(queue, delay_ms, headers)
     headers.update(held)
     return path, headers
+
+
+def log_outlived(message: OutgoingMessage, target: ReplyTo) -> None:
+    """Say that a copy was not sent to ``target`` because it expires first."""
+    log.info("message %s expires before it could be delivered from %s: its copy is not sent "
+             "(the broker would drop it)", message.headers.get(m.ID), target)
 
 
 def _logical(reply_to: str | None) -> Destination | None:

@@ -4,6 +4,8 @@ docstring for the mapping and the facts it rests on."""
 from __future__ import annotations
 
 import hashlib
+import time
+from collections.abc import Mapping
 
 from mdb.broker import SubscriptionRequest
 from mdb.destinations import Destination, Kind
@@ -22,6 +24,10 @@ DEAD_LETTER_HEADERS = frozenset(
      "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
      "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"}
 )
+# A message's time to live (``expiration``, ms) and the absolute expiry mdb keeps for it
+# (``EXPIRES``, ms since the epoch on mdb's clock): see ``RabbitMQDialect.expiry``.
+EXPIRATION = "expiration"
+EXPIRES = "mdb_expires"
 
 class RabbitMQDialect(Dialect):
     """RabbitMQ 3.x with the STOMP plugin: ``x-queue-name`` queues for named shared
@@ -78,9 +84,8 @@ class RabbitMQDialect(Dialect):
     * A SEND's ``priority`` and ``expiration`` (a TTL in ms, enforced: the message is dropped
       once it passed) are the AMQP properties, written back on every MESSAGE frame as given:
       ``expiration`` is the TTL the producer set, not the time left. ``expires`` means
-      nothing here (a plain header). A copy (``copy``) sends ``priority`` again, and the core
-      keeps ``expiration`` as one of the application's headers, so a copy's TTL starts again
-      (RabbitMQ does not say how much was left).
+      nothing here (a plain header). A copy (``copy``) sends ``priority`` again; its
+      ``expiration`` is the time left (``expiry``).
     * A receipt asked on a transacted SEND is answered only at the COMMIT (the frames of a
       transaction run then): ``confirms_transacted_sends = False``. No header limit was met:
       a SEND with 2,000 headers, or one of 200 KB, was stored.
@@ -147,13 +152,51 @@ class RabbitMQDialect(Dialect):
     def send_headers(self, message: OutgoingMessage, target: ReplyTo) -> dict[str, str]:
         headers = ({"persistent": "true"} if message.copy_of is None
                    else self.copy(message.copy_of))
+        headers.update(self.expiry(message, round(time.time() * 1000)))
         # A SEND to /queue/X declares X: with the queue's own type, or it is refused. A reply
         # address is not mdb's to declare.
         if isinstance(target, Destination) and target.kind is Kind.QUEUE:
             headers.update(self._declared())
         return headers
 
-    def delayed(self, queue: Destination, delay_ms: int) -> tuple[str, dict[str, str]]:
+    def expiry(self, message: OutgoingMessage, now_ms: int) -> dict[str, str]:
+        """The expiry headers of a SEND of ``message`` at ``now_ms`` (ms since the epoch).
+
+        RabbitMQ keeps a message's time to live, not its expiry: ``expiration`` comes back as
+        the producer gave it, and RabbitMQ removes it from a message it dead-letters (a copy
+        out of a delay queue), so mdb keeps the absolute expiry in ``mdb_expires``. A message
+        mdb sends with an ``expiration`` above 0 gets one; a copy keeps the one it has, or
+        gets one at its first copy, the time to live counted from then (from a producer that
+        is not mdb, RabbitMQ does not say when it was sent), and its ``expiration`` is the
+        time left (0 once it passed: see ``outlived``). A copy out of a delay queue has no
+        ``expiration`` left, only ``mdb_expires``: RabbitMQ no longer expires it, but a copy of
+        it still keeps its expiry."""
+        headers = message.headers
+        ttl = _milliseconds(headers.get(EXPIRATION))
+        if message.copy_of is None:
+            if EXPIRES in headers or not ttl:
+                return {}
+            return {EXPIRES: str(now_ms + ttl)}
+        expires = _milliseconds(headers.get(EXPIRES))
+        if expires is None:
+            if ttl is None:
+                return {}
+            expires = now_ms + ttl
+        return {EXPIRES: str(expires), EXPIRATION: str(max(expires - now_ms, 0))}
+
+    def outlived(self, message: OutgoingMessage, headers: Mapping[str, str],
+                 delay_ms: int) -> bool:
+        """A copy whose time left (``expiry``) ends before its delay does, or has ended: sent
+        to a delay queue, RabbitMQ would dead-letter it when its time to live ends (the
+        shorter one wins), early and without its ``expiration``, to be delivered after its
+        expiry; sent with ``expiration:0``, it is delivered to a waiting consumer all the
+        same. RabbitMQ drops an expired message: mdb does not send it."""
+        left = _milliseconds(headers.get(EXPIRATION))
+        return message.copy_of is not None and EXPIRES in headers and left is not None and (
+            left <= delay_ms)
+
+    def delayed(self, queue: Destination, delay_ms: int,
+                headers: Mapping[str, str]) -> tuple[str, dict[str, str]]:
         """A delay queue of ``queue`` for this delay, ``mdb.delay.<ms>.<queue>``: every
         message in it expires after ``delay_ms`` (``x-message-ttl``) and is dead-lettered
         through the default exchange to ``queue`` (``x-dead-letter-exchange:""``,
@@ -201,3 +244,8 @@ class RabbitMQDialect(Dialect):
         # messages, even under other subscribers; without the x-queue-name nothing is deleted.
         # A plain UNSUBSCRIBE (StompSubscription.close) never carries these headers.
         return {"durable": "true", "x-queue-name": spec.headers["x-queue-name"]}
+
+
+def _milliseconds(value: str | None) -> int | None:
+    """A count of milliseconds in a header, None where there is none (or not a count)."""
+    return int(value) if value is not None and value.isdigit() else None

@@ -16,7 +16,7 @@ from mdb.broker import Delivery, Transaction
 from mdb.errors import ConnectionLost, TransactionRolledBack
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp.dialect import Dialect
-from mdb_stomp.frames import send_frame
+from mdb_stomp.frames import log_outlived, send_frame
 from mdb_stomp.receipts import ReceiptErrors
 from mdb_stomp.subscription import ack_token
 from mdb_stomp.unsettled import Unsettled
@@ -71,8 +71,16 @@ class StompTransaction(Transaction):
         writes anything more: after refusing a SEND, ActiveMQ goes on reading the frames
         written behind it before it closes the connection, so a pipelined ACK and COMMIT could
         settle the delivery without the refused send (measured: 1 run in 5 lost the message,
-        docs/security.md). Elsewhere the COMMIT's receipt covers it."""
-        path, headers = send_frame(destination, message, self._dialect)
+        docs/security.md). Elsewhere the COMMIT's receipt covers it.
+
+        A copy that expires before it could be delivered, where the broker would drop it
+        then, is not sent (``Dialect.outlived``): the commit settles its delivery all the
+        same, as the broker's expiry would have."""
+        frame = send_frame(destination, message, self._dialect)
+        if frame is None:
+            log_outlived(message, destination)
+            return
+        path, headers = frame
         headers["transaction"] = self.id
         try:
             self._check_usable()

@@ -14,7 +14,8 @@ each:
 * ``processor``: ``Processor``, the effectful runner the container's pool slots hold, which
   carries each decision out in one place;
 
-beside them ``invoker`` (calling the handler, in its span), ``copies`` (bounds on the copies
+beside them ``invoker`` (calling the handler, in its span), ``timeouts`` (the handler
+timeout, and the worker threads of plain ``def`` handlers), ``copies`` (bounds on the copies
 sent), ``strikes`` (failures to settle a message that are the broker's doing, counted
 in the process) and ``stats``.
 """

@@ -30,6 +30,7 @@ Two pure steps, shared by a delivery processed on its own and by a batch:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import ClassVar, overload
@@ -52,6 +53,7 @@ kept)."""
 MAX_DELIVERY_COUNT = 1_000_000_000
 """The highest delivery count read from a header: above any ``Redelivery.limit``, and small
 enough for every span attribute and header that shows it."""
+_WHOLE = re.compile(r"\s*(?P<sign>[+-]?)0*(?P<digits>[0-9]+)\s*")
 
 
 def to_message(delivery: Delivery, destination: Destination) -> Message:
@@ -74,14 +76,16 @@ def to_message(delivery: Delivery, destination: Destination) -> Message:
 
 def _count(text: str | None) -> int:
     """The count a header says, read as untrusted input: any producer may set it (the count is
-    advisory, docs/security.md), so any text gives a count in ``1..MAX_DELIVERY_COUNT``."""
-    if text is None:
+    advisory, docs/security.md), so any text gives a count in ``1..MAX_DELIVERY_COUNT``: a
+    whole number is clamped to that range, whatever its length, anything else counts as 1."""
+    whole = None if text is None else _WHOLE.fullmatch(text)
+    if whole is None or whole["sign"] == "-":
         return 1
-    try:
-        count = int(text)  # ValueError also for more digits than int() reads (sys limit)
-    except ValueError:
-        return 1
-    return min(max(count, 1), MAX_DELIVERY_COUNT)
+    digits = whole["digits"]
+    # Judged by length before int() reads it: int() refuses more than a few thousand digits.
+    if len(digits) > len(str(MAX_DELIVERY_COUNT)):
+        return MAX_DELIVERY_COUNT
+    return min(max(int(digits), 1), MAX_DELIVERY_COUNT)
 
 
 # -- what happened -----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from mdb import codec, tracing
 from mdb.broker import Delivery
 from mdb.context import Context, SendFunction
 from mdb.delivery.stats import Stats
+from mdb.delivery.timeouts import HandlerThreads, cancelled_past
 from mdb.errors import HandlerInterrupted, ListenerDefinitionError, error_type
 from mdb.listener import ListenerSpec
 from mdb.message import Message
@@ -24,10 +25,11 @@ from mdb.planning import PlannedSubscription
 
 class Invoker:
     """Calls ``spec``'s handler for deliveries of the subscription ``planned``: an ``async def``
-    one on the event loop, a plain one on a worker thread of ``threads``."""
+    one on the event loop, a plain one on a worker thread of ``threads``; either within the
+    listener's ``handler_timeout`` (``mdb.delivery.timeouts``)."""
 
     def __init__(self, spec: ListenerSpec, planned: PlannedSubscription, system: str,
-                 stats: Stats, threads: anyio.CapacityLimiter) -> None:
+                 stats: Stats, threads: HandlerThreads) -> None:
         self._spec = spec
         self._stats = stats
         self._threads = threads
@@ -67,12 +69,14 @@ class Invoker:
             kwargs[spec.body_parameter] = body
         if spec.context_parameter:
             kwargs[spec.context_parameter] = Context(message, spec.name, send)
+        timeout = spec.options.handler_timeout
         if self._is_async:
-            await spec.handler(**kwargs)
+            if timeout:
+                await cancelled_past(timeout, spec.handler(**kwargs))
+            else:
+                await spec.handler(**kwargs)
             return
-        result = await anyio.to_thread.run_sync(
-            partial(spec.handler, **kwargs), limiter=self._threads, abandon_on_cancel=True
-        )
+        result = await self._threads.run(partial(spec.handler, **kwargs), message.id, timeout)
         if inspect.isawaitable(result) or inspect.isgenerator(result) or inspect.isasyncgen(result):
             # A plain def that hands back work instead of doing it (a sync decorator around an
             # async def, say): settling the message as processed would lose it unprocessed.

@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-import anyio
-
 from mdb import clock, tracing
 from mdb.broker import Connection, Delivery, Subscription
 from mdb.delivery.batch import Ready, Step, fall_back, ready_run, run_in_one_transaction
@@ -36,6 +34,7 @@ from mdb.delivery.invoker import Invoker
 from mdb.delivery.sends import DirectSends, TransactedSends, commit
 from mdb.delivery.stats import Stats
 from mdb.delivery.strikes import Strikes, identity
+from mdb.delivery.timeouts import HandlerThreads
 from mdb.destinations import Destination
 from mdb.errors import BrokerError, DecodeError
 from mdb.listener import ListenerSpec
@@ -55,7 +54,7 @@ class Processor:
 
     def __init__(
         self, spec: ListenerSpec, planned: PlannedSubscription, system: str,
-        producer: Producer, stats: Stats, strikes: Strikes, threads: anyio.CapacityLimiter,
+        producer: Producer, stats: Stats, strikes: Strikes, threads: HandlerThreads,
         stopping: Callable[[], bool],
     ) -> None:
         self._spec = spec

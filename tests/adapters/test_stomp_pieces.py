@@ -7,6 +7,8 @@ silence rule (``mdb_stomp.heartbeats``, ``FrameReader``), and the inbox of a sub
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from collections.abc import Mapping
 
 import anyio
@@ -23,7 +25,7 @@ from mdb.errors import (
     SubscriptionFailed,
     TransactionRolledBack,
 )
-from mdb.message import OutgoingMessage, ReplyAddress
+from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 from mdb_stomp import ActiveMQDialect, Dialect, RabbitMQDialect
 from mdb_stomp.frames import escape_name, send_frame, send_headers, text
 from mdb_stomp.heartbeats import Heartbeats, Silence
@@ -365,23 +367,76 @@ def test_no_frame_read_after_too_long_a_silence_goes_further() -> None:
 # -- delayed sends -----------------------------------------------------------------------------
 
 
+def framed(target: ReplyTo, message: OutgoingMessage,
+           dialect: Dialect) -> tuple[str, dict[str, str]]:
+    """``send_frame`` of a message it sends."""
+    frame = send_frame(target, message, dialect)
+    assert frame is not None
+    return frame
+
+
 def test_a_delayed_send_is_held_as_each_dialect_says_at_least_its_delay() -> None:
     queue, topic = Destination.parse("queue:orders"), Destination.parse("topic:orders")
     held = OutgoingMessage(b"x", {"mdb_id": "1"}, delay=1.0001)
-    path, headers = send_frame(queue, held, ActiveMQDialect())
+    path, headers = framed(queue, held, ActiveMQDialect())
     assert (path, headers["AMQ_SCHEDULED_DELAY"]) == ("/queue/orders", "1001")
-    path, headers = send_frame(queue, held, RabbitMQDialect())
+    path, headers = framed(queue, held, RabbitMQDialect())
     assert path == "/queue/mdb.delay.1001.orders"
     assert (headers["x-message-ttl"], headers["x-dead-letter-exchange"],
             headers["x-dead-letter-routing-key"]) == ("1001", "", "orders")
     long_name = Destination.parse("queue:" + "q" * 250)
-    path, headers = send_frame(long_name, held, RabbitMQDialect())
+    path, headers = framed(long_name, held, RabbitMQDialect())
     assert len(path.removeprefix("/queue/")) <= 255 and path.startswith("/queue/mdb.delay.1001.")
     assert headers["x-dead-letter-routing-key"] == long_name.name
-    assert send_frame(queue, OutgoingMessage(b"x", {}), RabbitMQDialect())[0] == "/queue/orders"
+    assert framed(queue, OutgoingMessage(b"x", {}), RabbitMQDialect())[0] == "/queue/orders"
     for dialect in (ActiveMQDialect(), RabbitMQDialect()):
         with pytest.raises(EncodeError):
             send_frame(topic, held, dialect)
+
+
+def test_a_held_activemq_send_with_an_expiry_has_no_timestamp_so_its_expiry_stays() -> None:
+    queue = Destination.parse("queue:orders")
+    held = OutgoingMessage(b"x", {"mdb_id": "1"}, delay=3.0, copy_of=JAVA_TEXT)
+    _, headers = framed(queue, held, ActiveMQDialect())
+    assert (headers["expires"], headers["timestamp"]) == ("1795390101926", "0")
+    for received in ({**JAVA_TEXT, "expires": "0"}, {"priority": "4"}):
+        unexpiring = OutgoingMessage(b"x", delay=3.0, copy_of=received)
+        _, headers = framed(queue, unexpiring, ActiveMQDialect())
+        assert "timestamp" not in headers
+
+
+def test_a_rabbitmq_copy_expires_when_its_message_would_have() -> None:
+    dialect, now = RabbitMQDialect(), 1_000_000
+    sent = OutgoingMessage(b"x", {"expiration": "3000"})
+    assert dialect.expiry(sent, now) == {"mdb_expires": "1003000"}
+    assert dialect.expiry(OutgoingMessage(b"x", {"expiration": "0"}), now) == {}
+    # A copy: the time left, by mdb's expiry when it has one, else counted from now.
+    received = {"expiration": "3000", "mdb_expires": "1003000"}
+    copy = OutgoingMessage(b"x", received, copy_of=received)
+    assert dialect.expiry(copy, now + 1000) == {"mdb_expires": "1003000", "expiration": "2000"}
+    assert dialect.expiry(copy, now + 5000) == {"mdb_expires": "1003000", "expiration": "0"}
+    out_of_a_delay_queue = {"mdb_expires": "1003000"}  # RabbitMQ removed its expiration
+    assert dialect.expiry(OutgoingMessage(b"x", out_of_a_delay_queue,
+                                          copy_of=out_of_a_delay_queue), now + 1000) == {
+        "mdb_expires": "1003000", "expiration": "2000"}
+    foreign = {"expiration": "3000"}
+    assert dialect.expiry(OutgoingMessage(b"x", foreign, copy_of=foreign), now) == {
+        "mdb_expires": "1003000", "expiration": "3000"}
+    assert dialect.expiry(OutgoingMessage(b"x", copy_of={"priority": "4"}), now) == {}
+
+
+def test_a_rabbitmq_copy_that_expires_before_it_could_be_delivered_is_not_sent() -> None:
+    queue, dialect = Destination.parse("queue:orders"), RabbitMQDialect()
+    expires = str(round(time.time() * 1000) + 60_000)
+    received = {"expiration": "60000", "mdb_expires": expires}
+    copy = OutgoingMessage(b"x", received, copy_of=received)
+    assert send_frame(queue, dataclasses.replace(copy, delay=3600.0), dialect) is None
+    assert send_frame(queue, dataclasses.replace(copy, delay=1.0), dialect) is not None
+    assert send_frame(queue, copy, dialect) is not None
+    expired = {"mdb_expires": "1000"}
+    assert send_frame(queue, OutgoingMessage(b"x", expired, copy_of=expired), dialect) is None
+    # Not a copy: sent as the application asks.
+    assert send_frame(queue, OutgoingMessage(b"x", {"expiration": "0"}), dialect) is not None
 
 
 def test_what_held_a_message_is_not_inherited_by_its_copies() -> None:

@@ -10,6 +10,7 @@ the slot is free uses a delay of an hour and never sees its end.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -20,10 +21,13 @@ from tests.conftest import missing
 from tests.contract.support import Calls, read, running, settings_for, unique
 from tests.contract.test_delivery import send_all
 from tests.harness.activemq import ActiveMQ, activemq_available, reference_config
+from tests.harness.rabbitmq import RabbitMQ
 
 pytestmark = pytest.mark.anyio
 
 HOUR = 3600.0
+# A time to live the first delivery surely beats, and a redelivery delay that outlasts it.
+SHORT_TTL_MS, LONGER_DELAY = 3000, 6.0
 
 
 async def test_a_message_waiting_out_its_redelivery_delay_does_not_hold_its_pool_slot(
@@ -120,3 +124,58 @@ async def test_where_the_broker_cannot_hold_a_delay_the_process_waits_it_out_and
     assert calls.of("retried") == [(False, 1), (True, 2)]
     [line] = [r.getMessage() for r in caplog.records if "cannot hold" in r.getMessage()]
     assert "broker default" in line and "schedulerSupport" in line
+
+
+@pytest.mark.activemq
+async def test_without_the_scheduler_a_copy_that_expired_while_waited_for_is_dead_lettered(
+    activemq_without_scheduler: ActiveMQ,
+) -> None:
+    """The process waits the delay out, then sends the copy with the original's expiry, which
+    has passed: ActiveMQ expires it into ActiveMQ.DLQ, and no handler sees it again."""
+    url = activemq_without_scheduler.url
+    queue = f"queue:{unique('expiring')}"
+    calls = Calls()
+
+    @listener(queue, pool=1, redelivery=Redelivery(limit=1, delay=LONGER_DELAY))
+    async def handler(body: str, ctx: Context) -> None:
+        calls.add(body, ctx.delivery_count)
+        raise RuntimeError("fails at once")
+
+    async with running(settings_for(url), handler):
+        async with Producer(settings_for(url)) as producer:
+            expires = str(round(time.time() * 1000) + SHORT_TTL_MS)
+            sent = await producer.send(queue, "short-lived", {"expires": expires})
+        [expired] = await read(url, "queue:ActiveMQ.DLQ", 1)
+    assert calls.of("short-lived") == [1]
+    assert (expired.headers[ID], expired.headers[DELIVERY_COUNT]) == (sent, "2")
+    assert expired.headers["originalExpiration"] == expires
+
+
+@pytest.mark.rabbitmq
+async def test_on_rabbitmq_a_copy_that_would_expire_while_delayed_is_not_sent(
+    rabbitmq: RabbitMQ,
+) -> None:
+    """Sent to its delay queue, the copy would be dead-lettered back when its time to live
+    ends, before its delay does and without its ``expiration``: handled after its expiry.
+    RabbitMQ drops an expired message, so mdb does not send this copy: the failed delivery
+    is settled and the message is in no queue any more."""
+    name = unique("expiring")
+    queue = f"queue:{name}"
+    calls = Calls()
+
+    @listener(queue, pool=1, redelivery=Redelivery(limit=1, delay=HOUR))
+    async def handler(body: str, ctx: Context) -> None:
+        calls.add(body, ctx.delivery_count)
+        if body == "short-lived":
+            raise RuntimeError("fails at once")
+
+    async with running(settings_for(rabbitmq.url), handler) as container:
+        async with Producer(settings_for(rabbitmq.url)) as producer:
+            await producer.send(queue, "short-lived", {"expiration": str(SHORT_TTL_MS)})
+            await producer.send(queue, "after")  # the one slot takes it once the other is settled
+        await calls.wait(lambda c: bool(c.of("after")))
+        stats = container.deployed[0].stats
+    assert calls.of("short-lived") == [1]
+    assert stats.redelivered == 1  # the redelivery decided, whose copy expired unsent
+    # Neither in its queue nor in a delay queue of it (mdb.delay.<ms>.<name>).
+    assert {q: n for q, n in rabbitmq.stored().items() if q.endswith(name) and n} == {}

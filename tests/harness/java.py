@@ -3,7 +3,8 @@
 ``JmsTool`` (``tests/interop/java/JmsTool.java``) is compiled once per test session with ``javac``
 against the JMS client jars of Debian's ``activemq`` package, and run with ``java``: each call
 sends or receives over OpenWire and returns what Java saw, one dict per message (its JMS type as
-``kind``, ``text`` or base64 ``bytes``, the JMS headers, and ``properties``)::
+``kind``, ``text`` or base64 ``bytes``, the JMS headers, ``properties`` as text and
+``propertyTypes``, each property's Java class, ``Integer`` or ``String``...)::
 
     tool = JmsTool("tcp://127.0.0.1:PORT", broker.username, broker.password)
     tool.send("orders", "text", "hello", JMSPriority=8)
@@ -63,8 +64,9 @@ class JmsTool:
     def send(self, queue: str, kind: str, body: str, **options: object) -> dict[str, Any]:
         """Send one message of JMS ``kind`` (text, bytes: base64 ``body``, map, object, stream,
         plain); ``options`` are JMS header fields (``JMSPriority``, ``JMSTimeToLive`` in ms,
-        ``JMSDeliveryMode``, ``JMSCorrelationID``, ``JMSType``, ``JMSReplyTo``) or string
-        properties. Returns the message as Java sent it."""
+        ``JMSDeliveryMode``, ``JMSCorrelationID``, ``JMSType``, ``JMSReplyTo``) or properties:
+        strings, or of the type a name ends in (``**{"qty:int": 3}``; ``:long``, ``:boolean``,
+        ``:double`` too). Returns the message as Java sent it."""
         [sent] = self._run("send", queue, kind, body,
                            *(f"{key}={value}" for key, value in options.items()))
         return sent

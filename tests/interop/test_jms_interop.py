@@ -198,3 +198,44 @@ async def test_an_empty_text_message_from_mdb_is_an_empty_body(java_broker: Java
             await producer.send(f"queue:{queue}", b"")
         await calls.wait(lambda c: len(c.of("seen")) == 2)
     assert calls.of("seen") == ["", ""]
+
+
+TYPED = {"qty:int": 3, "serial:long": 12_345_678_901, "urgent:boolean": "true",
+         "ratio:double": 0.5}
+
+
+async def test_a_copy_gives_java_its_typed_properties_as_strings_and_no_group(
+        java_broker: JavaBroker) -> None:
+    """What a copy changes for a Java reader: STOMP carries every property as text, so the
+    copy's int, long, boolean and double properties are Strings (a selector ``qty = 3`` no
+    longer matches it, ``qty = '3'`` does); and ActiveMQ hands no JMSXGroupID to STOMP, so
+    the copy leaves its message group."""
+    broker, java = java_broker
+    queue = unique("typed")
+    calls = Calls()
+
+    @listener(f"queue:{queue}", pool=1, redelivery=Redelivery(limit=0))
+    async def handler(body: str, ctx: Context) -> None:
+        calls.add("seen", (body, dict(ctx.headers)))
+        if body == "typed":
+            raise RuntimeError("to the error destination")
+
+    async with running(settings_for(broker.url), handler):
+        sent = java.send(queue, "text", "typed", JMSXGroupID="g-1", **TYPED)
+        java.send(queue, "text", "after")  # handled by the one slot once the copy is sent
+        await calls.wait(lambda c: len(c.of("seen")) == 2)
+    # A message that does match ``qty = 3``, behind the copy on its queue: what the selector
+    # takes first is this one, so the copy did not match.
+    java.send(f"{queue}.DLQ", "text", "control", **TYPED)
+    [numeric] = await anyio.to_thread.run_sync(
+        lambda: java.receive(f"{queue}.DLQ", 1, selector="qty = 3"))
+    [copy] = await anyio.to_thread.run_sync(
+        lambda: java.receive(f"{queue}.DLQ", 1, selector="qty = '3'"))
+    assert numeric["text"] == "control"
+    names = [name.split(":")[0] for name in TYPED]
+    assert [sent["propertyTypes"][n] for n in names] == ["Integer", "Long", "Boolean", "Double"]
+    assert [copy["propertyTypes"][n] for n in names] == ["String"] * 4
+    assert [copy["properties"][n] for n in names] == ["3", "12345678901", "true", "0.5"]
+    _, headers = cast(tuple[str, dict[str, str]], calls.of("seen")[0])
+    assert sent["properties"]["JMSXGroupID"] == "g-1"
+    assert "JMSXGroupID" not in headers and "JMSXGroupID" not in copy["properties"]

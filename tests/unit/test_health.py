@@ -62,7 +62,8 @@ async def test_probes_answer_from_the_event_loop() -> None:
         assert server.port != 0
         assert await anyio.to_thread.run_sync(get, f"{base}/health/live") == (200, {"live": True})
         assert await anyio.to_thread.run_sync(get, f"{base}/health/ready") == (
-            200, {"ready": True, "brokers_down": [], "listeners_short": []})
+            200, {"ready": True, "brokers_down": [], "listeners_short": [],
+                  "listeners_stuck": []})
         status, body = await anyio.to_thread.run_sync(get, f"{base}/status")
         assert status == 200 and Health.from_json(body) == READY
 
@@ -70,7 +71,8 @@ async def test_probes_answer_from_the_event_loop() -> None:
         assert await anyio.to_thread.run_sync(get, f"{base}/health/live") == (200, {"live": True})
         assert await anyio.to_thread.run_sync(get, f"{base}/health/ready") == (503, {
             "ready": False, "brokers_down": ["backup"],
-            "listeners_short": [{"name": "on_order", "subscribed": 2, "members": 3}]})
+            "listeners_short": [{"name": "on_order", "subscribed": 2, "members": 3}],
+            "listeners_stuck": []})
         status, body = await anyio.to_thread.run_sync(get, f"{base}/status")
         assert status == 200 and Health.from_json(body) == NOT_READY
 

@@ -31,6 +31,7 @@ SAMPLES: dict[str, Any] = {
     "durable_subscription_deletion": True,
     "max_messages_per_transaction": 10,
     "prefetch": 12,
+    "handler_timeout": 30.0,
 }
 
 
@@ -113,6 +114,12 @@ def test_the_reference_shows_each_options_declared_default_range_and_meaning() -
     assert "| `backoff` | `2.0` | 1 to 10 |" in text
     assert "| `health_port` | none | 0 to 65535 |" in text
     assert "| `broker` | required |" in text
+
+
+@pytest.mark.parametrize("seconds", [float("inf"), float("nan"), -1.0, 86_401.0])
+def test_a_handler_timeout_is_a_finite_number_of_seconds_up_to_a_day(seconds: float) -> None:
+    with pytest.raises(ValidationError, match="handler_timeout"):
+        ListenerOptions(handler_timeout=seconds)
 
 
 @pytest.mark.parametrize(("toml", "setting"), [

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from mdb.health import BrokerHealth, Health, ListenerHealth, WorkerHealth
+from mdb.health import BrokerHealth, Health, ListenerHealth, StuckHandler, WorkerHealth
 from mdb.report import status_report
 from mdb.supervisor import START_ATTEMPTS, Place, server_health
 from tests.contract.test_crash import ROOT
@@ -81,6 +81,14 @@ def test_the_server_is_ready_when_every_worker_is() -> None:
     assert down.unready()["listeners_short"] == [
         {"name": "on_order", "subscribed": 1, "members": 2}]
     assert "worker 2 is not ready" in status_report(down, "http://x")
+
+    stuck = Health(live=True, ready=False, listeners=(
+        ListenerHealth("on_order", 1, 1, 1, 0, slots=1, stuck=(StuckHandler("m1", 40.0),)),))
+    both = server_health(places, {1: stuck, 2: worker()}, False)
+    assert both.listeners[0].slots == 1 and both.listeners[0].stuck == stuck.listeners[0].stuck
+    assert Health.from_json(both.to_json()) == both
+    assert ["on_order", "m1", "40s"] in [
+        line.split() for line in status_report(both, "http://x").splitlines()]
 
     restarting = server_health([Place(1, state="ready"), Place(2, state="restarting")],
                                {1: worker()}, False)

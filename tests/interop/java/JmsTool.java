@@ -27,7 +27,8 @@ import org.apache.activemq.ActiveMQConnectionFactory;
  *   send URL USER PASSWORD QUEUE KIND BODY [name=value ...]   KIND: text, bytes, map, object,
  *        stream, plain; options among the pairs: JMSPriority, JMSTimeToLive (ms), JMSDeliveryMode
  *        (persistent|non-persistent), JMSCorrelationID, JMSType, JMSReplyTo (queue name); any
- *        other pair is a string property.
+ *        other pair is a string property, or one of another type where the name ends in :int,
+ *        :long, :boolean or :double (qty:int=3).
  *   receive URL USER PASSWORD QUEUE COUNT TIMEOUT_MS [SELECTOR]   prints each message taken
  *        (only messages matching the JMS SELECTOR, when one is given).
  *   request URL USER PASSWORD QUEUE TEXT TIMEOUT_MS [name=value ...]   sends a TextMessage
@@ -169,10 +170,23 @@ public final class JmsTool {
                 case "JMSCorrelationID": message.setJMSCorrelationID(pair[1]); break;
                 case "JMSType": message.setJMSType(pair[1]); break;
                 case "JMSReplyTo": message.setJMSReplyTo(session.createQueue(pair[1])); break;
-                default: message.setStringProperty(pair[0], pair[1]);
+                default: setProperty(message, pair[0], pair[1]);
             }
         }
         producer.send(message, mode, priority, ttl);
+    }
+
+    /** A property from a name=value pair: a String, or the type its name ends in (qty:int). */
+    private static void setProperty(Message message, String name, String value) throws Exception {
+        String[] typed = name.split(":", 2);
+        switch (typed.length == 2 ? typed[1] : "string") {
+            case "int": message.setIntProperty(typed[0], Integer.parseInt(value)); break;
+            case "long": message.setLongProperty(typed[0], Long.parseLong(value)); break;
+            case "boolean": message.setBooleanProperty(typed[0], Boolean.parseBoolean(value)); break;
+            case "double": message.setDoubleProperty(typed[0], Double.parseDouble(value)); break;
+            case "string": message.setStringProperty(name, value); break;
+            default: throw new IllegalArgumentException("unknown property type in " + name);
+        }
     }
 
     private static Message make(Session session, String kind, String body) throws Exception {
@@ -241,15 +255,20 @@ public final class JmsTool {
         fields.put("JMSType", m.getJMSType());
         fields.put("JMSReplyTo", m.getJMSReplyTo() == null ? null : m.getJMSReplyTo().toString());
         List<String> props = new ArrayList<>();
+        List<String> types = new ArrayList<>();
         for (Enumeration<?> e = m.getPropertyNames(); e.hasMoreElements();) {
             String key = (String) e.nextElement();
-            props.add(json(key) + ": " + json(String.valueOf(m.getObjectProperty(key))));
+            Object value = m.getObjectProperty(key);
+            props.add(json(key) + ": " + json(String.valueOf(value)));
+            types.add(json(key) + ": "
+                      + json(value == null ? null : value.getClass().getSimpleName()));
         }
         StringBuilder out = new StringBuilder("{");
         for (Map.Entry<String, String> f : fields.entrySet()) {
             out.append(json(f.getKey())).append(": ").append(json(f.getValue())).append(", ");
         }
-        out.append("\"properties\": {").append(String.join(", ", props)).append("}}");
+        out.append("\"properties\": {").append(String.join(", ", props)).append("}, ");
+        out.append("\"propertyTypes\": {").append(String.join(", ", types)).append("}}");
         return out.toString();
     }
 

@@ -1,0 +1,225 @@
+"""``ProbeServer``: the HTTP server under the health endpoint (``mdb.health``), built so that no
+client can exhaust it: a probe is answered while any number of idle, slow or vanishing clients
+are connected.
+
+``http.server.ThreadingHTTPServer``, which it replaces, spent a thread and a file descriptor on
+every connection for as long as the client cared to keep it: 1,500 idle clients made 1,502
+threads, and with a low file limit a readiness probe got no answer at all. Here:
+
+* connections are accepted, and requests read, on an event loop of the server's own, in one
+  thread, whatever the number of connections (not on the container's loop: a flood of
+  clients must not slow the container, and a container whose loop has stopped is still
+  answered for, 503);
+* at most ``MAX_CONNECTIONS`` connections are open. A connection past it closes the one that
+  has waited longest for its request (a client that sends its request at once, as a probe
+  does, is never that one under a flood of slow clients); when every open connection has
+  sent its request, the new one is closed. This is decided as each connection is accepted,
+  so the server never holds more file descriptors than that; when the process has none left
+  (other parts of it hold them), accepting pauses and says so once;
+* a connection has ``DEADLINE`` seconds, from its accept, to send its request and take the
+  answer, then it is closed;
+* answers are computed by ``ANSWER_THREADS`` threads (computing one may block: the health
+  endpoint waits for the container's loop). When ``MAX_CONNECTIONS`` requests still wait for
+  their answer (the container's loop does not answer), further requests are answered 503 at
+  once instead of queuing for ever;
+* a client that goes away, or sends something that is not a GET request, costs no log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import socket
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any
+
+log = logging.getLogger("mdb.health")
+
+Answer = tuple[HTTPStatus, dict[str, object]]
+_Job = tuple[str, asyncio.Future[Answer | Exception]]
+
+
+class _Refused(Exception):
+    """A request the server answers without asking: not a GET, or not HTTP."""
+
+    def __init__(self, status: HTTPStatus, error: str) -> None:
+        super().__init__(error)
+        self.answer: Answer = (status, {"error": error})
+
+
+class ProbeServer:
+    """Serves ``answer(path)`` (a status and a JSON object; it runs in an answer thread) as
+    JSON to ``GET`` requests on the listening socket ``sock``, from :meth:`start` until
+    :meth:`close` (idempotent; it returns once the server's threads are told to stop, without
+    waiting for an answer being computed)."""
+
+    MAX_CONNECTIONS = 64
+    DEADLINE = 5.0
+    ANSWER_THREADS = 2
+    MAX_REQUEST_BYTES = 8_192  # the request line and the headers
+
+    def __init__(self, sock: socket.socket, answer: Callable[[str], Answer]) -> None:
+        self._sock = sock
+        self._answer = answer
+        self._loop = asyncio.new_event_loop()
+        self._stopped = self._loop.create_future()
+        self._open: dict[asyncio.Task[None], socket.socket] = {}
+        self._waiting: dict[asyncio.Task[None], None] = {}  # no request yet, oldest first
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._unanswered = 0  # jobs handed to the answer threads and not finished
+        self._threads: list[threading.Thread] = []
+        self._said_out_of_files = False
+
+    def start(self) -> None:
+        port = self._sock.getsockname()[1]
+        self._threads = [threading.Thread(target=self._loop.run_until_complete,
+                                          args=(self._serve(),), name=f"mdb-health-{port}",
+                                          daemon=True)]
+        self._threads += [threading.Thread(target=self._work, name=f"mdb-health-{port}-{i}",
+                                           daemon=True) for i in range(self.ANSWER_THREADS)]
+        for thread in self._threads:
+            thread.start()
+
+    def close(self) -> None:
+        threads, self._threads = self._threads, []
+        if not threads:
+            return
+        self._loop.call_soon_threadsafe(_settle, self._stopped, None)
+        threads[0].join()
+        for _ in threads[1:]:
+            self._jobs.put(None)
+        self._loop.close()
+
+    async def _serve(self) -> None:
+        accepting = asyncio.create_task(self._accept())
+        await self._stopped
+        tasks = [accepting, *self._open]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for conn in self._open.values():
+            conn.close()  # a connection cancelled before its task began
+        self._sock.close()
+
+    async def _accept(self) -> None:
+        self._sock.setblocking(False)
+        while True:
+            try:
+                conn, _ = await self._loop.sock_accept(self._sock)
+            except OSError as exc:  # out of file descriptors, most likely
+                if not self._said_out_of_files:
+                    log.warning("health endpoint: cannot accept a connection: %s", exc)
+                    self._said_out_of_files = True
+                await asyncio.sleep(0.1)
+                continue
+            if len(self._open) >= self.MAX_CONNECTIONS and not self._evict_one():
+                conn.close()
+            else:
+                self._open[asyncio.create_task(self._connected(conn))] = conn
+            await asyncio.sleep(0)  # an evicted connection closes before the next accept
+
+    async def _connected(self, conn: socket.socket) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        writer = None
+        answered = False
+        try:
+            async with asyncio.timeout(self.DEADLINE):
+                reader, writer = await asyncio.open_connection(
+                    sock=conn, limit=self.MAX_REQUEST_BYTES)
+                self._waiting[task] = None
+                try:
+                    path = await _request(reader)
+                    self._waiting.pop(task, None)
+                    status, body = await self._answered(path)
+                except _Refused as refused:
+                    status, body = refused.answer
+                writer.write(_response(status, body))
+                await writer.drain()
+                answered = True
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # the client went away, was too slow, or sent too much: nothing to say
+        finally:
+            self._open.pop(task, None)
+            self._waiting.pop(task, None)
+            if writer is None:
+                conn.close()
+            elif answered:
+                writer.close()
+            else:
+                writer.transport.abort()
+
+    def _evict_one(self) -> bool:
+        """Close the connection that has waited longest for its request; False if none has."""
+        oldest = next(iter(self._waiting), None)
+        if oldest is None:
+            return False
+        del self._waiting[oldest]
+        del self._open[oldest]
+        oldest.cancel()  # its task closes the connection as it ends
+        return True
+
+    async def _answered(self, path: str) -> Answer:
+        if self._unanswered >= self.MAX_CONNECTIONS:
+            return HTTPStatus.SERVICE_UNAVAILABLE, {
+                "live": False, "ready": False,
+                "error": "earlier requests are still waiting for the container's event loop"}
+        future: asyncio.Future[Answer | Exception] = self._loop.create_future()
+        self._unanswered += 1
+        self._jobs.put((path, future))
+        outcome = await future
+        if isinstance(outcome, Exception):
+            log.error("health endpoint: answering %s failed", path, exc_info=outcome)
+            return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(outcome).__name__}"}
+        return outcome
+
+    def _work(self) -> None:
+        """An answer thread."""
+        while (job := self._jobs.get()) is not None:
+            path, future = job
+            outcome: Answer | Exception | None = None
+            if not future.cancelled():  # its client is gone: no answer to compute
+                try:
+                    outcome = self._answer(path)
+                except Exception as exc:  # a bug, reported to the client and logged once
+                    outcome = exc
+            try:
+                self._loop.call_soon_threadsafe(self._finished, future, outcome)
+            except RuntimeError:  # the server is closed
+                return
+
+    def _finished(self, future: asyncio.Future[Answer | Exception],
+                  outcome: Answer | Exception | None) -> None:
+        self._unanswered -= 1
+        if outcome is not None:
+            _settle(future, outcome)
+
+
+async def _request(reader: asyncio.StreamReader) -> str:
+    """The path of the GET request ``reader`` brings (its query left out)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    words = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+    if len(words) != 3 or not words[2].startswith("HTTP/"):
+        raise _Refused(HTTPStatus.BAD_REQUEST, "not an HTTP request")
+    method, target, _ = words
+    if method != "GET":
+        raise _Refused(HTTPStatus.METHOD_NOT_ALLOWED, f"{method}: every route is a GET")
+    return target.split("?", 1)[0]
+
+
+def _response(status: HTTPStatus, body: dict[str, object]) -> bytes:
+    data = json.dumps(body).encode()
+    return (f"HTTP/1.1 {status.value} {status.phrase}\r\n"
+            "Content-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n"
+            "Connection: close\r\n\r\n").encode() + data
+
+
+def _settle(future: asyncio.Future[Any], value: object) -> None:
+    if not future.done():
+        future.set_result(value)
+
