@@ -13,6 +13,7 @@ from mdb.errors import (
     ConnectionFailed,
     ConnectionLost,
     CredentialsRefused,
+    DatabaseUnavailable,
     DecodeError,
     EncodeError,
     HandlerInterrupted,
@@ -35,7 +36,8 @@ from mdb.settings import Settings, load_settings
 
 __all__ = [
     "BrokerError", "BrokerEvent", "ConfigurationError", "ConnectionFailed", "ConnectionLost",
-    "Container", "Context", "CredentialsRefused", "DecodeError", "Destination", "Distribution",
+    "Container", "Context", "CredentialsRefused", "DatabaseUnavailable",
+    "DecodeError", "Destination", "Distribution",
     "EncodeError", "EventKind", "HandlerInterrupted", "HandlerTimeout",
     "ListenerDefinitionError", "ListenerSpec", "MdbError",
     "NoReplyTo", "Producer", "Redelivery", "ReplyTimeout", "SelectorError", "SendOutcomeUnknown",

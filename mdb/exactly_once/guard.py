@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb.context import SendFunction
 from mdb.destinations import Destination
 from mdb.exactly_once import inbox
-from mdb.exactly_once.database import Database
-from mdb.exactly_once.outbox import Dispatcher, Writer
+from mdb.exactly_once.outbox import Writer
+
+if TYPE_CHECKING:
+    from mdb.exactly_once.store import Store
 
 Run = Callable[[AsyncSession, SendFunction], Awaitable[None]]
 """The handler's run: called with the transaction's session and the outbox's send."""
@@ -32,17 +35,16 @@ Run = Callable[[AsyncSession, SendFunction], Awaitable[None]]
 
 class Guard:
     """The database side of ``listener``'s deliveries from ``subscription`` (its name, or the
-    queue's), in ``database``; its sends are dispatched by ``dispatcher`` as the process
-    ``owner``, a reply to the delivery's broker ``broker``."""
+    queue's), in ``store``; a reply goes to the delivery's broker ``broker``, a send its
+    broker refuses to ``error_destination``."""
 
-    def __init__(self, database: Database, dispatcher: Dispatcher, *, listener: str,
-                 subscription: str, owner: str, broker: str,
+    def __init__(self, store: Store, *, listener: str, subscription: str, broker: str,
                  error_destination: Destination) -> None:
-        self.database = database
-        self._dispatcher = dispatcher
+        self.database = store.database
+        self._dispatcher = store.dispatcher
         self._listener = listener
         self._subscription = subscription
-        self._owner = owner
+        self._owner = store.owner
         self._broker = broker
         self._error_destination = error_destination
 
