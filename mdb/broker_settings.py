@@ -111,6 +111,12 @@ class BrokerSettings(BaseModel):
                        "waiting `reconnect_delay` (Qpid `cyclecount`)")
 
     @property
+    def embedded(self) -> bool:
+        """True for a ``memory://`` broker, which lives inside one process: no other process
+        (another worker, ``mdb send``) can reach it."""
+        return self.addresses[0].startswith("memory://")
+
+    @property
     def addresses(self) -> tuple[str, ...]:
         """The broker's addresses in the order a reconnect round tries them: ``url`` as a
         tuple (one element for a single URL)."""

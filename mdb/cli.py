@@ -46,7 +46,7 @@ from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError, EncodeError
 from mdb.health import NotLive, Unreachable, fetch_status, health_url
 from mdb.links import adapters
-from mdb.message import CONTENT_TYPE
+from mdb.message import CONTENT_TYPE, ID, addressed
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.producer import Producer
 from mdb.report import plan_table, status_report
@@ -86,15 +86,29 @@ async def send(args: argparse.Namespace, settings: Settings) -> None:
     content_type = codec.JSON if args.json else args.content_type
     if content_type is not None:
         headers[CONTENT_TYPE] = content_type
+    destination = Destination.parse(args.destination)
+    message = addressed(codec.outgoing(body, headers), args.reply_to, args.correlation_id)
+    _refuse_embedded(settings, destination)
     flush_telemetry = tracing.configure(settings.app)
     try:
         async with Producer(settings) as producer:
-            message_id = await producer.send(args.destination, body, headers, key=args.key,
-                                             reply_to=args.reply_to,
-                                             correlation_id=args.correlation_id)
+            await producer.send_message(destination, message, key=args.key)
     finally:
         flush_telemetry()
-    print(f"sent {message_id} to {args.destination}")
+    print(f"sent {message.headers[ID]} to {args.destination}")
+
+
+def _refuse_embedded(settings: Settings, destination: Destination) -> None:
+    """ConfigurationError when ``destination`` lives on an embedded broker: this process would
+    make its own, and the message would reach nothing."""
+    for member in settings.topology().members(destination):
+        if settings.brokers[member.broker].embedded:
+            raise ConfigurationError(
+                f"mdb send {destination}: broker {member.broker!r} is the embedded memory:// "
+                f"broker, which lives inside the process that runs it (`mdb run`), so a "
+                f"message sent from here would reach no container; set "
+                f"brokers.{member.broker}.url to a real broker (docs/activemq.md), or send "
+                f"from a handler (ctx.send) or a test (mdb.testing: docs/testing.md)")
 
 
 def _check_json(body: str | bytes) -> None:

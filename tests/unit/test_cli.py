@@ -225,6 +225,14 @@ def test_mdb_send_json_must_be_json(app: Path) -> None:
     assert result.returncode == 2 and "--json: the body is not JSON" in one_line(result.stderr)
 
 
+def test_mdb_send_refuses_the_embedded_broker_it_cannot_reach(app: Path) -> None:
+    # The default broker is memory://, inside the process of `mdb run`: a send from another
+    # process would go to a broker of its own and reach nothing.
+    result = mdb("send", "queue:orders", '{"id": 1}', "--json", cwd=app)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "broker 'default' is the embedded memory:// broker" in one_line(result.stderr)
+
+
 def test_mdb_subscriptions_prints_the_plan_without_connecting(tmp_path: Path) -> None:
     (tmp_path / "topic_listeners.py").write_text(
         "from mdb import Distribution, listener\n\n"
