@@ -238,7 +238,8 @@ class Processor:
                 await clock.current().sleep(outcome.delay)
         elif isinstance(outcome, Keep):
             await clock.current().sleep(outcome.delay)
-        span.failed(failure.error_type, failure.text)
+        stacktrace = failure.traceback if isinstance(failure, Raised) else ""
+        span.failed(failure.error_type, failure.text, stacktrace)
         target = outcome.destination
         tx = await connection.begin()
         # The copy is the same message (docs/concepts.md): it keeps the request's reply-to
@@ -264,6 +265,9 @@ class Processor:
             log.info("listener %s: message %s failed (%s: %s), delivery %d of at most %d",
                      spec.name, message.id, failure.error_type, failure.text,
                      message.delivery_count, policy.redelivery.limit + 1)
+            if stacktrace:
+                log.debug("listener %s: message %s failed:\n%s", spec.name, message.id,
+                          stacktrace)
         elif isinstance(outcome, Keep):
             self._kept(delivery, message, failure, outcome)
             span.given_up("kept")
@@ -272,9 +276,10 @@ class Processor:
             self._stats.to_error_destination += 1
             if isinstance(failure, Damaged):
                 self._stats.damaged += 1
-            log.warning("listener %s: message %s moved to %s after %d deliveries (%s: %s)",
+            log.warning("listener %s: message %s moved to %s after %d deliveries (%s: %s)%s",
                         spec.name, message.id, target, message.delivery_count,
-                        failure.error_type, failure.text)
+                        failure.error_type, failure.text,
+                        f"\n{stacktrace}" if stacktrace else "")
 
     def _kept(self, delivery: Delivery, message: Message, failure: Failure,
               outcome: Keep) -> None:
