@@ -106,3 +106,13 @@ def error_type(exc: BaseException) -> str:
     if cls.__module__ == "builtins":
         return cls.__qualname__
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception a task group wrapped (through nested groups); the group itself when
+    there are several. A task group wraps even a lone exception, which would otherwise reach
+    the user as ``ExceptionGroup: unhandled errors in a TaskGroup``."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup) and len(found.exceptions) == 1:
+        found = found.exceptions[0]
+    return found
