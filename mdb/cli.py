@@ -21,9 +21,10 @@ error: ...``, never a traceback):
   --workers N``: a worker could not be kept up (its status, when 2 or 3, is the supervisor's);
 - 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
   a listener module that does not import or raises at import, an invalid selector, a
-  ``health_port`` that cannot be bound, a ``--file`` that cannot be read, a ``--json`` body that
-  is not JSON, a message ``mdb send`` cannot send (a NUL byte in a header, headers beyond the
-  bounds of docs/security.md);
+  ``health_port`` that cannot be bound, a ``--file`` that cannot be read, ``mdb send`` to the
+  embedded ``memory://`` broker (it lives inside ``mdb run``), a message ``mdb send`` cannot
+  send (a ``--json`` body that is not JSON, a NUL byte in a header, headers beyond the bounds of
+  docs/security.md);
 - 3: a broker error: no broker could be reached at startup, or a broker refused what mdb asked
   (a subscription, ``mdb send``'s message, ...); ``mdb status``: the health endpoint could not
   be reached;
@@ -33,6 +34,7 @@ error: ...``, never a traceback):
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import sys
 from collections.abc import Sequence
@@ -43,7 +45,7 @@ import anyio
 from mdb import codec, logs, serve, tracing
 from mdb.brokers import Brokers
 from mdb.destinations import Destination, Kind
-from mdb.errors import BrokerError, ConfigurationError, EncodeError
+from mdb.errors import BrokerError, ConfigurationError, EncodeError, sole
 from mdb.health import NotLive, Unreachable, fetch_status, health_url
 from mdb.links import adapters
 from mdb.message import CONTENT_TYPE, ID, addressed
@@ -65,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             code = anyio.run(args.command, args, settings)
         except BaseExceptionGroup as group:
-            raise _sole(group) from None
+            raise sole(group) from None
     except ConfigurationError as exc:
         print(f"mdb: configuration error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -112,13 +114,13 @@ def _refuse_embedded(settings: Settings, destination: Destination) -> None:
 
 
 def _check_json(body: str | bytes) -> None:
-    """ConfigurationError unless ``body`` is a JSON document (``mdb send --json``)."""
+    """EncodeError unless ``body`` is a JSON document (``mdb send --json``)."""
     try:
         json.loads(body)
     except UnicodeDecodeError:
-        raise ConfigurationError("mdb send --json: the body is not JSON (not UTF-8)") from None
+        raise EncodeError("mdb send --json: the body is not JSON (not UTF-8)") from None
     except json.JSONDecodeError as exc:  # its text says where, never what the body holds
-        raise ConfigurationError(f"mdb send --json: the body is not JSON ({exc})") from None
+        raise EncodeError(f"mdb send --json: the body is not JSON ({exc})") from None
 
 
 async def subscriptions(args: argparse.Namespace, settings: Settings) -> None:
@@ -170,13 +172,6 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if health.ready else 1
 
 
-def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The one exception a task group wrapped; the group itself when there are several."""
-    while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
-        group = group.exceptions[0]  # type: ignore[assignment]
-    return group
-
-
 def _body(text: str | None, file: str | None) -> str | bytes:
     """The body of ``mdb send``: BODY as text, or the bytes of ``--file`` (``-``: stdin)."""
     if text is not None and file is None:
@@ -204,8 +199,14 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+_MODULE_HELP = ("a module of @listener functions, by its dotted name, importable from the "
+                "current directory (e.g. svc.listeners)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mdb", description="Message-driven beans for Python")
+    parser.add_argument("--version", action="version",
+                        version=f"mdb {importlib.metadata.version('mdb')}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -213,8 +214,14 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--app", help="application name (setting: app)")
         p.add_argument("--server", help="this process's stable name (setting: server)")
 
-    p_run = sub.add_parser("run", help="run the listeners of MODULE(s) in a container")
-    p_run.add_argument("modules", nargs="+", metavar="MODULE")
+    p_run = sub.add_parser(
+        "run", help="run the listeners of MODULE(s) in a container",
+        epilog="Without --config or MDB_BROKERS__* variables the broker is the embedded "
+               "memory:// one, which lives in this process only (mdb send cannot reach it). "
+               "Setting health_port (MDB_HEALTH_PORT) serves /health/live, /health/ready and "
+               "/status for mdb status; MDB_LOG_LEVEL (default INFO) sets the log level. Every "
+               "setting: docs/configuration.md.")
+    p_run.add_argument("modules", nargs="+", metavar="MODULE", help=_MODULE_HELP)
     p_run.add_argument("--container", help="dependency-injector container, module:Attribute")
     p_run.add_argument("--workers", type=_positive, default=1, metavar="N",
                        help="run the server as N container processes under a supervisor "
@@ -225,7 +232,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p_subs = sub.add_parser(
         "subscriptions", help="print the subscriptions the listeners of MODULE(s) would create")
-    p_subs.add_argument("modules", nargs="*", metavar="MODULE")
+    p_subs.add_argument("modules", nargs="*", metavar="MODULE", help=_MODULE_HELP)
     p_subs.add_argument("--delete", nargs=2, metavar=("TOPIC", "NAME"),
                         help="delete subscription NAME on every member of TOPIC, with its "
                              "messages (an abandoned subscription; not on ActiveMQ)")

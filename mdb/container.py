@@ -95,7 +95,7 @@ class Container:
         self._stop_requested = anyio.Event()
         try:
             slots = await self._start()
-            log.info("container ready: %d listeners, %d subscriptions",
+            log.debug("container ready: %d listeners, %d subscriptions",
                      len(self.deployed), sum(s.subscription is not None for s in slots))
             task_status.started()
             async with anyio.create_task_group() as work:
@@ -207,12 +207,13 @@ class Container:
                 connection = await links[0].connect()
             except ConnectionFailed as exc:
                 unreachable[name] = exc
-                log.warning("broker %s unreachable at startup (%s); its listeners start "
-                            "when it answers", name, exc)
                 continue
             await self._say_where_delays_wait(name, connection)
         if self.brokers.pools and len(unreachable) == len(self.brokers.pools):
             raise next(iter(unreachable.values()))
+        for name, exc in unreachable.items():
+            log.warning("broker %s unreachable at startup (%s); its listeners start when it "
+                        "answers", name, exc)
         slots = self.slots.new([(d, p) for d in self.deployed for p in d.planned])
         await subscribe([s for s in slots if s.planned.broker not in unreachable])
         return slots
