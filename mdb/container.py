@@ -211,9 +211,9 @@ class Container:
             await self._say_where_delays_wait(name, connection)
         if self.brokers.pools and len(unreachable) == len(self.brokers.pools):
             raise next(iter(unreachable.values()))
-        for name, exc in unreachable.items():
+        for name, why in unreachable.items():
             log.warning("broker %s unreachable at startup (%s); its listeners start when it "
-                        "answers", name, exc)
+                        "answers", name, why)
         slots = self.slots.new([(d, p) for d in self.deployed for p in d.planned])
         await subscribe([s for s in slots if s.planned.broker not in unreachable])
         return slots
