@@ -1,0 +1,318 @@
+"""The broker seam: everything the container needs from a broker, and nothing more.
+
+An adapter is a package that registers a ``Broker`` factory under a URL scheme in the
+``mdb.brokers`` entry-point group (``memory``, ``stomp+activemq``, ...). The container calls
+``Broker.connect()`` and then only uses ``Connection``, ``Subscription`` and ``Transaction``.
+
+Rules every adapter keeps:
+
+* Methods are coroutines, except ``Subscription.receive_nowait``, and never block the event
+  loop for longer than a socket write.
+* Only ``mdb.errors`` exceptions escape; the client library's own are translated here.
+* A ``Delivery`` is settled at most once, by ``Transaction.ack`` followed by a successful
+  ``commit`` or by ``Connection.ack``. A delivery that is never settled is redelivered by the
+  broker, flagged ``redelivered``, when its subscription or connection closes.
+* After the connection is lost or closed every object from it is stale: ``subscribe``,
+  ``begin``, ``ack`` and ``send`` raise ``ConnectionLost``; ``receive`` raises
+  ``ConnectionLost`` (also on a closed subscription, waking a task blocked in it);
+  ``Transaction.ack``/``send`` do nothing (or raise ``ConnectionLost``) and ``commit``
+  raises ``TransactionRolledBack``.
+  Nothing done on a stale object reaches the broker. The container reconnects by calling
+  ``Broker.connect()`` again.
+* A delivery whose settlement failed (an aborted or rolled-back transaction) stays with its
+  live subscription, as on ActiveMQ: it is redelivered only once that subscription is closed.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from mdb.destinations import Destination
+from mdb.errors import ConfigurationError
+from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
+from mdb.redaction import redact_url
+
+
+@dataclass(frozen=True, slots=True)
+class TlsOptions:
+    """TLS for a connection: file paths (PEM) and the lowest TLS version. ``ca_file`` None
+    means the system's trusted CAs; ``cert_file``/``key_file`` a client certificate (mutual
+    TLS). The broker's certificate is always verified, its host name included."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    min_version: str = "1.2"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionOptions:
+    """What the container tells an adapter about the connection it wants.
+
+    ``broker`` is the broker's name in settings, for messages (``brokers.<broker>.url``);
+    ``tls`` None means plaintext; an adapter that cannot do TLS refuses it (ConfigurationError).
+    Credentials given here take precedence over those in the URL. ``heartbeat_ms`` is how often
+    the client sends heart-beats (0: none); with them, an adapter notices a silent connection
+    before the broker can give up on it, and hands on nothing read after a silence the broker
+    may not have tolerated: the broker may have redelivered it elsewhere (docs/failover.md).
+    ``queue_type`` names the kind of queue to declare (``brokers.<broker>.queue_type``); None
+    is the broker's default, and an adapter whose broker has no such kind refuses it
+    (ConfigurationError).
+    """
+
+    url: str
+    username: str | None = None
+    password: str | None = None
+    broker: str = "default"
+    tls: TlsOptions | None = None
+    client_id: str = "mdb"
+    heartbeat_ms: int = 4000
+    connect_timeout: float = 10.0
+    receipt_timeout: float = 10.0
+    queue_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionRequest:
+    """A subscription the container wants on one broker.
+
+    ``name`` identifies a topic subscription: every subscriber using the same name shares it
+    (each message goes to one of them) and a durable one keeps messages while nobody is
+    attached. ``name`` is None for a queue; names never contain ``.``. ``prefetch`` is the
+    most unsettled deliveries the broker may push to this subscriber at once (a transacted ack
+    frees a place only until its transaction ends).
+    """
+
+    destination: Destination
+    name: str | None
+    durable: bool
+    selector: str | None
+    prefetch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message as delivered by the broker.
+
+    ``broker_redelivered`` is the broker's redelivered flag; ``token`` is the adapter's own
+    handle needed to settle it and means nothing to the container. ``headers`` are all the
+    message's headers, the application's and the protocol's; ``protocol_headers`` names those
+    the broker or the adapter's protocol put there for this delivery or its frame (a message
+    id, the subscription, an ack handle, a persistence flag, ...), not the sender's
+    application: the container leaves them off the copy's own headers when it re-sends one
+    (for a redelivery or to an error destination) and hands the adapter the delivery's headers
+    as ``OutgoingMessage.copy_of`` instead: the adapter decides which of them the copy keeps
+    (a JMS priority, expiration, ...). Names not present may be listed; the same set may be
+    shared by every delivery.
+
+    ``reply_to`` is where the sender asked for a reply (``Transaction.send`` and
+    ``Connection.send`` of the same broker accept it as a target) and ``correlation_id`` the
+    sender's correlation id; None when the message has none.
+    ``damage`` is set (saying what was wrong) when the adapter received the message in a
+    damaged or inconsistent form, e.g. a frame cut at a NUL byte in a header: ``headers`` and
+    ``body`` are what could be read of it, NUL bytes in headers replaced by U+FFFD. The
+    container never hands such a delivery to a handler; it moves it to the error destination.
+    ``unsupported`` is set likewise (saying why) for a message whose body the broker could not
+    carry over the adapter's protocol (a JMS MapMessage over STOMP arrives with an empty body):
+    handing it to a handler as an empty body would lose its content silently.
+    ``can_dead_letter`` is True when ``Connection.dead_letter`` would leave the message on a
+    dead-letter queue the broker surely keeps it on; False where it could drop it instead.
+    """
+
+    destination: Destination
+    body: bytes
+    headers: Mapping[str, str]
+    broker_message_id: str
+    broker_redelivered: bool
+    token: object
+    protocol_headers: frozenset[str] = frozenset()
+    reply_to: ReplyAddress | None = None
+    correlation_id: str | None = None
+    damage: str | None = None
+    unsupported: str | None = None
+    can_dead_letter: bool = False
+
+
+class Subscription(abc.ABC):
+    @property
+    @abc.abstractmethod
+    def requeue_destination(self) -> Destination:
+        """A queue whose messages reach this subscription and nothing else.
+
+        The container re-sends a failed message here to redeliver it with a durable count.
+        """
+
+    @abc.abstractmethod
+    async def receive(self) -> Delivery:
+        """Wait for the next delivery. Raises ``ConnectionLost`` once the connection drops."""
+
+    @abc.abstractmethod
+    def receive_nowait(self) -> Delivery | None:
+        """The next delivery if the broker has already pushed it to this subscriber, else
+        None; never waits and never raises.
+
+        It takes from the same stream as ``receive``, in the same order, so the broker's
+        dispatch order is kept. It only sees what is already here (at most ``prefetch``
+        unsettled deliveries): the container calls it right after ``receive`` to gather a
+        batch of what is available, never to poll. On a closed subscription or a lost
+        connection it returns None; ``receive`` then raises ``ConnectionLost``.
+        """
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop receiving. Unsettled deliveries go back to the broker for redelivery.
+        A durable subscription keeps existing. Never raises."""
+
+
+class TemporaryQueue(abc.ABC):
+    """A queue that only its connection reads and that lives at most as long as it: where a
+    requester waits for replies (a JMS ``TemporaryQueue``).
+
+    A message sent with ``reply_to`` set to ``reply_to`` (on this connection) tells its
+    receiver to answer here; the receiver sees its broker's name for it (an ActiveMQ
+    ``/remote-temp-queue/ID:...``, a RabbitMQ ``/reply-queue/...``). Deliveries from it are
+    settled when they arrive: never ack them; a reply that comes after ``close`` is lost.
+    """
+
+    @property
+    @abc.abstractmethod
+    def reply_to(self) -> ReplyAddress:
+        """The ``OutgoingMessage.reply_to`` that sends replies here."""
+
+    @abc.abstractmethod
+    async def receive(self) -> Delivery:
+        """Wait for the next reply. Raises ``ConnectionLost`` once the connection drops or the
+        queue was closed."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Delete the queue (with the replies not yet received). Never raises."""
+
+
+class Transaction(abc.ABC):
+    @abc.abstractmethod
+    async def ack(self, delivery: Delivery) -> None:
+        """Settle ``delivery`` when, and only if, this transaction commits."""
+
+    @abc.abstractmethod
+    async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
+        """Send ``message`` when, and only if, this transaction commits. ``destination`` may
+        be the ``reply_to`` of a delivery from this broker."""
+
+    @abc.abstractmethod
+    async def commit(self) -> None:
+        """Make the acks and sends take effect together; return once the broker confirmed.
+
+        Raises ``TransactionRolledBack`` when the broker did not confirm (connection lost,
+        refused, no receipt in time): then none of it may be relied upon.
+        """
+
+    @abc.abstractmethod
+    async def abort(self) -> None:
+        """Discard the sends; acked deliveries stay unsettled. Never raises."""
+
+
+class Connection(abc.ABC):
+    @abc.abstractmethod
+    async def subscribe(self, request: SubscriptionRequest) -> Subscription:
+        """Create (or attach to) the subscription and return once the broker confirmed it,
+        so that no message sent afterwards is missed. Raises ``SubscriptionFailed``."""
+
+    @abc.abstractmethod
+    async def delete_subscription(self, topic: Destination, name: str) -> None:
+        """Delete subscription ``name`` of ``topic`` with the messages it holds, for every
+        subscriber of it (an abandoned or undeployed subscription). Deleting one that does not
+        exist is not an error. Raises ``SubscriptionFailed`` where the broker cannot do it
+        (saying what to do instead), ``ConnectionLost`` when the connection is down."""
+
+    @abc.abstractmethod
+    async def temporary_queue(self) -> TemporaryQueue:
+        """Create a temporary queue for replies to this connection's sends; return once
+        messages sent to it are kept. Raises ``SubscriptionFailed``, or ``ConnectionLost``
+        when the connection is down."""
+
+    @abc.abstractmethod
+    async def begin(self) -> Transaction:
+        """Start a transaction. Several may be open at once on one connection."""
+
+    @abc.abstractmethod
+    async def ack(self, delivery: Delivery) -> None:
+        """Settle ``delivery`` outside any transaction."""
+
+    @abc.abstractmethod
+    async def dead_letter(self, delivery: Delivery) -> None:
+        """Settle ``delivery`` by handing its message, as it is, to the broker's own dead-letter
+        queue, outside any transaction; return once the broker confirmed. For a delivery with
+        ``can_dead_letter`` only: for another, ``BrokerError`` and nothing is done. Raises
+        ``ConnectionLost`` as ``ack`` does (the broker redelivers the message), and
+        ``BrokerError`` when the broker refused or did not confirm it: the message is then on
+        the dead-letter queue or comes back, flagged redelivered."""
+
+    @abc.abstractmethod
+    async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
+        """Send outside any transaction; return once the broker confirmed it stored the message.
+        ``destination`` may be the ``reply_to`` of a delivery from this broker.
+
+        Raises ``SendOutcomeUnknown`` when no confirmation came, ``ConnectionLost`` when the
+        message surely was not sent.
+        """
+
+    async def delay_unsupported(self) -> str | None:
+        """None when the broker holds a message sent with ``OutgoingMessage.delay`` (to a
+        queue) back for that long, else why it cannot (for a startup line). Never raises.
+
+        Where it returns None a delayed send keeps the rest of this contract: in a transaction
+        it is held only once the commit is confirmed (an abort discards it, as any send), the
+        held message is persistent like the others (it survives the sender, and a restart of
+        the broker where the broker's documentation says so) and it reaches its queue's
+        consumers after at least ``delay`` seconds, behind the messages already there. Where
+        it does not, a delayed send may be delivered at once: the container then waits the
+        delay out itself. The delay is on ``mdb.clock``'s time: a broker with a time of its
+        own cannot hold one while a test drives that clock. The adapter may ask the broker the
+        first time (a probe) and keep the answer for the connection; a probe that fails is an
+        answer too (not supported). By default, not supported."""
+        return "its adapter cannot hold a message back"
+
+    @property
+    @abc.abstractmethod
+    def is_open(self) -> bool:
+        """False once the connection was closed or lost."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close the connection. Open transactions are aborted by the broker. Never raises."""
+
+
+class Broker(Protocol):
+    """Factory registered under a URL scheme; constructed with the connection options."""
+
+    system: str
+    """The OpenTelemetry ``messaging.system`` of the broker it connects to: ``activemq``,
+    ``rabbitmq``, ``memory``, ... (on every span and metric of its messages)."""
+
+    def __init__(self, options: ConnectionOptions) -> None: ...
+
+    async def connect(self) -> Connection:
+        """Open a connection. Raises ``ConnectionFailed``."""
+        ...
+
+
+ENTRY_POINT_GROUP = "mdb.brokers"
+
+
+def broker_for(options: ConnectionOptions) -> Broker:
+    """The adapter registered for the URL's scheme, or a ConfigurationError listing them."""
+    scheme = urlsplit(options.url).scheme
+    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if scheme not in found:
+        raise ConfigurationError(
+            f"broker url {redact_url(options.url)!r}: no adapter for scheme {scheme!r}; "
+            f"installed: {', '.join(sorted(found)) or 'none'}"
+        )
+    factory: type[Broker] = found[scheme].load()
+    return factory(options)

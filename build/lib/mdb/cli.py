@@ -1,0 +1,276 @@
+"""The ``mdb`` command.
+
+``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]
+[--workers N]`` runs the container process (``mdb.serve``; N of them under a supervisor,
+``mdb.supervisor``); ``mdb subscriptions MODULE... [--config FILE]`` prints the
+subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
+NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION (BODY | --file
+PATH) [--header k=v]... [--json | --content-type TYPE] [--key K] [--reply-to DEST]
+[--correlation-id ID]`` sends a message by hand (BODY as text; ``--file`` sends the bytes of
+PATH, ``-`` for stdin; ``--json`` labels a body that parses as JSON ``application/json``), traced
+as every send is (``OTEL_*`` variables, as ``mdb run``); ``mdb status [--config
+FILE] [--url URL]`` asks a running container's health endpoint (setting ``health_port``) how it
+is. ``mdb run`` re-applies the topology of its ``--config`` file when the file changes or on
+SIGHUP.
+
+Exit status (a failure is one line on stderr, ``mdb: configuration error: ...`` or ``mdb: broker
+error: ...``, never a traceback):
+
+- 0: a clean stop; ``mdb status``: the container is ready;
+- 1: ``mdb status``: the container answered and is not ready (or not live); ``mdb run
+  --workers N``: a worker could not be kept up (its status, when 2 or 3, is the supervisor's);
+- 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
+  a listener module that does not import or raises at import, an invalid selector, a
+  ``health_port`` that cannot be bound, a ``--file`` that cannot be read, ``mdb send`` to the
+  embedded ``memory://`` broker (it lives inside ``mdb run``), a message ``mdb send`` cannot
+  send (a ``--json`` body that is not JSON, a NUL byte in a header, headers beyond the bounds of
+  docs/security.md);
+- 3: a broker error: no broker could be reached at startup, or a broker refused what mdb asked
+  (a subscription, ``mdb send``'s message, ...); ``mdb status``: the health endpoint could not
+  be reached;
+- 128+N: a second signal N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+from mdb import codec, logs, serve, tracing
+from mdb.brokers import Brokers
+from mdb.destinations import Destination, Kind
+from mdb.errors import BrokerError, ConfigurationError, EncodeError, sole
+from mdb.health import NotLive, Unreachable, fetch_status, health_url
+from mdb.links import adapters
+from mdb.message import CONTENT_TYPE, ID, addressed
+from mdb.planning import plan_listeners, slots_per_broker
+from mdb.producer import Producer
+from mdb.report import plan_table, status_report
+from mdb.settings import Settings, load_settings
+from mdb.wiring import (
+    find_listeners,
+    import_modules,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logs.configure()
+    try:
+        settings = load_settings(args.config, app=args.app, server=args.server)
+        try:
+            code = anyio.run(args.command, args, settings)
+        except BaseExceptionGroup as group:
+            raise sole(group) from None
+    except ConfigurationError as exc:
+        print(f"mdb: configuration error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except EncodeError as exc:
+        print(f"mdb: cannot send: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except BrokerError as exc:
+        print(f"mdb: broker error: {exc}", file=sys.stderr)
+        sys.exit(3)
+    sys.exit(code)
+
+
+async def send(args: argparse.Namespace, settings: Settings) -> None:
+    headers = dict(_header(h) for h in args.header)
+    body = _body(args.body, args.file)
+    if args.json:
+        _check_json(body)
+    content_type = codec.JSON if args.json else args.content_type
+    if content_type is not None:
+        headers[CONTENT_TYPE] = content_type
+    destination = Destination.parse(args.destination)
+    message = addressed(codec.outgoing(body, headers), args.reply_to, args.correlation_id)
+    _refuse_embedded(settings, destination)
+    flush_telemetry = tracing.configure(settings.app)
+    try:
+        async with Producer(settings) as producer:
+            await producer.send_message(destination, message, key=args.key)
+    finally:
+        flush_telemetry()
+    print(f"sent {message.headers[ID]} to {args.destination}")
+
+
+def _refuse_embedded(settings: Settings, destination: Destination) -> None:
+    """ConfigurationError when ``destination`` lives on an embedded broker: this process would
+    make its own, and the message would reach nothing."""
+    for member in settings.topology().members(destination):
+        if settings.brokers[member.broker].embedded:
+            raise ConfigurationError(
+                f"mdb send {destination}: broker {member.broker!r} is the embedded memory:// "
+                f"broker, which lives inside the process that runs it (`mdb run`), so a "
+                f"message sent from here would reach no container; set "
+                f"brokers.{member.broker}.url to a real broker (docs/activemq.md), or send "
+                f"from a handler (ctx.send) or a test (mdb.testing: docs/testing.md)")
+
+
+def _check_json(body: str | bytes) -> None:
+    """EncodeError unless ``body`` is a JSON document (``mdb send --json``)."""
+    try:
+        json.loads(body)
+    except UnicodeDecodeError:
+        raise EncodeError("mdb send --json: the body is not JSON (not UTF-8)") from None
+    except json.JSONDecodeError as exc:  # its text says where, never what the body holds
+        raise EncodeError(f"mdb send --json: the body is not JSON ({exc})") from None
+
+
+async def subscriptions(args: argparse.Namespace, settings: Settings) -> None:
+    if args.delete:
+        await _delete_subscription(settings, *args.delete)
+        return
+    if not args.modules:
+        raise ConfigurationError("mdb subscriptions: name the MODULE(s) whose subscriptions to "
+                                 "print, or give --delete TOPIC NAME")
+    plans = plan_listeners(settings, find_listeners(import_modules(args.modules)))
+    # Refuse what a container would refuse: a broker address no adapter serves (nothing
+    # connects).
+    for name in slots_per_broker((spec, p) for spec, planned in plans for p in planned):
+        adapters(name, settings.brokers[name], f"{settings.app}.{settings.server}")
+    print(plan_table(settings, plans))
+
+
+async def _delete_subscription(settings: Settings, topic_text: str, name: str) -> None:
+    """Delete subscription ``name`` on every member of the topic, one broker at a time."""
+    topic = Destination.parse(topic_text)
+    if topic.kind is not Kind.TOPIC:
+        raise ConfigurationError(f"--delete {topic}: only topics have named subscriptions")
+    brokers = Brokers(settings)
+    for member in brokers.topology.members(topic):
+        link = brokers.link(member.broker, f"{settings.app}.{settings.server}.admin")
+        try:
+            connection = await link.connect()
+            await connection.delete_subscription(member.destination, name)
+        finally:
+            await link.close()
+        print(f"deleted subscription {name} of {member}", flush=True)
+
+
+async def status(args: argparse.Namespace, settings: Settings) -> int:
+    """Print what the container's ``/status`` says; 0 when it is ready, 1 when not, 3 when the
+    endpoint cannot be reached (or is not an mdb health endpoint)."""
+    url = args.url or health_url(settings)
+    if "://" not in url:
+        url = f"http://{url}"
+    try:
+        health = await anyio.to_thread.run_sync(fetch_status, url, args.timeout)
+    except NotLive as exc:
+        print(f"mdb at {url}: not live: {exc}", flush=True)
+        return 1
+    except Unreachable as exc:
+        print(f"mdb: {exc}", file=sys.stderr)
+        return 3
+    print(status_report(health, url), flush=True)
+    return 0 if health.ready else 1
+
+
+def _body(text: str | None, file: str | None) -> str | bytes:
+    """The body of ``mdb send``: BODY as text, or the bytes of ``--file`` (``-``: stdin)."""
+    if text is not None and file is None:
+        return text
+    if text is not None or file is None:
+        raise ConfigurationError("mdb send: give the BODY or --file PATH (- for stdin), not both")
+    if file == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(file).read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"mdb send --file {file}: {exc.strerror or exc}") from None
+
+
+def _header(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ConfigurationError(f"--header {text!r}: write it KEY=VALUE")
+    return key, value
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
+_MODULE_HELP = ("a module of @listener functions, by its dotted name, importable from the "
+                "current directory (e.g. svc.listeners)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mdb", description="Message-driven beans for Python")
+    parser.add_argument("--version", action="version",
+                        version=f"mdb {importlib.metadata.version('mdb')}")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", type=Path, help="TOML settings file")
+        p.add_argument("--app", help="application name (setting: app)")
+        p.add_argument("--server", help="this process's stable name (setting: server)")
+
+    p_run = sub.add_parser(
+        "run", help="run the listeners of MODULE(s) in a container",
+        epilog="Without --config or MDB_BROKERS__* variables the broker is the embedded "
+               "memory:// one, which lives in this process only (mdb send cannot reach it). "
+               "Setting health_port (MDB_HEALTH_PORT) serves /health/live, /health/ready and "
+               "/status for mdb status; MDB_LOG_LEVEL (default INFO) sets the log level. Every "
+               "setting: docs/configuration.md.")
+    p_run.add_argument("modules", nargs="+", metavar="MODULE", help=_MODULE_HELP)
+    p_run.add_argument("--container", help="dependency-injector container, module:Attribute")
+    p_run.add_argument("--workers", type=_positive, default=1, metavar="N",
+                       help="run the server as N container processes under a supervisor "
+                            "that restarts them (default: 1, this process alone)")
+    p_run.add_argument("--worker", help=argparse.SUPPRESS)  # INDEX:FD, from the supervisor
+    common(p_run)
+    p_run.set_defaults(command=serve.run)
+
+    p_subs = sub.add_parser(
+        "subscriptions", help="print the subscriptions the listeners of MODULE(s) would create")
+    p_subs.add_argument("modules", nargs="*", metavar="MODULE", help=_MODULE_HELP)
+    p_subs.add_argument("--delete", nargs=2, metavar=("TOPIC", "NAME"),
+                        help="delete subscription NAME on every member of TOPIC, with its "
+                             "messages (an abandoned subscription; not on ActiveMQ)")
+    common(p_subs)
+    p_subs.set_defaults(command=subscriptions)
+
+    p_send = sub.add_parser("send", help="send one message")
+    p_send.add_argument("destination", help="queue:NAME or topic:NAME")
+    p_send.add_argument("body", nargs="?", help="the body, as text (or give --file)")
+    p_send.add_argument("--file", metavar="PATH",
+                        help="send the bytes of PATH as the body (-: read stdin), for a body "
+                             "too large or too binary for the command line")
+    p_send.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
+    label = p_send.add_mutually_exclusive_group()
+    label.add_argument("--json", action="store_true",
+                       help="the body is JSON: refused unless it parses, sent as "
+                            "application/json (a TextMessage for Java)")
+    label.add_argument("--content-type", metavar="TYPE",
+                       help="the body's content type (default: text/plain for BODY, "
+                            "application/octet-stream for --file)")
+    p_send.add_argument("--key", help="choose the member of a distributed destination by this "
+                                      "key (default: round robin)")
+    p_send.add_argument("--reply-to", metavar="DESTINATION",
+                        help="where a reply should go, queue:NAME or topic:NAME (JMSReplyTo)")
+    p_send.add_argument("--correlation-id", metavar="ID", help="the JMSCorrelationID")
+    common(p_send)
+    p_send.set_defaults(command=send)
+
+    p_status = sub.add_parser("status", help="ask a running container how it is (exit 0: "
+                                             "ready, 1: not ready, 3: no answer)")
+    p_status.add_argument("--config", type=Path, help="TOML settings file")
+    p_status.add_argument("--url", help="its health endpoint, http://HOST:PORT (default: from "
+                                        "the settings health_host and health_port)")
+    p_status.add_argument("--timeout", type=float, default=5.0,
+                          help="seconds to wait for the answer (default: 5)")
+    p_status.set_defaults(command=status, app=None, server=None)
+    return parser
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Bodies: decoded from the handler's annotation, encoded from what a handler sends.
+
+A body is never part of an error's text: the text of a ``DecodeError`` (and of any pydantic
+``ValidationError``, through ``describe``) goes to logs, span status and the error
+destination's headers, so it says where and why a body is invalid, never what it holds."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, get_origin
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from mdb.errors import DecodeError, EncodeError
+from mdb.jms_names import warn_unselectable
+from mdb.message import ID, OutgoingMessage, labelled, new_id, refuse_nul, refuse_oversized
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+BYTES = "application/octet-stream"
+
+
+def decoder_for(annotation: Any) -> Callable[[bytes], Any]:
+    """A function turning a body into ``annotation``; it raises DecodeError on a bad body."""
+    if annotation is bytes or annotation is Any:
+        return lambda body: body
+    if annotation is str:
+        return _decoding(bytes.decode, UnicodeDecodeError, "body is not UTF-8 text")
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return _decoding(annotation.model_validate_json, ValidationError,
+                         f"body is not a valid {annotation.__name__}")
+    adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+    if annotation in (dict, list) or get_origin(annotation) in (dict, list):
+        return _decoding(lambda body: adapter.validate_python(json.loads(body)), ValueError,
+                         f"body is not JSON of type {annotation}")
+    return _decoding(adapter.validate_json, ValidationError,
+                     f"body does not decode as {annotation}")
+
+
+def _decoding(parse: Callable[[bytes], Any], errors: type[Exception],
+              what: str) -> Callable[[bytes], Any]:
+    """``parse`` raising ``DecodeError("<what>: <why>")`` instead of ``errors``."""
+
+    def decode(body: bytes) -> Any:
+        try:
+            return parse(body)
+        except errors as exc:
+            raise DecodeError(f"{what}: {describe(exc)}") from None
+
+    return decode
+
+
+MAX_ERRORS_SHOWN = 10
+
+
+def describe(exc: BaseException) -> str:
+    """``str(exc)``, except for a pydantic ``ValidationError``: its errors' locations and
+    messages without the input values, their types or pydantic's URLs. A location's part that
+    is not an identifier (a dictionary key taken from the input) shows as ``<key>``."""
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    shown = "; ".join(f"{_location(e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+                      for e in errors[:MAX_ERRORS_SHOWN])
+    more = len(errors) - MAX_ERRORS_SHOWN
+    return (f"{len(errors)} validation error{'s' if len(errors) > 1 else ''} for {exc.title}: "
+            f"{shown}{f'; and {more} more' if more > 0 else ''}")
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) if isinstance(part, int) or (part.isidentifier() and len(part) < 64)
+                    else "<key>" for part in loc)
+
+
+def encode(body: object) -> tuple[bytes, str]:
+    """The bytes and content type of a body to send; raises ``EncodeError`` (a ``TypeError``)
+    for a body that is none of bytes, str, a pydantic model or JSON-serialisable data."""
+    if isinstance(body, bytes | bytearray | memoryview):
+        return bytes(body), BYTES
+    if isinstance(body, str):
+        return body.encode(), TEXT
+    if isinstance(body, BaseModel):
+        return body.model_dump_json().encode(), JSON
+    try:
+        return json.dumps(body, separators=(",", ":")).encode(), JSON
+    except TypeError as exc:
+        raise EncodeError(
+            f"cannot send a {type(body).__name__}: send bytes, str, a pydantic model, "
+            "or JSON-serialisable data"
+        ) from exc
+
+
+def outgoing(body: object, headers: Mapping[str, str] | None = None) -> OutgoingMessage:
+    """A new message: the encoded body, its content type (``content-type`` and
+    ``mdb_content_type``: the one ``headers`` declare, else the body's), and a fresh ``mdb_id``.
+    Raises ``EncodeError`` for a body ``encode`` refuses, a header holding a NUL byte, or
+    headers beyond ``mdb.message``'s bounds; warns (once per name) about a header name a JMS
+    selector cannot name (``mdb.jms_names``)."""
+    if headers:
+        refuse_nul(headers)
+    data, content_type = encode(body)
+    merged = {**labelled(headers or {}, content_type), ID: new_id()}
+    if headers:
+        refuse_oversized(merged)
+        warn_unselectable(headers)
+    return OutgoingMessage(data, merged)
+

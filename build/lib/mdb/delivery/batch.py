@@ -1,0 +1,137 @@
+"""Batches: several deliveries of one subscription in one transaction, and the fall-back.
+
+Batches (``max_messages_per_transaction`` > 1). A slot hands over what its subscription already
+holds, in dispatch order. Consecutive deliveries that can go to the handler (not in doubt, not
+undecodable, selected: the others are settled on their own, in their turn) run in one
+transaction: the handler is invoked once per message, in order, its sends join the
+transaction, and only once every invocation succeeded are the deliveries acked in it, in
+order, and committed. So a transaction that is aborted holds no ack, and after an abort every
+delivery of the batch is simply unsettled, which matters on ActiveMQ where client acks are
+cumulative and an aborted ack stays with the live subscription. After a handler raised, the
+batch is processed again one message at a time, in order: the messages before the failing one
+run again flagged redelivered with a delivery count one higher (their first run was rolled
+back, but the handler may have had effects of its own), the failing one takes the failure path
+with its own count, and those after it run as fresh deliveries. Each is settled before the
+next, so every ack settles the oldest unsettled delivery of the subscription and nothing else.
+
+``ready_run`` and ``fall_back`` are pure; ``run_in_one_transaction`` does the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from mdb.broker import Connection, Delivery
+from mdb.delivery.decision import Raised, to_message
+from mdb.delivery.invoker import Invoker
+from mdb.delivery.sends import TransactedSends
+from mdb.delivery.stats import Stats
+from mdb.destinations import Destination
+from mdb.errors import ConnectionLost, DecodeError
+from mdb.message import Message
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """A delivery of a batch that can go to the handler: not in doubt, selected, its body
+    decoded."""
+
+    delivery: Delivery
+    message: Message
+    body: Any
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFailure:
+    """The handler raised on ``run[at]`` (or, with ``at == len(run)``, a held send failed)."""
+
+    at: int
+    failure: Raised
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One delivery processed on its own: ``message`` as the handler sees it this time, and
+    ``failure`` when it is already known (the handler raised on it in the batch)."""
+
+    delivery: Delivery
+    message: Message
+    failure: Raised | None = None
+
+
+def ready_run(deliveries: Sequence[Delivery], destination: Destination,
+              selected: Callable[[Delivery], bool], decode: Callable[[bytes], Any],
+              ) -> list[Ready]:
+    """The leading deliveries that can go to the handler, decoded; the first one in doubt,
+    undecodable or not ``selected`` ends the run (it is settled on its own)."""
+    run: list[Ready] = []
+    for delivery in deliveries:
+        if delivery.broker_redelivered or not selected(delivery):
+            break
+        message = to_message(delivery, destination)
+        try:
+            body = decode(message.body)
+        except DecodeError:
+            break
+        run.append(Ready(delivery, message, body))
+    return run
+
+
+def fall_back(run: Sequence[Ready], failed: BatchFailure) -> list[Step]:
+    """``run`` again one message at a time after ``failed`` (see the module docstring): those
+    before the failing one flagged redelivered with the count one higher, the failing one with
+    its failure, those after it as they came."""
+    steps = []
+    for index, item in enumerate(run):
+        if index < failed.at:
+            again = replace(item.message, redelivered=True,
+                            delivery_count=item.message.delivery_count + 1)
+            steps.append(Step(item.delivery, again))
+        elif index == failed.at:
+            steps.append(Step(item.delivery, item.message, failed.failure))
+        else:
+            steps.append(Step(item.delivery, item.message))
+    return steps
+
+
+async def run_in_one_transaction(
+    run: Sequence[Ready], connection: Connection, sends: TransactedSends, invoker: Invoker,
+    stats: Stats, stopping: Callable[[], bool],
+) -> BatchFailure | None:
+    """Invoke the handler on each of ``run`` with ``sends``, then settle them all in one
+    transaction. Return None once settled; once ``stopping()`` is true no further message goes
+    to the handler, and those not invoked stay unsettled. When an invocation raised, or a held
+    send failed, abort and return where and why: nothing of the run is settled. Raises
+    ``BrokerError`` when settling failed, ``ConnectionLost`` when the connection was lost by
+    the time of the failure (nothing of the run can be settled any more)."""
+    done = 0
+    failure: Raised | None = None
+    try:
+        for item in run:
+            if done and stopping():
+                break
+            with invoker.handling(item.delivery, item.message) as span:
+                try:
+                    await invoker.invoke(item.message, item.body, sends.send)
+                except Exception as exc:  # user code: the batch failed
+                    failure = Raised.of(exc)
+                    span.failed(failure.error_type, failure.text, failure.traceback)
+            if failure is not None:
+                break
+            done += 1
+        if failure is None:
+            not_sent = await sends.flushed()
+            failure = None if not_sent is None else Raised.of(not_sent)
+    except BaseException:
+        await sends.abort_shielded()
+        raise
+    if failure is None:
+        await sends.settle([item.delivery for item in run[:done]], stats)
+        return None
+    await sends.abort()
+    if not connection.is_open:
+        # The broker redelivers the whole batch.
+        raise ConnectionLost(f"the connection was lost during the batch ({failure.text})")
+    return BatchFailure(done, failure)

@@ -1,0 +1,329 @@
+"""What becomes of a delivery, decided purely: no I/O, no event loop, no broker.
+
+The container, not the broker, owns redelivery (ActiveMQ over STOMP gives no delivery count
+and does not redeliver an aborted ack on a live subscription). A failed delivery is settled by
+acknowledging it and, in the same transaction, re-sending a copy to the subscription's own
+queue with ``mdb_delivery_count`` one higher — or, past the limit, to the error destination.
+The count therefore lives in the message and survives a crash of the process. A delivery the
+broker flags redelivered had an unknown outcome (a process died or a connection dropped while
+holding it): it counts as a failed delivery and is re-sent the same way before being processed,
+so even a message that kills the process cannot loop forever.
+
+What fails outside the handler cannot be counted in the message (a copy the broker refuses
+leaves it as it was, and it comes back flagged redelivered): each listener counts in the
+process how often settling a message failed by the broker's doing (``mdb.delivery.strikes``). At
+``MAX_STRIKES`` the message moves to the error destination whatever its count says; past it,
+to the broker's own dead-letter queue where the broker surely keeps it there (``DeadLetter``),
+else it stays with its subscription behind growing pauses (``Keep``).
+
+``decide`` maps (the message, what happened to it, the listener's ``Policy``) to an
+``Outcome``: ``Settle``, ``Redeliver``, ``MoveToError``, ``DeadLetter`` or ``Keep``, with the
+headers of any copy to send.
+``mdb.delivery.processor`` carries the outcome out.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+from typing import ClassVar, overload
+
+from mdb import codec
+from mdb import message as headers_
+from mdb.broker import Delivery
+from mdb.destinations import Destination
+from mdb.errors import error_type
+from mdb.message import Message
+from mdb.options import Redelivery
+
+ERROR_TEXT_LIMIT = 4000  # UTF-8 bytes of the failure kept in ``mdb_error_message``
+ERROR_TYPE_LIMIT = 200  # UTF-8 bytes of the exception type kept in ``mdb_error_type``
+MAX_STRIKES = 3
+"""A message whose settlement failed this many times by the broker's doing (``Stuck``) moves to
+the error destination; one more, and it is given up to the broker's dead-letter queue (or
+kept)."""
+MAX_DELIVERY_COUNT = 1_000_000_000
+"""The highest delivery count read from a header: above any ``Redelivery.limit``, and small
+enough for every span attribute and header that shows it."""
+
+
+def to_message(delivery: Delivery, destination: Destination) -> Message:
+    """``delivery`` as the handler sees it: from the listener's logical ``destination``, whatever
+    member or re-send queue it came through. Its count is ``mdb_delivery_count`` (1 when absent
+    or not a whole number; at most ``MAX_DELIVERY_COUNT``)."""
+    h = delivery.headers
+    count = _count(h.get(headers_.DELIVERY_COUNT))
+    return Message(
+        id=h.get(headers_.ID) or delivery.broker_message_id,
+        destination=destination,
+        body=delivery.body,
+        headers=h,
+        redelivered=count > 1 or delivery.broker_redelivered,
+        delivery_count=count,
+        reply_to=delivery.reply_to,
+        correlation_id=delivery.correlation_id,
+    )
+
+
+def _count(text: str | None) -> int:
+    """The count a header says, read as untrusted input: any producer may set it (the count is
+    advisory, docs/security.md), so any text gives a count in ``1..MAX_DELIVERY_COUNT``."""
+    if text is None:
+        return 1
+    try:
+        count = int(text)  # ValueError also for more digits than int() reads (sys limit)
+    except ValueError:
+        return 1
+    return min(max(count, 1), MAX_DELIVERY_COUNT)
+
+
+# -- what happened -----------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    """The handler returned (and the sends it made outside the transaction were made)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NotSelected:
+    """A topic listener's selector rejects the message: it is settled unseen (see
+    ``mdb.planning``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class InDoubt:
+    """The broker flagged the delivery redelivered: an earlier delivery's outcome is unknown.
+    It is re-sent at once, with the count raised, before the handler sees it."""
+
+    error_type: ClassVar[str] = "mdb.InDoubt"
+    text: ClassVar[str] = "an earlier delivery's outcome is unknown (process or connection lost)"
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """The body does not decode into the handler's annotation; retrying cannot fix that."""
+
+    text: str
+    error_type: ClassVar[str] = "mdb.DecodeError"
+
+
+@dataclass(frozen=True, slots=True)
+class Damaged(Undecodable):
+    """The adapter received the message damaged (``Delivery.damage``): like a body that does
+    not decode, it is never retried nor given to the handler; it moves to the error
+    destination at once."""
+
+    error_type: ClassVar[str] = "mdb.DamagedFrame"
+
+
+@dataclass(frozen=True, slots=True)
+class Unsupported(Undecodable):
+    """The broker delivered a message of a kind whose body it could not carry
+    (``Delivery.unsupported``): never given to the handler as an empty body, never retried;
+    it moves to the error destination at once, saying so."""
+
+    error_type: ClassVar[str] = "mdb.UnsupportedMessageKind"
+
+
+@dataclass(frozen=True, slots=True)
+class Raised:
+    """The handler raised, or a send it made outside the transaction failed."""
+
+    error_type: str
+    text: str
+    frames: str = field(default="", compare=False, repr=False)
+    """Where it was raised: the traceback's frames, code only (no exception text, which may
+    hold the body; ``text`` is what may be shown of it)."""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Raised:
+        """What ``exc`` says; a pydantic ``ValidationError`` without the values it was given,
+        which are often the body (``codec.describe``)."""
+        return cls(error_type(exc), codec.describe(exc),
+                   "".join(traceback.format_tb(exc.__traceback__)))
+
+    @property
+    def traceback(self) -> str:
+        """The traceback as Python prints it, with ``text`` in place of the exception's own;
+        "" when there are no frames."""
+        return (f"Traceback (most recent call last):\n{self.frames}{self.error_type}: "
+                f"{self.text}" if self.frames else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Stuck:
+    """Settling the message failed ``strikes`` times outside the handler, by the broker's
+    doing (it refused the copy, ``mdb.delivery.strikes``). The handler does not see it again.
+    ``dead_letter``: the broker surely keeps it on its own dead-letter queue
+    (``Delivery.can_dead_letter``)."""
+
+    strikes: int
+    dead_letter: bool
+    error_type: ClassVar[str] = "mdb.Stuck"
+
+    @property
+    def text(self) -> str:
+        return (f"settling it failed {self.strikes} times outside the handler (a copy the "
+                "broker refuses: may mdb's user write the error destination?)")
+
+
+Failure = InDoubt | Undecodable | Raised | Stuck
+Happened = Succeeded | NotSelected | Failure
+
+
+# -- what to do --------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """Acknowledge the delivery (in the handler's transaction when it sent anything)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Redeliver:
+    """Ack the delivery and, in the same transaction, send a copy of its body, delivery number
+    ``delivery_count``, with ``headers`` to ``destination`` (the subscription's requeue
+    destination), to be delivered ``delay`` seconds later: held back by the broker where it
+    can (``Connection.delay_unsupported``), else waited out before the transaction."""
+
+    delay: float
+    delivery_count: int
+    destination: Destination
+    headers: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class MoveToError:
+    """Ack the delivery and, in the same transaction, send a copy of its body with ``headers``
+    (which say what failed) to ``destination``, the listener's error destination."""
+
+    destination: Destination
+    headers: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Hand the delivery to the broker's own dead-letter queue (``Connection.dead_letter``),
+    which settles it: no copy is sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Keep:
+    """Wait ``delay`` seconds, then ack the delivery and, in the same transaction, send an
+    unchanged copy (the same count) with ``headers`` to ``destination``, the subscription's
+    requeue destination: the message stays with its subscription, behind the others, and is
+    not handled again by this process. ``round`` counts the times it was kept, from 1."""
+
+    delay: float
+    destination: Destination
+    headers: Mapping[str, str]
+    round: int
+
+
+Outcome = Settle | Redeliver | MoveToError | DeadLetter | Keep
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What ``decide`` needs to know of a listener and the subscription a delivery came from."""
+
+    listener: str
+    redelivery: Redelivery
+    requeue_destination: Destination
+    error_destination: Destination
+
+
+SETTLE = Settle()
+DEAD_LETTER = DeadLetter()
+
+
+@overload
+def decide(message: Message, happened: Succeeded | NotSelected, policy: Policy,
+           protocol_headers: Set[str] = ...) -> Settle: ...
+@overload
+def decide(message: Message, happened: InDoubt | Undecodable | Raised, policy: Policy,
+           protocol_headers: Set[str] = ...) -> Redeliver | MoveToError: ...
+@overload
+def decide(message: Message, happened: Stuck, policy: Policy,
+           protocol_headers: Set[str] = ...) -> MoveToError | DeadLetter | Keep: ...
+def decide(message: Message, happened: Happened, policy: Policy,
+           protocol_headers: Set[str] = frozenset()) -> Outcome:
+    """The outcome of ``message`` after ``happened``.
+
+    A success, or a message not selected, is settled. A failure (the handler raised, or the
+    delivery is in doubt) is redelivered while ``message.delivery_count`` is at most the
+    policy's ``limit`` — after ``delay_before(count)`` seconds for a handler failure, at once
+    for a delivery in doubt — and past it, or at once for an undecodable body, moved to the
+    error destination. A message stuck ``MAX_STRIKES`` times moves to the error destination;
+    past that, to the broker's dead-letter queue where the broker keeps it there, else it is
+    kept (``Redelivery.keep_delay``). ``protocol_headers`` are the names of the headers the
+    broker set for this one delivery (``Delivery.protocol_headers``): they are not copied.
+    """
+    match happened:
+        case Succeeded() | NotSelected():
+            return SETTLE
+        case Stuck(dead_letter=True) if happened.strikes > MAX_STRIKES:
+            return DEAD_LETTER
+        case Stuck() if happened.strikes > MAX_STRIKES:
+            rounds = happened.strikes - MAX_STRIKES
+            return Keep(policy.redelivery.keep_delay(rounds), policy.requeue_destination,
+                        redelivery_headers(message, protocol_headers, message.delivery_count),
+                        rounds)
+        case InDoubt() | Raised() if message.delivery_count <= policy.redelivery.limit:
+            count = message.delivery_count
+            delay = 0.0 if isinstance(happened, InDoubt) else policy.redelivery.delay_before(count)
+            return Redeliver(delay, count + 1, policy.requeue_destination,
+                             redelivery_headers(message, protocol_headers, count + 1))
+        case _:
+            return MoveToError(policy.error_destination,
+                               error_headers(message, happened, policy.listener,
+                                             protocol_headers))
+
+
+def redelivery_headers(message: Message, protocol_headers: Set[str],
+                       delivery_count: int) -> dict[str, str]:
+    """The headers of ``message``'s copy re-sent to its subscription: its own, its ``mdb_id``,
+    ``delivery_count`` and the logical destination it came from."""
+    headers = _kept(message, protocol_headers)
+    headers[headers_.DELIVERY_COUNT] = str(delivery_count)
+    headers[headers_.REDELIVERY_OF] = str(message.destination)
+    return headers
+
+
+def error_headers(message: Message, failure: Failure, listener: str,
+                  protocol_headers: Set[str]) -> dict[str, str]:
+    """The headers of ``message``'s copy moved to the error destination: its own, its
+    ``mdb_id``, its count, and what failed where (type and text through ``error_text``)."""
+    headers = _kept(message, protocol_headers)
+    headers[headers_.DELIVERY_COUNT] = str(message.delivery_count)
+    headers.update({
+        headers_.ERROR_TYPE: error_text(failure.error_type, ERROR_TYPE_LIMIT),
+        headers_.ERROR_MESSAGE: error_text(failure.text),
+        headers_.ERROR_LISTENER: listener,
+        headers_.ORIGINAL_DESTINATION: str(message.destination),
+    })
+    return headers
+
+
+def _kept(message: Message, protocol_headers: Set[str]) -> dict[str, str]:
+    """The application's headers of ``message``, fit for a copy: without the broker's ones for
+    this delivery and without a stale ``mdb_redelivery_of``, with its ``mdb_id``."""
+    headers = {k: v for k, v in message.headers.items() if k not in protocol_headers}
+    headers.pop(headers_.REDELIVERY_OF, None)
+    headers[headers_.ID] = message.id
+    return headers
+
+
+def error_text(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """``text`` fit for a header of any frame: at most ``limit`` bytes of UTF-8 (cut at a
+    character), no NUL nor other control character (each shown as ``\\xNN``) but tab and line
+    feed (a CR LF or lone CR becomes a line feed; STOMP 1.2 escapes it in a header), and no
+    character UTF-8 cannot carry (a lone surrogate becomes U+FFFD)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").translate(_UNFIT)
+    return text.encode()[:limit].decode(errors="ignore")  # "ignore": the cut character
+
+
+_UNFIT: dict[int, str] = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if chr(c) not in "\t\n"},
+    **dict.fromkeys(range(0xD800, 0xE000), "\ufffd"),
+}

@@ -1,0 +1,92 @@
+"""``Strikes``: how many times settling each message failed outside the handler, counted by one
+listener in this process.
+
+A copy the broker refuses (authorization forbids the error destination, ...) never reaches
+it, so the message's ``mdb_delivery_count`` cannot count such failures; it is advisory anyway,
+a producer may write any count there (docs/security.md). The listener counts them here, per
+message identity, and ``mdb.delivery.decision`` gives up on a message with too many
+(``MAX_STRIKES``). A strike is one of:
+
+* a settlement of the message the broker refused: it raised while the connection stayed open
+  (ActiveMQ refuses a SEND with an ERROR frame and keeps the connection);
+* a failed move to the error destination, whatever the error: RabbitMQ refuses such a copy by
+  closing the connection, before or after it answered the COMMIT. If it answered, the message
+  comes back in doubt as the very delivery it confirmed moved (``came_back``); if not, the
+  move fails. A message that moves to the error destination was failing anyway, so a broker
+  outage during its move costs it at most one strike;
+* each time a stuck message is kept (so that the next pause is longer).
+
+A connection lost otherwise strikes nothing: the other messages in flight on it, which come back
+in doubt too, are innocent.
+
+Both tables are bounded (``CAPACITY`` messages each): the least recently touched message is
+forgotten first, which costs it a few more attempts, never the message. Only messages that
+failed enter them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+
+from mdb import message as headers_
+from mdb.broker import Delivery
+
+CAPACITY = 10_000
+
+
+class Strikes:
+    """Strikes per message identity (``identity``) for one listener; loop thread only. Its
+    length is the number of messages with a strike."""
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self._capacity = capacity
+        self._strikes: OrderedDict[str, int] = OrderedDict()
+        self._moved: OrderedDict[str, int] = OrderedDict()  # identity -> delivery count
+
+    def __len__(self) -> int:
+        return len(self._strikes)
+
+    def count(self, key: str) -> int:
+        """The strikes of ``key`` (0 for a message never struck, or forgotten)."""
+        return self._strikes.get(key, 0)
+
+    def strike(self, key: str) -> int:
+        """One more strike for ``key``; how many it has now."""
+        return _touch(self._strikes, key, self._strikes.get(key, 0) + 1, self._capacity)
+
+    def moved(self, key: str, delivery_count: int) -> None:
+        """The broker confirmed moving delivery ``delivery_count`` of ``key`` to the error
+        destination."""
+        _touch(self._moved, key, delivery_count, self._capacity)
+
+    def came_back(self, key: str, delivery_count: int) -> int:
+        """``key`` came back in doubt as delivery ``delivery_count``: a strike if the broker
+        had confirmed moving that very delivery to the error destination. Its strikes."""
+        if self._moved.get(key) == delivery_count:
+            del self._moved[key]
+            return self.strike(key)
+        return self.count(key)
+
+
+def _touch(table: OrderedDict[str, int], key: str, value: int, capacity: int) -> int:
+    """Set ``table[key]`` as the most recent entry, forgetting the oldest past ``capacity``."""
+    table.pop(key, None)
+    table[key] = value
+    if len(table) > capacity:
+        table.popitem(last=False)
+    return value
+
+
+def identity(delivery: Delivery) -> str:
+    """What identifies ``delivery``'s message across its deliveries and copies: its ``mdb_id``,
+    else a digest of its body and application headers (a foreign message's broker id may
+    change on every delivery, as on RabbitMQ)."""
+    mdb_id = delivery.headers.get(headers_.ID)
+    if mdb_id:
+        return mdb_id
+    digest = hashlib.sha256(delivery.body)
+    protocol = delivery.protocol_headers
+    digest.update(repr(sorted((k, v) for k, v in delivery.headers.items()
+                              if k not in protocol)).encode())
+    return f"sha256:{digest.hexdigest()}"

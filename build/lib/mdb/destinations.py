@@ -1,0 +1,44 @@
+"""Logical destinations, written ``queue:NAME`` or ``topic:NAME``."""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from mdb.errors import ConfigurationError
+
+
+class Kind(enum.StrEnum):
+    QUEUE = "queue"
+    TOPIC = "topic"
+
+
+# Letters, digits and . _ - only: every broker accepts these in a destination name, and they
+# survive being embedded in subscription names and STOMP paths.
+_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    kind: Kind
+    name: str
+
+    @classmethod
+    def parse(cls, text: str | Destination) -> Destination:
+        """Parse ``queue:NAME`` / ``topic:NAME``; raise ConfigurationError saying what is valid."""
+        if isinstance(text, Destination):
+            return text
+        kind, sep, name = str(text).partition(":")
+        if not sep or kind not in {k.value for k in Kind}:
+            raise ConfigurationError(
+                f"destination {text!r} must be written 'queue:NAME' or 'topic:NAME'"
+            )
+        if not _NAME.fullmatch(name):
+            raise ConfigurationError(
+                f"destination {text!r}: the name may contain only letters, digits, '.', '_' and '-'"
+            )
+        return cls(Kind(kind), name)
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}:{self.name}"

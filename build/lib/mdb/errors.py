@@ -1,0 +1,118 @@
+"""Every error mdb raises, under one root.
+
+Adapters catch their client library's exceptions and raise these instead; the core only
+ever catches ``MdbError`` subclasses::
+
+    MdbError
+    ├── ConfigurationError          a setting or listener option is invalid (names it and the fix)
+    │   ├── ListenerDefinitionError     raised by @listener at decoration time
+    │   └── SelectorError               a selector outside the subset mdb.selector evaluates
+    ├── DecodeError                 a message body does not match the handler's annotation
+    │   └── UnsupportedMessageKind      a message the broker could not carry (a JMS MapMessage...)
+    ├── EncodeError (a TypeError)   a body to send is not bytes, str, a model or JSON data
+    ├── NoReplyTo                   ``Context.reply`` on a message that names no reply-to
+    ├── ReplyTimeout (a TimeoutError) ``Producer.request`` got no reply in time
+    └── BrokerError                 anything that went wrong talking to a broker
+        ├── ConnectionFailed            could not connect (refused, timed out, TLS, ...)
+        │   └── CredentialsRefused          the broker refused the login (user, password, vhost)
+        ├── ConnectionLost              an open connection dropped; its work in flight is stale
+        ├── SubscriptionFailed          the broker refused a subscription (bad selector, ...)
+        ├── TransactionRolledBack       a commit did not happen; the broker redelivers what it held
+        └── SendOutcomeUnknown          a send got no receipt: it may or may not have been stored
+"""
+
+from __future__ import annotations
+
+
+class MdbError(Exception):
+    """Root of every error raised by mdb."""
+
+
+class ConfigurationError(MdbError):
+    """A setting or option is invalid. The message names it and says what would be valid."""
+
+
+class ListenerDefinitionError(ConfigurationError):
+    """``@listener`` was given an invalid option; raised when the function is decorated."""
+
+
+class SelectorError(ConfigurationError, ValueError):
+    """A selector is not in the subset ``mdb.selector`` evaluates; the message says where in it
+    and why, and whoever compiled it names the listener or subscription. Also a ``ValueError``,
+    as it was before it joined this tree."""
+
+
+class DecodeError(MdbError):
+    """A body could not be decoded into the handler's annotated type. Never retried."""
+
+
+class UnsupportedMessageKind(DecodeError):
+    """A message arrived whose content the broker could not carry over the adapter's protocol
+    (ActiveMQ hands a JMS MapMessage, ObjectMessage, StreamMessage or plain Message to a STOMP
+    client with an empty body): raised by ``Producer.request`` for such a reply rather than
+    returning an empty body. A listener moves such a message to its error destination."""
+
+
+class EncodeError(MdbError, TypeError):
+    """A body to send cannot be encoded. Also a ``TypeError``: it is a programming error, and
+    code that caught the ``TypeError`` ``codec.encode`` raised before keeps working."""
+
+
+class NoReplyTo(MdbError):
+    """``Context.reply`` was called while handling a message that asks for no reply (it has no
+    reply-to). Raised in the handler, it fails the delivery like any handler error."""
+
+
+class ReplyTimeout(MdbError, TimeoutError):
+    """``Producer.request`` got no reply within its timeout. The request was sent: it may
+    still be processed, and its late reply is dropped with the temporary queue."""
+
+
+class BrokerError(MdbError):
+    """Talking to a broker failed."""
+
+
+class ConnectionFailed(BrokerError):
+    """A connection could not be opened."""
+
+
+class CredentialsRefused(ConnectionFailed):
+    """The broker refused the login. Waiting for it does not help; new credentials may (the
+    container still retries a running connection: a password rotation is normal)."""
+
+
+class ConnectionLost(BrokerError):
+    """An open connection dropped. Transactions and unacknowledged deliveries on it are stale."""
+
+
+class SubscriptionFailed(BrokerError):
+    """The broker refused to create a subscription."""
+
+
+class TransactionRolledBack(BrokerError):
+    """A commit failed or its outcome is unknown; nothing of the transaction took effect
+    that the broker will not redeliver."""
+
+
+class SendOutcomeUnknown(BrokerError):
+    """A send got no receipt. The message may have been stored: retrying it elsewhere may
+    create a duplicate, which consumers can recognise by its ``mdb_id`` header."""
+
+
+def error_type(exc: BaseException) -> str:
+    """How mdb names ``exc``'s type in error headers and telemetry: a builtin by its bare name
+    (``ValueError``), any other qualified by its module (``mdb.errors.DecodeError``)."""
+    cls = type(exc)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception a task group wrapped (through nested groups); the group itself when
+    there are several. A task group wraps even a lone exception, which would otherwise reach
+    the user as ``ExceptionGroup: unhandled errors in a TaskGroup``."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup) and len(found.exceptions) == 1:
+        found = found.exceptions[0]
+    return found

@@ -1,0 +1,303 @@
+"""Health: liveness and readiness over HTTP, for an orchestrator's probes and ``mdb status``.
+
+Off by default; setting ``health_port`` turns it on. Three routes, all ``GET``, all JSON:
+
+``/health/live``
+    200 ``{"live": true}`` while the container's event loop answers; 503 when it reports itself
+    not live or its loop has stopped. A wedged loop does not answer at all, so the probe times
+    out: the snapshot is taken *on the event loop*, never in the server's thread.
+``/health/ready``
+    200 when every broker is up and every listener has a subscribed consumer on each member;
+    503 otherwise, with the reason (the brokers that are down, the listeners that are short).
+``/status``
+    200 with :meth:`Health.to_json`, which :meth:`Health.from_json` rebuilds
+    (:func:`fetch_status`, for ``mdb status``).
+
+Under ``mdb run --workers N`` the supervisor serves these routes for the whole server, from its
+workers' snapshots (``mdb.supervisor``); its snapshot lists the workers (``WorkerHealth``).
+
+Any other path is 404. The server logs nothing per request.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, cast
+
+import anyio.from_thread
+import anyio.lowlevel
+
+from mdb.errors import ConfigurationError
+from mdb.settings import Settings
+
+Answer = tuple[HTTPStatus, dict[str, object]]
+
+
+@dataclass(frozen=True)
+class BrokerHealth:
+    """One broker as the container sees it."""
+
+    name: str
+    state: str
+    """``"up"``, ``"down"`` (reconnecting) or ``"failed"`` (down past its give-up time); any
+    other state (``"unknown"``: never connected yet) counts as not up."""
+    since: float
+    """``time.time()`` of the last change of ``state``."""
+    address: str = ""
+    """The address (redacted URL) the broker's connections are on, or were last on: one of
+    its ``url`` list; "" from a container that did not say."""
+
+
+@dataclass(frozen=True)
+class ListenerHealth:
+    """One listener: how many of its members have a subscribed consumer, and its work."""
+
+    name: str
+    members: int
+    subscribed: int
+    in_flight: int
+    processed: int
+
+
+@dataclass(frozen=True)
+class WorkerHealth:
+    """One worker process of ``mdb run --workers N``, as its supervisor sees it."""
+
+    index: int
+    """1 to N: the worker's place, kept by the process that replaces it."""
+    pid: int
+    """The process now in that place; 0 while none runs."""
+    state: str
+    """``"starting"``, ``"ready"``, ``"not ready"``, ``"no answer"`` (its health endpoint did
+    not answer), ``"restarting"`` (waiting to be started again), ``"stopping"`` or
+    ``"stopped"``."""
+    restarts: int
+    """How many times the supervisor started this place again after its process ended."""
+
+
+@dataclass(frozen=True)
+class Health:
+    """A snapshot of the container, taken on its event loop (or of a server of several worker
+    processes, taken by their supervisor: then ``workers`` lists them)."""
+
+    live: bool
+    ready: bool
+    brokers: tuple[BrokerHealth, ...] = ()
+    listeners: tuple[ListenerHealth, ...] = ()
+    events: dict[str, int] = field(default_factory=dict)
+    """How many availability events of each kind (``EventKind`` value) were emitted."""
+    workers: tuple[WorkerHealth, ...] = ()
+    """The worker processes (``mdb run --workers N``); empty for a single process."""
+
+    def unready(self) -> dict[str, object]:
+        """Why the container is not ready: the brokers not up, the listeners short of members."""
+        return {
+            "brokers_down": [b.name for b in self.brokers if b.state != "up"],
+            "listeners_short": [
+                {"name": lh.name, "subscribed": lh.subscribed, "members": lh.members}
+                for lh in self.listeners if lh.subscribed < lh.members
+            ],
+        }
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "live": self.live,
+            "ready": self.ready,
+            "brokers": [
+                {"name": b.name, "state": b.state, "since": b.since, "address": b.address}
+                for b in self.brokers],
+            "listeners": [
+                {"name": lh.name, "members": lh.members, "subscribed": lh.subscribed,
+                 "in_flight": lh.in_flight, "processed": lh.processed}
+                for lh in self.listeners
+            ],
+            "events": dict(self.events),
+            **({"workers": [{"index": w.index, "pid": w.pid, "state": w.state,
+                             "restarts": w.restarts} for w in self.workers]}
+               if self.workers else {}),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Health:
+        """Rebuild what :meth:`to_json` wrote; ValueError when ``data`` is not that shape."""
+        try:
+            return cls(
+                live=_typed(data["live"], bool),
+                ready=_typed(data["ready"], bool),
+                brokers=tuple(
+                    BrokerHealth(_typed(b["name"], str), _typed(b["state"], str),
+                                 float(_typed(b["since"], int | float)),
+                                 _typed(b.get("address", ""), str))
+                    for b in data["brokers"]
+                ),
+                listeners=tuple(
+                    ListenerHealth(_typed(lh["name"], str), _typed(lh["members"], int),
+                                   _typed(lh["subscribed"], int), _typed(lh["in_flight"], int),
+                                   _typed(lh["processed"], int))
+                    for lh in data["listeners"]
+                ),
+                events={_typed(k, str): _typed(v, int) for k, v in data["events"].items()},
+                workers=tuple(
+                    WorkerHealth(_typed(w["index"], int), _typed(w["pid"], int),
+                                 _typed(w["state"], str), _typed(w["restarts"], int))
+                    for w in data.get("workers", ())
+                ),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not an mdb health snapshot: {exc!r}") from None
+
+
+def _typed(value: Any, kind: Any) -> Any:
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise TypeError(f"{value!r} is not {kind}")
+    return value
+
+
+class HealthServer:
+    """Serves the routes above on ``host``:``port`` from a daemon thread.
+
+    Construct it on the running event loop whose state ``snapshot`` reads: every request calls
+    ``snapshot`` on that loop (it must not block; a coroutine function may await, as the
+    supervisor's asks its workers), and waits for it. ``port`` 0 picks a free port;
+    after :meth:`start`, ``port`` is the bound one. :meth:`close` is idempotent; it blocks its
+    caller (the loop) for at most the server's poll interval.
+    """
+
+    POLL_INTERVAL = 0.05
+
+    def __init__(self, snapshot: Callable[[], Health | Awaitable[Health]],
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self._snapshot = snapshot
+        self._token = anyio.lowlevel.current_token()  # RuntimeError off the event loop
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Bind and start serving; ConfigurationError naming the setting when the address
+        cannot be bound (the port is taken, the host is not this machine's, ...)."""
+        try:
+            server = _Server((self.host, self.port), _Handler)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"health_port {self.port}: cannot listen on {self.host}:{self.port}: "
+                f"{exc.strerror or exc}; choose another port (0: any free one) or health_host"
+            ) from None
+        server.answer = self._answer
+        self._server = server
+        self.port = server.server_address[1]
+        self._thread = threading.Thread(
+            target=server.serve_forever, args=(self.POLL_INTERVAL,),
+            name=f"mdb-health-{self.port}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    def _answer(self, path: str) -> Answer:
+        """Runs in a request thread."""
+        if path not in ("/health/live", "/health/ready", "/status"):
+            return HTTPStatus.NOT_FOUND, {"error": f"no route {path}; try /health/live, "
+                                                   f"/health/ready or /status"}
+        try:
+            health = anyio.from_thread.run(self._take, token=self._token)
+        except RuntimeError:
+            return HTTPStatus.SERVICE_UNAVAILABLE, {
+                "live": False, "ready": False,
+                "error": "the container's event loop is not running"}
+        if path == "/health/live":
+            return _ok(health.live), {"live": health.live}
+        if path == "/health/ready":
+            return _ok(health.ready), {"ready": health.ready, **health.unready()}
+        return HTTPStatus.OK, health.to_json()
+
+
+    async def _take(self) -> Health:
+        taken = self._snapshot()
+        return taken if isinstance(taken, Health) else await taken
+
+
+def _ok(good: bool) -> HTTPStatus:
+    return HTTPStatus.OK if good else HTTPStatus.SERVICE_UNAVAILABLE
+
+
+class _Server(ThreadingHTTPServer):
+    answer: Callable[[str], Answer]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    timeout = 10.0  # seconds a client may take to send its request
+
+    def do_GET(self) -> None:
+        status, body = cast(_Server, self.server).answer(self.path.split("?", 1)[0])
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No per-request log lines."""
+
+
+# -- the client: ``mdb status`` -------------------------------------------------------------
+
+class Unreachable(Exception):
+    """``fetch_status``: no answer from the health endpoint, or not one mdb would give."""
+
+
+class NotLive(Exception):
+    """``fetch_status``: the health endpoint answered that the container's event loop is not
+    running."""
+
+
+def fetch_status(url: str, timeout: float) -> Health:
+    """GET ``url``/status and rebuild the snapshot; blocking, so call it from a worker thread."""
+    target = f"{url.rstrip('/')}/status"
+    try:
+        with urllib.request.urlopen(target, timeout=timeout) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code != 503:
+            raise Unreachable(f"{target}: HTTP {exc.code}; is this an mdb health "
+                               f"endpoint?") from None
+        try:
+            said = str(json.loads(exc.read())["error"])
+        except (ValueError, KeyError, TypeError):
+            said = "HTTP 503"
+        raise NotLive(said) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if isinstance(why, TimeoutError):
+            why = f"no answer within {timeout:g} s (is its event loop blocked?)"
+        raise Unreachable(f"cannot reach {target}: {why}") from None
+    try:
+        return Health.from_json(json.loads(body))
+    except (ValueError, AttributeError) as exc:
+        raise Unreachable(f"{target}: not an mdb health snapshot ({exc})") from None
+
+
+def health_url(settings: Settings) -> str:
+    """The URL of the health endpoint ``settings`` give a container on this host (``mdb
+    status``); ConfigurationError when they give none that can be known here."""
+    if settings.health_port is None:
+        raise ConfigurationError("mdb status: set `health_port` (the container's health "
+                                 "endpoint) in the settings, or give --url http://HOST:PORT")
+    if settings.health_port == 0:
+        raise ConfigurationError("mdb status: `health_port` is 0 (any free port), so the port "
+                                 "is not known here; give --url http://HOST:PORT")
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(
+        settings.health_host, settings.health_host)
+    return f"http://{f'[{host}]' if ':' in host else host}:{settings.health_port}"

@@ -1,0 +1,169 @@
+"""Messages as the core sees them, and the headers mdb puts on every message it sends."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from mdb.destinations import Destination
+from mdb.errors import EncodeError
+
+# Header names use '_' rather than '-' so that ActiveMQ selectors can refer to them.
+ID = "mdb_id"  # the framework's message id: stable across redeliveries and re-sends
+DELIVERY_COUNT = "mdb_delivery_count"  # deliveries before the one carrying this header, plus one
+REDELIVERY_OF = "mdb_redelivery_of"  # on a re-sent copy: the logical destination it came from
+ORIGINAL_DESTINATION = "mdb_original_destination"  # on a message moved to an error destination
+ERROR_TYPE = "mdb_error_type"
+ERROR_MESSAGE = "mdb_error_message"
+ERROR_LISTENER = "mdb_error_listener"
+HEADERS_DROPPED = "mdb_headers_dropped"  # on a copy: how many of the original's headers it lacks
+# The body's content type under two names: STOMP's, which other STOMP clients and RabbitMQ read,
+# and one a JMS selector can name (ActiveMQ makes both properties; ``content-type = 'x'`` in a
+# selector parses as ``content - type = 'x'`` and silently matches nothing). See docs/interop.md.
+CONTENT_TYPE = "content-type"
+CONTENT_TYPE_PROPERTY = "mdb_content_type"
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def content_type_of(headers: Mapping[str, str]) -> str | None:
+    """The content type ``headers`` declare: ``content-type`` (mdb writes it, as other STOMP
+    producers do), else ``mdb_content_type`` (which a Java producer can set)."""
+    return headers.get(CONTENT_TYPE) or headers.get(CONTENT_TYPE_PROPERTY)
+
+
+def labelled(headers: Mapping[str, str], content_type: str) -> dict[str, str]:
+    """``headers`` with the content type they declare (``content_type_of``), else
+    ``content_type``, under both its names."""
+    declared = content_type_of(headers) or content_type
+    merged = {CONTENT_TYPE: declared, CONTENT_TYPE_PROPERTY: declared, **headers}
+    merged[CONTENT_TYPE] = merged[CONTENT_TYPE_PROPERTY] = declared
+    return merged
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyAddress:
+    """Where a received message asks for its reply, as the broker wrote it.
+
+    It is opaque to the core: the adapter that delivered the message made it, and only an
+    adapter of the same kind reads it, to send a reply on the same broker (a JMS temporary
+    queue, ``/remote-temp-queue/ID:...`` on ActiveMQ; ``/reply-queue/...`` on RabbitMQ; or a
+    plain queue or topic). ``str()`` shows it for logs and spans.
+    """
+
+    address: str
+
+    def __str__(self) -> str:
+        return self.address
+
+
+ReplyTo = Destination | ReplyAddress
+"""A reply-to of an outgoing message: a logical destination (``queue:x``), which the adapter
+maps to its broker's form, or the ``ReplyAddress`` of a received message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One delivery of a message, as handed to a handler through its Context."""
+
+    id: str
+    destination: Destination
+    body: bytes
+    headers: Mapping[str, str]
+    redelivered: bool
+    delivery_count: int
+    reply_to: ReplyAddress | None = None
+    correlation_id: str | None = None
+
+    @property
+    def content_type(self) -> str | None:
+        """The content type its producer declared (``content_type_of``), if any."""
+        return content_type_of(self.headers)
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """A message to send. ``headers`` always carries ``mdb_id``. ``reply_to`` and
+    ``correlation_id`` are the JMS fields of the same names; each adapter maps them to its
+    protocol (STOMP ``reply-to`` and ``correlation-id``), the core never names a header.
+
+    ``copy_of`` is set on a copy mdb re-sends of a received message (for a redelivery, to an
+    error destination): the headers of that delivery, all of them, as the adapter delivered
+    them. The adapter carries over those of its protocol that make the copy the same message
+    (on ActiveMQ its JMS type, priority, expiration and persistence; see ``Dialect.copy``);
+    the core only says whose copy it is.
+
+    ``delay`` is how many seconds the broker holds the message back before any consumer can
+    receive it (a redelivery's delay); 0 for none. The core sets it only on a send to a queue,
+    on a connection whose broker can hold one (``Connection.delay_unsupported`` is None).
+    Held messages are the broker's: they wait in its store like any other (a transacted one
+    from the commit on) and survive the sender."""
+
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+    reply_to: ReplyTo | None = None
+    correlation_id: str | None = None
+    copy_of: Mapping[str, str] | None = None
+    delay: float = 0.0
+
+    @property
+    def content_type(self) -> str | None:
+        return content_type_of(self.headers)
+
+
+def addressed(message: OutgoingMessage, reply_to: str | Destination | None,
+              correlation_id: str | None) -> OutgoingMessage:
+    """``message`` with a reply-to (mdb's destination syntax, ``queue:NAME``) and a
+    correlation id, where given."""
+    if reply_to is None and correlation_id is None:
+        return message
+    return dataclasses.replace(
+        message, reply_to=None if reply_to is None else Destination.parse(reply_to),
+        correlation_id=correlation_id)
+def refuse_nul(headers: Mapping[str, str]) -> None:
+    """Raise ``EncodeError`` naming the first header whose name or value holds a NUL byte.
+
+    mdb refuses such a header rather than encoding it: STOMP ends a frame at a NUL and its
+    header escapes (``\\r \\n \\c \\\\``) have none for it, so a broker would hand
+    consumers a frame cut in two (see docs/security.md)."""
+    for name, value in headers.items():
+        if "\0" in name or "\0" in value:
+            raise EncodeError(f"header {name!r}: a NUL byte cannot be sent in a header")
+
+
+# Header bounds of every message mdb sends, kept well inside what brokers accept. Measured
+# here (raw STOMP 1.2 SENDs): ActiveMQ 5.17 refuses a frame of 1,000 header lines or more, or
+# one header line of 10,240 bytes or more, and drops the connection; RabbitMQ 3.10 took 2,000
+# headers, one of 200 KB and 1.6 MB in all. The room left is for the lines an adapter or the
+# tracing adds (destination, transaction, receipt, persistence, traceparent, ...).
+MAX_HEADERS = 512  # headers of a message, mdb's own included
+MAX_HEADER_BYTES = 8_192  # one header line as written: name, ':', escaped value
+MAX_TOTAL_BYTES = 262_144  # every header line of a message together
+_ESCAPED = "\\\r\n:"  # STOMP 1.2 writes each of these as two bytes
+
+
+def line_bytes(name: str, value: str) -> int:
+    """The size of ``name:value`` as a STOMP 1.2 header line, escapes included."""
+    return (len(name.encode()) + 1 + len(value.encode())
+            + sum(value.count(c) + name.count(c) for c in _ESCAPED))
+
+
+def refuse_oversized(headers: Mapping[str, str]) -> None:
+    """Raise ``EncodeError`` for headers beyond the bounds above, before anything is sent: a
+    broker that refuses a frame for its headers says so only by dropping the connection, which
+    would leave the send's outcome unknown (``SendOutcomeUnknown``) when it surely failed."""
+    total = 0
+    for name, value in headers.items():
+        size = line_bytes(name, value)
+        if size > MAX_HEADER_BYTES:
+            raise EncodeError(f"header {name!r}: {size} bytes as a header line, more than the "
+                              f"{MAX_HEADER_BYTES} mdb sends")
+        total += size
+    if len(headers) > MAX_HEADERS:
+        raise EncodeError(f"{len(headers)} headers, more than the {MAX_HEADERS} mdb sends")
+    if total > MAX_TOTAL_BYTES:
+        raise EncodeError(f"{total} bytes of headers, more than the {MAX_TOTAL_BYTES} mdb sends")

@@ -1,0 +1,124 @@
+"""What the ``mdb`` command prints: the plan of a container's subscriptions (``mdb run``,
+``mdb subscriptions``), a container's health (``mdb status``) and its status line. Text from
+values, except ``print_status``, which prints the status line as it changes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TextIO
+
+import anyio
+
+from mdb.brokers import connections_for
+from mdb.delivery import Stats
+from mdb.health import Health
+from mdb.planning import Planned, slots_per_broker
+from mdb.redaction import redact_url
+from mdb.settings import Settings
+
+
+def plan_table(settings: Settings, plans: Sequence[Planned]) -> str:
+    """Listeners → members → subscriptions → brokers, as ``mdb run`` and ``mdb subscriptions``
+    print it (``plans`` from ``planning.plan_listeners``): one row per subscription (every
+    pool slot of the row attaches to it), with the broker's addresses (redacted, in the order
+    a reconnect tries them) and the connections a container opens to it."""
+    slots = slots_per_broker((spec, p) for spec, planned in plans for p in planned)
+    rows = [("listener", "destination", "member", "subscription", "kind", "pool", "broker")]
+    for spec, planned in plans:
+        for p in planned:
+            kind = ("shared" if p.shared else "own") + (
+                ", durable" if p.request.name and p.request.durable else "")
+            rows.append((spec.name, str(spec.destination), str(p.request.destination),
+                         p.name, kind, str(spec.options.pool),
+                         f"{p.broker} ({_addresses(settings, p.broker)}, "
+                         f"{connections_for(slots[p.broker])} connections)"))
+    return _table(rows)
+
+
+def _addresses(settings: Settings, broker: str) -> str:
+    return " | ".join(map(redact_url, settings.brokers[broker].addresses))
+
+
+# The status line's counters after the two it always shows: shown only once non-zero.
+_RARE_COUNTERS = (
+    ("redelivered", "redelivered"),
+    ("to_error_destination", "moved to an error destination"),
+    ("rolled_back", "not settled (the broker redelivers)"),
+    ("filtered", "not selected"),
+    ("dead_lettered", "stuck, to the broker's dead-letter queue"),
+    ("kept", "stuck, kept on its queue"),
+)
+
+
+def status_line(stats: Iterable[Stats]) -> str:
+    """The container's counters, summed over its listeners: ``mdb run``'s status line. It
+    always says what was processed and is in flight; the other counters once non-zero."""
+    every = list(stats)
+    shown = [f"processed {sum(s.processed for s in every)}",
+             f"in flight {sum(s.in_flight for s in every)}"]
+    for field, label in _RARE_COUNTERS:
+        count = sum(getattr(s, field) for s in every)
+        if count:
+            shown.append(f"{label} {count}")
+    return ", ".join(shown)
+
+
+def status_report(health: Health, url: str, now: float | None = None) -> str:
+    """What ``mdb status`` prints: a headline and why, then brokers, listeners, the workers
+    (``mdb run --workers N``), event counts."""
+    now = time.time() if now is None else now
+    lines = [f"mdb at {url}: {'live' if health.live else 'NOT LIVE'}, "
+             f"{'ready' if health.ready else 'NOT READY'}"]
+    reasons = [f"broker {b.name} is {b.state}" for b in health.brokers if b.state != "up"]
+    reasons += [f"listener {lh.name} has {lh.subscribed} of {lh.members} members subscribed"
+                for lh in health.listeners if lh.subscribed < lh.members]
+    reasons += [f"worker {w.index} is {w.state}" for w in health.workers if w.state != "ready"]
+    if reasons and not health.ready:
+        lines.append(f"  because {'; '.join(reasons)}")
+    brokers = [("broker", "state", "since", "address")] + [
+        (b.name, b.state, f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b.since))} "
+                          f"({_ago(now - b.since)} ago)", b.address)
+        for b in health.brokers]
+    listeners = [("listener", "subscribed", "in flight", "processed")] + [
+        (lh.name, f"{lh.subscribed}/{lh.members}", str(lh.in_flight), str(lh.processed))
+        for lh in health.listeners]
+    events = ", ".join(f"{kind} {count}" for kind, count in sorted(health.events.items()))
+    parts = [_table(brokers), _table(listeners)]
+    if health.workers:
+        parts.append(_table([("worker", "pid", "state", "restarts")] + [
+            (str(w.index), str(w.pid or "-"), w.state, str(w.restarts))
+            for w in health.workers]))
+    return "\n\n".join(["\n".join(lines), *parts, f"events: {events or 'none'}"])
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+async def print_status(line: Callable[[], str], interval: float, out: TextIO,
+                       label: str = "mdb") -> None:
+    """Every ``interval`` seconds print ``<label>: <line()>`` to ``out``: every time on a terminal,
+    where it is watched; elsewhere (a log collector) only when the line changed, so an idle
+    container's log does not grow by a line every few seconds."""
+    last = None
+    terminal = out.isatty()
+    while True:
+        await anyio.sleep(interval)
+        now = line()
+        if terminal or now != last:
+            print(f"{label}: {now}", file=out, flush=True)
+        last = now

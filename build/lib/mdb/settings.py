@@ -1,0 +1,224 @@
+"""Settings: what a deployment may change without touching code.
+
+Sources, highest priority first: keyword arguments (the CLI's ``--app``/``--server``),
+``MDB_*`` environment variables (nested with ``__``, e.g. ``MDB_LISTENERS__ON_ORDER__POOL=8``),
+a ``.env`` file, the TOML file given with ``--config``, then the defaults below.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from mdb.broker_settings import BrokerSettings
+from mdb.destinations import Destination
+from mdb.errors import ConfigurationError
+from mdb.options import ListenerOverrides
+from mdb.topology import Member, Topology
+
+_NAME = re.compile(r"[A-Za-z0-9_]+")
+
+
+class MemberSettings(BaseModel):
+    """One member of a distributed destination: a physical destination on a broker."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    broker: str = Field(description="name of the broker (a key of `brokers`) holding it")
+    name: str | None = Field(
+        None, description="the physical destination's name (default: the logical name)")
+
+
+class DestinationSettings(BaseModel):
+    """Where a destination lives: on one broker, or distributed over several members."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    broker: str | None = Field(
+        None, description="the broker holding it (shorthand for one member of the same name)")
+    members: list[MemberSettings] = Field(
+        default_factory=list,
+        description="the members of a distributed destination, e.g. "
+                    "`[{broker = \"a\"}, {broker = \"b\", name = \"orders_b\"}]`")
+    forwarding: Literal["partitioned"] = Field(
+        "partitioned", description="`partitioned`: each message is stored on one member, so "
+                                   "listeners consume every member and senders pick one")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> DestinationSettings:
+        if (self.broker is None) == (not self.members):
+            raise ValueError("give either `broker` or `members` (a list of {broker, name})")
+        return self
+
+
+class Settings(BaseSettings):
+    """The container's settings. See docs/configuration.md for every field."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MDB_", env_nested_delimiter="__", env_file=".env",
+        env_file_encoding="utf-8", extra="forbid", nested_model_default_partial_update=True,
+        allow_inf_nan=False,  # an endless grace period or interval hangs
+    )
+
+    app: str = Field("mdb", description="application name; processes of one app share work")
+    server: str = Field(
+        default_factory=lambda: socket.gethostname().split(".")[0],
+        description="this process's name, stable across restarts (default: the host name)")
+    brokers: dict[str, BrokerSettings] = Field(
+        default_factory=lambda: {"default": BrokerSettings()},
+        description="brokers by name; destinations not listed in `destinations` use the first "
+                    "(default: one broker `default` at `memory://`)")
+    destinations: dict[str, DestinationSettings] = Field(
+        default_factory=dict,
+        description="`queue:NAME`/`topic:NAME` → its broker or its members (the topology)")
+    defaults: ListenerOverrides = Field(
+        default_factory=ListenerOverrides,
+        description="listener options applied where the code does not set them")
+    listeners: dict[str, ListenerOverrides] = Field(
+        default_factory=dict,
+        description="per listener name: options that override the code (deployment descriptor)")
+    container: str | None = Field(
+        None, description="the dependency-injector container, `module:Attribute`")
+    shutdown_grace_period: Annotated[float, Field(ge=0)] = Field(
+        30.0, description="seconds in-flight handlers may take to finish on shutdown")
+    status_interval: Annotated[float, Field(gt=0)] = Field(
+        5.0, description="seconds between the status lines `mdb run` prints (when stdout is "
+                         "not a terminal: printed only when the line changed)")
+    health_port: Annotated[int, Field(ge=0, le=65535)] | None = Field(
+        None, description="serve /health/live, /health/ready and /status over HTTP on this port "
+                          "(default: off; 0: any free port); `mdb status` reads it")
+    health_host: str = Field(
+        "127.0.0.1", description="the address the health endpoint listens on "
+                                 "(`0.0.0.0` for an orchestrator probing from outside)")
+
+    @field_validator("app", "server")
+    @classmethod
+    def _simple_name(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError("may contain only letters, digits and '_' (it becomes part of "
+                             "subscription names, where '-' separates the parts)")
+        return value
+
+    @field_validator("brokers")
+    @classmethod
+    def _some_broker(cls, value: dict[str, BrokerSettings]) -> dict[str, BrokerSettings]:
+        if not value:
+            raise ValueError("needs at least one broker, e.g. brokers.default.url = 'memory://'")
+        return value
+
+    @field_validator("destinations")
+    @classmethod
+    def _destination_keys(
+        cls, value: dict[str, DestinationSettings]
+    ) -> dict[str, DestinationSettings]:
+        for key, entry in value.items():
+            try:
+                for member in entry.members:
+                    _member_destination(key, member.name)
+                Destination.parse(key)
+            except ConfigurationError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    _toml_file: ClassVar[Path | None] = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources = [init_settings, env_settings, dotenv_settings]
+        if cls._toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_file))
+        return tuple(sources)
+
+    def topology(self) -> Topology:
+        """The destinations as configured; call ``check`` first."""
+        members = {
+            Destination.parse(key): tuple(
+                Member(m.broker, _member_destination(key, m.name)) for m in entry.members
+            ) or (Member(entry.broker or "", Destination.parse(key)),)
+            for key, entry in self.destinations.items()
+        }
+        return Topology(members, default_broker=next(iter(self.brokers)))
+
+    def check(self) -> None:
+        """Cross-field checks; raises ConfigurationError naming the setting."""
+        for key, entry in self.destinations.items():
+            brokers = [entry.broker] if entry.broker else [m.broker for m in entry.members]
+            for index, broker in enumerate(brokers):
+                where = (f"destinations.{key}.broker" if entry.broker
+                         else f"destinations.{key}.members[{index}].broker")
+                if broker not in self.brokers:
+                    raise ConfigurationError(
+                        f"setting {where}: {broker!r} is not a broker; "
+                        f"valid: {', '.join(self.brokers)}"
+                    )
+            seen = set()
+            for index, member in enumerate(entry.members):
+                physical = _member_destination(key, member.name)
+                if (member.broker, physical) in seen:
+                    raise ConfigurationError(
+                        f"setting destinations.{key}.members[{index}]: {physical} on broker "
+                        f"{member.broker!r} is listed twice; give each member its own broker "
+                        f"or name"
+                    )
+                seen.add((member.broker, physical))
+
+
+def _member_destination(key: str, name: str | None) -> Destination:
+    logical = Destination.parse(key)
+    return Destination.parse(f"{logical.kind.value}:{name}") if name else logical
+
+
+def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:
+    """Read settings from every source (``config``: the TOML file, a path or its name as a
+    ``str``); raise ConfigurationError naming each bad setting."""
+    path = None if config is None else Path(config)
+    if path is not None and not path.is_file():
+        raise ConfigurationError(f"--config {path}: no such file")
+
+    class _FromFile(Settings):
+        _toml_file = path
+
+    try:
+        settings: Settings = _FromFile(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise ConfigurationError(describe_errors(exc)) from None
+    except ValueError as exc:  # a TOML syntax error, or an unparsable environment variable
+        raise ConfigurationError(f"settings could not be read: {exc}") from None
+    settings.check()
+    return settings
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """One line per invalid setting, naming it and what is wrong, never the value given: a
+    misspelt or mistyped password key would otherwise print the password."""
+    lines = ["invalid settings:"]
+    for err in exc.errors(include_input=False, include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        unknown = err["type"] == "extra_forbidden"
+        hint = " — unknown setting; see docs/configuration.md" if unknown else ""
+        lines.append(f"  setting {where}: {err['msg']}{hint}")
+    return "\n".join(lines)

@@ -1,0 +1,289 @@
+"""``mdb run --workers N``: one server run as N container processes under one supervisor.
+
+The workers are ``mdb run`` processes of the same app and server: their listeners attach to the
+same subscriptions, so a per-server subscription is shared by the workers as a per-app one is
+shared by the servers (each message once per server, by one of its workers). The embedded
+memory broker lives in one process, so it cannot be shared: ``check_workers`` refuses it.
+
+The supervisor:
+
+* starts the workers, each in its own session (a terminal's Ctrl-C reaches only the
+  supervisor, which forwards it once), with a channel (``mdb.worker_channel``) on which a worker
+  says where its health endpoint is and when it is ready;
+* restarts a worker whose process ended, after a pause of 0.5 s that doubles with each further
+  end of that worker within a minute (at most 30 s); each restart is one log line, counted, and
+  shown in ``/status``;
+* gives up, stopping the others and exiting with the worker's status, when a worker cannot be
+  kept up: it ended before reporting ready ``START_ATTEMPTS`` times in a row (a broker that
+  never answers: 3), or once with a configuration error (2, which no restart can mend);
+* on SIGTERM or SIGINT stops restarting and forwards the signal to every worker, each of which
+  stops in the container's order (docs/concepts.md) at the same time; it exits 0 once all have
+  ended. A second signal kills the workers (SIGKILL) and exits 128+N at once;
+* serves the health endpoint (``health_port``) for the whole server: live while every worker
+  that runs answers live, ready while every worker runs and is ready (a server short of a
+  worker is short of the pool slots its settings promise).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.to_thread
+from anyio.abc import Process, UNIXSocketStream
+
+from mdb.errors import ConfigurationError
+from mdb.health import (
+    BrokerHealth,
+    Health,
+    HealthServer,
+    ListenerHealth,
+    NotLive,
+    Unreachable,
+    WorkerHealth,
+    fetch_status,
+)
+from mdb.settings import Settings
+from mdb.worker_channel import WorkerPlace, news
+
+log = logging.getLogger("mdb.supervisor")
+
+START_ATTEMPTS = 5  # ends before ready, in a row, after which a worker cannot be kept up
+FIRST_PAUSE, LONGEST_PAUSE, PAUSE_MEMORY = 0.5, 30.0, 60.0  # seconds
+ASK_TIMEOUT = 2.0  # seconds a worker's health endpoint may take to answer the supervisor
+_CONFIGURATION_ERROR = 2
+_STATE_ORDER = {"failed": 0, "down": 1, "up": 3}  # a broker's worst state across workers wins
+
+
+def check_workers(settings: Settings, workers: int) -> None:
+    """ConfigurationError when ``workers`` processes cannot share ``settings``' brokers."""
+    for name, broker in settings.brokers.items():
+        if workers > 1 and broker.embedded:
+            raise ConfigurationError(
+                f"mdb run --workers {workers}: broker {name!r} is memory://, which lives in one "
+                f"process and cannot be shared by workers; set brokers.{name}.url to a real "
+                f"broker, or run one process (--workers 1)")
+
+
+@dataclass
+class Place:
+    """One worker's place: the process now in it, and its history."""
+
+    index: int
+    process: Process | None = None
+    state: str = "starting"
+    health_url: str | None = None
+    restarts: int = 0
+    failed_starts: int = 0  # ends before ready, in a row
+    ends: deque[float] = field(default_factory=deque)  # monotonic times of recent ends
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid if self.process is not None else 0
+
+
+class Supervisor:
+    """Keeps ``count`` workers of ``settings``' server up; ``command(place)`` is the command line
+    of the worker in ``place`` (``mdb run ... --worker INDEX:FD``)."""
+
+    def __init__(self, settings: Settings, count: int,
+                 command: Callable[[WorkerPlace], Sequence[str]]) -> None:
+        check_workers(settings, count)
+        self.settings = settings
+        self._command = command
+        self._places = [Place(index) for index in range(1, count + 1)]
+        self._stopping = anyio.Event()
+        self._signal: signal.Signals | None = None
+        self._failure = 0
+        self._announced = False
+
+    async def run(self) -> int:
+        """Run until a signal stops the workers (0) or a worker cannot be kept up (its exit
+        status, or 1)."""
+        health = None
+        if self.settings.health_port is not None:
+            health = HealthServer(self.health, self.settings.health_host,
+                                  self.settings.health_port)
+            health.start()
+            print(f"mdb: health on http://{self.settings.health_host}:{health.port}",
+                  flush=True)
+        try:
+            async with anyio.create_task_group() as helpers:
+                helpers.start_soon(self._stop_on_signals)
+                async with anyio.create_task_group() as places:
+                    for place in self._places:
+                        places.start_soon(self._keep_up, place)
+                helpers.cancel_scope.cancel()
+        finally:
+            if health is not None:
+                health.close()
+        restarts = sum(p.restarts for p in self._places)
+        print(f"mdb: stopped; {len(self._places)} workers, {restarts} restarts", flush=True)
+        return self._failure
+
+    def request_stop(self, signum: signal.Signals = signal.SIGTERM) -> None:
+        """Stop restarting and pass ``signum`` to every worker (each stops in order)."""
+        if self._stopping.is_set():
+            return
+        self._signal = signum
+        self._stopping.set()
+        for place in self._places:
+            if place.process is not None and place.process.returncode is None:
+                place.state = "stopping"
+                place.process.send_signal(signum)
+
+    async def health(self) -> Health:
+        """The whole server, from every running worker's own snapshot (asked concurrently)."""
+        answers: dict[int, Health | None] = {}
+
+        async def ask(place: Place, url: str) -> None:
+            try:
+                answers[place.index] = await anyio.to_thread.run_sync(
+                    fetch_status, url, ASK_TIMEOUT)
+            except (NotLive, Unreachable):
+                answers[place.index] = None
+
+        async with anyio.create_task_group() as asking:
+            for place in self._places:
+                if place.health_url is not None and place.state in ("ready", "starting"):
+                    asking.start_soon(ask, place, place.health_url)
+        return server_health(self._places, answers, self._stopping.is_set())
+
+    async def _keep_up(self, place: Place) -> None:
+        while not self._stopping.is_set():
+            code, was_ready = await self._run_once(place)
+            if self._stopping.is_set():
+                place.state = "stopped"
+                if code != 0:
+                    log.warning("worker %d exited with status %s while stopping",
+                                place.index, code)
+                return
+            place.failed_starts = 0 if was_ready else place.failed_starts + 1
+            if not was_ready and (code == _CONFIGURATION_ERROR
+                                  or place.failed_starts >= START_ATTEMPTS):
+                why = ("a configuration error no restart mends" if code == _CONFIGURATION_ERROR
+                       else f"{place.failed_starts} times in a row")
+                print(f"mdb: worker {place.index} cannot be kept up: it exited with status "
+                      f"{code} before it was ready ({why}); stopping the others",
+                      file=sys.stderr, flush=True)
+                self._failure = code if code in (2, 3) else 1
+                place.state = "stopped"
+                self.request_stop()
+                return
+            pause = self._pause(place)
+            place.restarts += 1
+            place.state = "restarting"
+            print(f"mdb: worker {place.index} (pid {place.pid}) exited with status {code}; "
+                  f"restart {place.restarts} in {pause:g} s", file=sys.stderr, flush=True)
+            with anyio.move_on_after(pause):
+                await self._stopping.wait()
+
+    async def _run_once(self, place: Place) -> tuple[int, bool]:
+        """Start the worker of ``place`` and wait until it ends: (exit status, was it ready)."""
+        ours, theirs = socket.socketpair()
+        ready = False
+        try:
+            worker = WorkerPlace(place.index, theirs.fileno())
+            place.process = await anyio.open_process(
+                list(self._command(worker)), stdin=subprocess.DEVNULL, stdout=None,
+                stderr=None, pass_fds=[theirs.fileno()], start_new_session=True,
+                env=self._environment())
+        finally:
+            theirs.close()
+        if self._signal is not None:  # the stop began while this worker was being started
+            place.process.send_signal(self._signal)
+        place.state, place.health_url = "starting", None
+        channel = await UNIXSocketStream.from_socket(ours)
+        async with channel:
+            async for item in news(channel):
+                if isinstance(item.get("health"), str):
+                    place.health_url = str(item["health"])
+                if item.get("ready") is True:
+                    ready = True
+                    place.state = "stopping" if self._stopping.is_set() else "ready"
+                    self._announce_ready()
+            code = await place.process.wait()
+        place.ends.append(time.monotonic())
+        return code, ready
+
+    def _environment(self) -> dict[str, str] | None:
+        """The workers' environment: the supervisor's, with a health endpoint of their own on
+        any free port of this host when the supervisor serves one (it asks theirs)."""
+        if self.settings.health_port is None:
+            return None
+        return {**os.environ, "MDB_HEALTH_PORT": "0", "MDB_HEALTH_HOST": "127.0.0.1"}
+
+    def _pause(self, place: Place) -> float:
+        """0.5 s, doubled for each further end of this worker within the last minute."""
+        now = time.monotonic()
+        while place.ends and place.ends[0] < now - PAUSE_MEMORY:
+            place.ends.popleft()
+        return min(FIRST_PAUSE * 2.0 ** (len(place.ends) - 1), LONGEST_PAUSE)
+
+    def _announce_ready(self) -> None:
+        if not self._announced and all(p.state == "ready" for p in self._places):
+            self._announced = True
+            print(f"mdb: ready (app {self.settings.app}, server {self.settings.server}, "
+                  f"{len(self._places)} workers)", flush=True)
+
+    async def _stop_on_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                if self._stopping.is_set():
+                    print("mdb: second signal, killing the workers", file=sys.stderr,
+                          flush=True)
+                    running = [p.process for p in self._places
+                               if p.process is not None and p.process.returncode is None]
+                    for process in running:
+                        process.kill()
+                    with anyio.move_on_after(ASK_TIMEOUT):  # reaped: no zombie outlives us
+                        for process in running:
+                            await process.wait()
+                    os._exit(128 + signum)
+                print(f"mdb: {signal.Signals(signum).name}: stopping {len(self._places)} "
+                      f"workers (signal again to kill them)", file=sys.stderr, flush=True)
+                self.request_stop(signal.Signals(signum))
+
+
+def server_health(places: Sequence[Place], answers: dict[int, Health | None],
+                  stopping: bool) -> Health:
+    """One snapshot for the server from its workers' (``answers`` by place index; None: no
+    answer). Counts are summed over the workers that answered; a broker is as up as its worst
+    worker sees it."""
+    workers = []
+    for place in places:
+        state = place.state
+        if place.index in answers:
+            answer = answers[place.index]
+            state = ("no answer" if answer is None or not answer.live
+                     else "ready" if answer.ready else "not ready")
+        workers.append(WorkerHealth(place.index, place.pid, state, place.restarts))
+    found = [h for h in answers.values() if h is not None]
+    brokers: dict[str, BrokerHealth] = {}
+    for broker in (b for h in found for b in h.brokers):
+        seen = brokers.get(broker.name)
+        if seen is None or _STATE_ORDER.get(broker.state, 2) < _STATE_ORDER.get(seen.state, 2):
+            brokers[broker.name] = broker
+    listeners: dict[str, ListenerHealth] = {}
+    for lh in (lh for h in found for lh in h.listeners):
+        total = listeners.get(lh.name, ListenerHealth(lh.name, 0, 0, 0, 0))
+        listeners[lh.name] = ListenerHealth(
+            lh.name, total.members + lh.members, total.subscribed + lh.subscribed,
+            total.in_flight + lh.in_flight, total.processed + lh.processed)
+    events: dict[str, int] = {}
+    for kind, count in ((k, c) for h in found for k, c in h.events.items()):
+        events[kind] = events.get(kind, 0) + count
+    live = all(w.state != "no answer" for w in workers)
+    ready = not stopping and all(w.state == "ready" for w in workers) and all(
+        b.state == "up" for b in brokers.values())
+    return Health(live=live, ready=ready, brokers=tuple(brokers.values()),
+                  listeners=tuple(listeners.values()), events=events, workers=tuple(workers))

@@ -1,0 +1,330 @@
+"""Telemetry: spans, trace context in message headers, and metrics, after the OpenTelemetry
+messaging semantic conventions. The only module of the core that imports OpenTelemetry.
+
+* Every message mdb sends carries the W3C trace context (``traceparent``, ``tracestate``,
+  ``baggage``) of its ``send <destination>`` PRODUCER span.
+* Each delivery is handled in a ``process <destination>`` CONSUMER span whose **parent** is the
+  context the message carries, so producer → consumer → the consumer's own sends form one
+  trace across processes. A failed message re-sent for redelivery carries the context of the
+  failed attempt: the next attempt's span is its child.
+* Metrics: ``messaging.process.duration``, ``messaging.client.consumed.messages``,
+  ``messaging.client.sent.messages``, ``mdb.redeliveries``, ``mdb.error_destination.moves``,
+  ``mdb.stuck.messages``, ``mdb.pool.usage`` and ``mdb.broker.connected``.
+
+Instruments come from the global providers, so an application (or a test) that set up
+OpenTelemetry itself keeps its own; ``configure`` sets them up from the ``OTEL_*``
+environment variables only when nobody did. Message bodies are never recorded, unless
+``MDB_TRACE_BODIES`` is set (``record_bodies``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, Protocol
+
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import _internal as metrics_internal
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
+
+from mdb.destinations import Destination
+from mdb.errors import ConfigurationError, error_type
+from mdb.message import OutgoingMessage, ReplyTo
+
+_tracer = trace.get_tracer("mdb")
+_meter = metrics.get_meter("mdb")
+
+
+def _message_counter(name: str, description: str) -> metrics.Counter:
+    return _meter.create_counter(name, unit="{message}", description=description)
+
+
+_process_duration = _meter.create_histogram(
+    "messaging.process.duration", unit="s", description="Duration of processing operation.")
+_consumed = _message_counter("messaging.client.consumed.messages",
+                             "Number of messages that were delivered to the application.")
+_sent = _message_counter("messaging.client.sent.messages",
+                         "Number of messages producer attempted to send to the broker.")
+_redeliveries = _message_counter("mdb.redeliveries",
+                                 "Failed deliveries re-sent for another attempt.")
+_error_moves = _message_counter("mdb.error_destination.moves",
+                                "Messages moved to their listener's error destination.")
+_given_up = _message_counter("mdb.stuck.messages",
+                            "Messages whose settlement kept failing outside the handler, handed "
+                            "to the broker's dead-letter queue or kept on their own queue.")
+_pool_usage = _meter.create_up_down_counter(
+    "mdb.pool.usage", unit="{delivery}",
+    description="Deliveries being handled now, per listener (the pool slots in use).")
+
+
+# Whether a provider is set is asked for every message. The API's getters read an environment
+# variable on every call while none is set, which would cost more than all the rest of a
+# message's telemetry, so the API's own module globals are read instead, with the getters as
+# the fallback should a release rename them.
+_UNKNOWN = object()
+
+
+def _tracing_on() -> bool:
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is _UNKNOWN:
+        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return provider is not None
+
+
+def _metrics_on() -> bool:
+    provider = getattr(metrics_internal, "_METER_PROVIDER", _UNKNOWN)
+    if provider is _UNKNOWN:
+        return not type(metrics.get_meter_provider()).__name__.startswith("_Proxy")
+    return provider is not None
+
+
+def record_bodies() -> bool:
+    """Whether spans record message bodies (``MDB_TRACE_BODIES=true``); off by default."""
+    return os.environ.get("MDB_TRACE_BODIES", "").lower() in {"1", "true", "yes"}
+
+
+def _attributes(system: str, destination: ReplyTo, operation: str,
+                ) -> dict[str, str | int | bool]:
+    return {"messaging.system": system, "messaging.destination.name": str(destination),
+            "messaging.operation.name": operation, "messaging.operation.type": operation}
+
+
+@contextmanager
+def sending(system: str, destination: ReplyTo, message: OutgoingMessage,
+            ) -> Iterator[OutgoingMessage]:
+    """A ``send <destination>`` PRODUCER span around a send; yields ``message`` with the
+    span's trace context in its headers, which is what must be sent."""
+    if not _tracing_on():  # the fast path: nothing would record the span
+        yield message
+        if _metrics_on():
+            _sent.add(1, _metric_attributes(_attributes(system, destination, "send")))
+        return
+    attributes = _attributes(system, destination, "send")
+    attributes["messaging.message.id"] = message.headers.get("mdb_id", "")
+    attributes["messaging.message.body.size"] = len(message.body)
+    with _tracer.start_as_current_span(f"send {destination}", kind=SpanKind.PRODUCER,
+                                       attributes=attributes) as span:
+        if record_bodies():
+            span.set_attribute("mdb.message.body", message.body.decode(errors="replace"))
+        headers = dict(message.headers)
+        propagate.inject(headers)
+        try:
+            yield dataclasses.replace(message, headers=headers)
+        except Exception as exc:
+            span.set_attribute("error.type", error_type(exc))
+            raise
+        _sent.add(1, _metric_attributes(attributes))
+
+
+class Processing:
+    """What the delivery code tells the ``process`` span about its outcome. ``attributes``
+    (the consumer's, shared by its spans) are read only."""
+
+    def __init__(self, span: Span, attributes: Mapping[str, str | int | bool]) -> None:
+        self.span = span
+        self._attributes = attributes
+        self.error_type: str | None = None
+
+    def failed(self, error_type: str, text: str, stacktrace: str = "") -> None:
+        """The handler (or decoding) failed: the span gets ``error.type``, an error status and,
+        when the handler raised (``stacktrace``), an ``exception`` event as
+        ``record_exception`` makes it, but with ``text`` (what may be shown of the exception:
+        docs/security.md) in place of the exception's own text."""
+        self.error_type = error_type
+        self.span.set_attribute("error.type", error_type)
+        self.span.set_status(Status(StatusCode.ERROR, text[:300]))
+        if stacktrace:
+            self.span.add_event("exception", {
+                "exception.type": error_type, "exception.message": text[:300],
+                "exception.stacktrace": stacktrace})
+
+    def redelivery(self, count: int) -> None:
+        _redeliveries.add(1, _metric_attributes(self._attributes))
+        self.span.add_event("mdb.redelivery", {"mdb.delivery_count": count})
+
+    def moved(self, target: Destination) -> None:
+        _error_moves.add(1, _metric_attributes(self._attributes))
+        self.span.add_event("mdb.error_destination", {"messaging.destination.name": str(target)})
+
+    def given_up(self, outcome: str) -> None:
+        """A stuck message was ``dead-lettered`` or ``kept`` (``mdb.delivery.decision``)."""
+        _given_up.add(1, _metric_attributes(self._attributes) | {"mdb.outcome": outcome})
+        self.span.add_event("mdb.stuck", {"mdb.outcome": outcome})
+
+
+class Consumer:
+    """The telemetry of one listener's consumer: its subscription on one broker. What every
+    ``process`` span and data point of its deliveries shares is worked out once, here."""
+
+    def __init__(self, listener: str, system: str, destination: Destination,
+                 subscription: str | None, shared: bool) -> None:
+        attributes = _attributes(system, destination, "process")
+        if subscription:
+            attributes["messaging.destination.subscription.name"] = subscription
+            if shared:
+                attributes["messaging.consumer.group.name"] = subscription
+        self._attributes = attributes
+        self._metric = _metric_attributes(attributes)
+        self._span_name = f"process {destination}"
+        self._listener = {"mdb.listener": listener}
+
+    def processing(self, headers: Mapping[str, str], message_id: str, body: bytes,
+                   delivery_count: int, redelivered: bool,
+                   ) -> AbstractContextManager[Processing]:
+        """A ``process <destination>`` CONSUMER span, child of the context in ``headers``,
+        counted in the listener's ``mdb.pool.usage`` while it is open."""
+        tracing_on = _tracing_on()
+        if not tracing_on and not _metrics_on():  # the fast path: nobody is listening
+            return nullcontext(Processing(INVALID_SPAN, {}))
+        return self._recorded(tracing_on, headers, message_id, body, delivery_count,
+                              redelivered)
+
+    @contextmanager
+    def _recorded(self, tracing_on: bool, headers: Mapping[str, str], message_id: str,
+                  body: bytes, delivery_count: int, redelivered: bool) -> Iterator[Processing]:
+        _pool_usage.add(1, self._listener)
+        start = time.perf_counter()
+        span_attributes = dict(self._attributes)
+        span_attributes.update({
+            "messaging.message.id": message_id, "messaging.message.body.size": len(body),
+            "mdb.delivery_count": delivery_count, "mdb.redelivered": redelivered})
+        try:
+            with _tracer.start_as_current_span(
+                    self._span_name,
+                    context=propagate.extract(dict(headers)) if tracing_on else None,
+                    kind=SpanKind.CONSUMER, attributes=span_attributes) as span:
+                if tracing_on and record_bodies():
+                    span.set_attribute("mdb.message.body", body.decode(errors="replace"))
+                outcome = Processing(span, self._attributes)
+                try:
+                    yield outcome
+                except BaseException as exc:
+                    outcome.error_type = outcome.error_type or error_type(exc)
+                    span.set_attribute("error.type", outcome.error_type)
+                    raise
+                finally:
+                    metric = dict(self._metric)
+                    if outcome.error_type:
+                        metric["error.type"] = outcome.error_type
+                    _process_duration.record(time.perf_counter() - start, metric)
+                    _consumed.add(1, metric)
+        finally:
+            _pool_usage.add(-1, self._listener)
+
+
+class BrokerStates(Protocol):
+    def broker_states(self) -> Iterable[tuple[str, str, bool]]:
+        """``(broker, messaging.system, up)`` for each broker in use."""
+        ...
+
+
+_watched: weakref.WeakSet[BrokerStates] = weakref.WeakSet()
+
+
+def watch_brokers(source: BrokerStates) -> None:
+    """Report ``source``'s brokers in ``mdb.broker.connected`` (1 up, 0 down) while it lives."""
+    _watched.add(source)
+
+
+def _observe_brokers(options: CallbackOptions) -> Iterable[Observation]:
+    return [Observation(int(up), {"mdb.broker": name, "messaging.system": system})
+            for source in list(_watched) for name, system, up in source.broker_states()]
+
+
+_meter.create_observable_gauge("mdb.broker.connected", [_observe_brokers], unit="1",
+                               description="1 while the broker is up, else 0.")
+
+
+def _metric_attributes(attributes: Mapping[str, str | int | bool]) -> dict[str, str | int | bool]:
+    return {k: v for k, v in attributes.items() if k != "messaging.operation.type"}
+
+
+# -- setting up the SDK ------------------------------------------------------------------------
+
+def configure(service_name: str) -> Callable[[], None]:
+    """Set up tracer and meter providers from the standard ``OTEL_*`` variables, unless the
+    application already did; return what flushes and shuts them down at exit.
+
+    ``OTEL_TRACES_EXPORTER`` and ``OTEL_METRICS_EXPORTER``: ``console``, ``otlp`` (needs the
+    ``otlp`` extra) or ``none`` (the default here: nothing is exported unless asked).
+    ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` name the resource; without a
+    service name it is the app's name.
+    """
+    from opentelemetry.sdk.resources import Resource
+
+    resource = Resource.create({} if os.environ.get("OTEL_SERVICE_NAME")
+                               else {"service.name": service_name})
+    done: list[Callable[[], None]] = []
+    traces = _exporter_name("OTEL_TRACES_EXPORTER")
+    if traces != "none" and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        tracer_provider = TracerProvider(resource=resource)
+        tracer_provider.add_span_processor(BatchSpanProcessor(_exporter("traces", traces)))
+        trace.set_tracer_provider(tracer_provider)
+        done.append(tracer_provider.shutdown)
+    meters = _exporter_name("OTEL_METRICS_EXPORTER")
+    if meters != "none" and not _metrics_on():
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        meter_provider = MeterProvider(
+            resource=resource, metric_readers=[PeriodicExportingMetricReader(
+                _exporter("metrics", meters))])
+        metrics.set_meter_provider(meter_provider)
+        done.append(meter_provider.shutdown)
+
+    def shutdown() -> None:
+        for step in done:
+            step()
+
+    return shutdown
+
+
+def _exporter_name(variable: str) -> str:
+    value = os.environ.get(variable, "none").strip().lower() or "none"
+    if value not in {"none", "console", "otlp"}:
+        raise ConfigurationError(f"{variable}={value!r}: mdb knows 'console', 'otlp' and 'none'")
+    return value
+
+
+# (signal, OTEL_*_EXPORTER value) → the exporter class, imported only when asked for.
+_EXPORTERS = {
+    ("traces", "console"): ("opentelemetry.sdk.trace.export", "ConsoleSpanExporter"),
+    ("traces", "otlp"): ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                         "OTLPSpanExporter"),
+    ("metrics", "console"): ("opentelemetry.sdk.metrics.export", "ConsoleMetricExporter"),
+    ("metrics", "otlp"): ("opentelemetry.exporter.otlp.proto.http.metric_exporter",
+                          "OTLPMetricExporter"),
+}
+
+
+def _exporter(signal: str, name: str) -> Any:
+    module, cls = _EXPORTERS[signal, name]
+    try:
+        return getattr(importlib.import_module(module), cls)()
+    except ImportError:
+        raise ConfigurationError(_NO_OTLP) from None
+
+
+_NO_OTLP = ("OTEL_*_EXPORTER=otlp needs the OTLP exporter: pip install 'mdb[otlp]' "
+            "(opentelemetry-exporter-otlp-proto-http)")
+
+
+class TraceIds(logging.Filter):
+    """Adds ``trace`` to every log record: `` trace=<id> span=<id>`` while a span is
+    current (the message being handled), else empty. ``mdb run``'s log format ends with it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        context = trace.get_current_span().get_span_context()
+        record.trace = (f" trace={context.trace_id:032x} span={context.span_id:016x}"
+                        if context.is_valid else "")
+        return True

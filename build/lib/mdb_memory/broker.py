@@ -1,0 +1,57 @@
+"""``MemoryBroker``: the factory registered under the ``memory`` URL scheme."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import anyio.lowlevel
+
+from mdb.broker import ConnectionOptions
+from mdb.errors import ConfigurationError, ConnectionFailed
+from mdb.redaction import redact_url
+from mdb_memory.connection import MemoryConnection
+from mdb_memory.state import DEFAULT_NAME, BrokerState, broker_state
+
+
+class MemoryBroker:
+    """``memory://NAME`` (``memory://`` is ``NAME=default``): every connection to the same
+    NAME in this process shares one ``BrokerState``."""
+
+    system = "memory"
+
+    def __init__(self, options: ConnectionOptions) -> None:
+        parts = urlsplit(options.url)
+        if parts.scheme != "memory":
+            raise ConfigurationError(
+                f"broker url {redact_url(options.url)!r}: the memory broker takes 'memory://NAME'"
+            )
+        if options.tls is not None:
+            raise ConfigurationError(
+                f"setting brokers.{options.broker}.tls: the memory broker is in this process; "
+                "it has no TLS"
+            )
+        if options.queue_type is not None:
+            raise ConfigurationError(
+                f"setting brokers.{options.broker}.queue_type: the memory broker has one kind "
+                "of queue; queue_type is a RabbitMQ setting"
+            )
+        self.options = options
+        self.name = parts.netloc or parts.path.strip("/") or DEFAULT_NAME
+
+    def __repr__(self) -> str:
+        return f"MemoryBroker({self.name!r})"
+
+    @property
+    def state(self) -> BrokerState:
+        return broker_state(self.name)
+
+    async def connect(self) -> MemoryConnection:
+        await anyio.lowlevel.checkpoint()
+        state = broker_state(self.name)
+        if state.refusing_connections:
+            state.exchange.refused += 1
+            state.exchange.notify()
+            raise ConnectionFailed(f"memory broker {self.name!r} refuses connections")
+        connection = MemoryConnection(state)
+        state.exchange.attach(connection.session)
+        return connection

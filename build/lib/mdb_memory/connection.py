@@ -1,0 +1,191 @@
+"""``MemoryConnection``, the seam's connection of the memory broker; with its subscriptions
+(``mdb_memory.subscription``) and transactions (``mdb_memory.transaction``) it shares one
+``Session`` (``mdb_memory.session``), and through it the broker's ``Exchange``.
+
+Behaviour follows ActiveMQ Classic where the seam leaves room:
+
+* Prefetch counts a subscription's unsettled deliveries, except those acked in a transaction
+  that is still open: like ActiveMQ, a transacted ack widens the prefetch window by one until
+  the transaction ends. A commit settles the delivery; an abort (or a failed commit) leaves it
+  unsettled with the subscriber, holding prefetch room again, and it is not redelivered on the
+  live subscription — it can be acked again, and it goes back to its queue, flagged
+  redelivered, when the subscription or the connection closes.
+* A commit is atomic: if one of its acked deliveries is no longer unsettled on this connection
+  (its subscription closed, it was settled elsewhere, it came from another connection) the
+  whole commit is rolled back and raises ``TransactionRolledBack``.
+* On a closed or lost connection ``subscribe``, ``begin``, ``ack`` and ``send`` raise
+  ``ConnectionLost``; ``Transaction.ack`` and ``send`` on a finished or stale transaction do
+  nothing (its ``commit`` raises ``TransactionRolledBack``); ``receive`` on a closed
+  subscription raises ``ConnectionLost`` too, since no delivery will ever come.
+* A message sent with a delay (``OutgoingMessage.delay``) is held by the broker until it is
+  due, then joins the back of its queue; a transacted one from the commit on.
+* Every operation except the ``close``/``abort`` family and ``receive_nowait`` is a cancellation
+  point before it acts: cancelled means not done. ``close`` and ``abort`` act first and cannot be
+  cancelled; ``receive_nowait`` is not a coroutine.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import anyio.lowlevel
+
+from mdb.broker import Connection, Delivery, SubscriptionRequest
+from mdb.destinations import Destination, Kind
+from mdb.errors import BrokerError, SubscriptionFailed
+from mdb.message import OutgoingMessage, ReplyTo
+from mdb.selector import Matcher, SelectorError, compile_selector
+from mdb_memory.exchange import subscription_queue_name
+from mdb_memory.queue import frozen, target_of
+from mdb_memory.session import Session
+from mdb_memory.state import BrokerState
+from mdb_memory.subscription import MemorySubscription, Token
+from mdb_memory.temporary import MemoryTemporaryQueue, new_name
+from mdb_memory.transaction import MemoryTransaction
+
+# A subscription name becomes one segment of ``Consumer.<name>.VirtualTopic.<topic>``.
+_SEGMENT = re.compile(r"^[A-Za-z0-9_\-]+$")
+_anonymous = itertools.count(1)
+_checkpoint = anyio.lowlevel.checkpoint
+_shielded_checkpoint = anyio.lowlevel.cancel_shielded_checkpoint
+
+
+class MemoryConnection(Connection):
+    """A connection to a memory broker; made by ``MemoryBroker.connect``."""
+
+    def __init__(self, state: BrokerState) -> None:
+        self._state = state
+        self._session = Session(state.exchange)
+
+    def __repr__(self) -> str:
+        return f"<MemoryConnection to {self._state.name!r} {self._session.status}>"
+
+    @property
+    def state(self) -> BrokerState:
+        return self._state
+
+    @property
+    def session(self) -> Session:
+        """What this connection shares with its subscriptions and transactions (the
+        exchange's ``Link``)."""
+        return self._session
+
+    @property
+    def is_open(self) -> bool:
+        return self._session.is_open
+
+    async def subscribe(self, request: SubscriptionRequest) -> MemorySubscription:
+        await _checkpoint()
+        self._session.check_open()
+        destination = request.destination
+        if request.prefetch < 1:
+            raise SubscriptionFailed(
+                f"subscription to {destination}: prefetch must be at least 1, "
+                f"got {request.prefetch}"
+            )
+        selector: Matcher | None = None
+        if request.selector is not None and request.selector.strip():
+            try:
+                selector = compile_selector(request.selector)
+            except SelectorError as exc:
+                raise SubscriptionFailed(
+                    f"subscription to {destination}: selector {request.selector!r} "
+                    f"is not valid: {exc}"
+                ) from None
+        exchange = self._session.exchange
+        if destination.kind is Kind.QUEUE:
+            queue = exchange.queue(destination.name)
+        else:
+            name = request.name
+            if name is None:
+                if request.durable:
+                    raise SubscriptionFailed(
+                        f"subscription to {destination}: a durable subscription needs a name"
+                    )
+                name = f"anonymous-{next(_anonymous)}"
+            elif not _SEGMENT.match(name):
+                raise SubscriptionFailed(
+                    f"subscription {name!r} to {destination}: the name may contain only "
+                    f"letters, digits, '_' and '-' (it becomes one segment of the queue "
+                    f"{subscription_queue_name(destination.name, '<name>')})"
+                )
+            queue = exchange.queue(subscription_queue_name(destination.name, name),
+                                   durable=request.durable)
+        subscription = MemorySubscription(self._session, queue, request, selector)
+        self._session.add_subscription(subscription)
+        queue.attach(subscription)
+        exchange.notify()
+        return subscription
+
+    async def delete_subscription(self, topic: Destination, name: str) -> None:
+        await _checkpoint()
+        self._session.check_open()
+        queue = Destination(Kind.QUEUE, subscription_queue_name(topic.name, name))
+        if self._state.stats(queue) is not None and not self._state.delete_queue(queue):
+            raise SubscriptionFailed(
+                f"subscription {name!r} of {topic}: not deleted while subscribers are attached; "
+                "stop them first"
+            )
+
+    async def temporary_queue(self) -> MemoryTemporaryQueue:
+        name = new_name()
+        subscription = await self.subscribe(SubscriptionRequest(
+            Destination(Kind.QUEUE, name), None, durable=False, selector=None, prefetch=100))
+        return MemoryTemporaryQueue(self, subscription, name, self._session.exchange)
+
+    async def begin(self) -> MemoryTransaction:
+        await _checkpoint()
+        self._session.check_open()
+        transaction = MemoryTransaction(self._session)
+        self._session.add_transaction(transaction)
+        return transaction
+
+    async def ack(self, delivery: Delivery) -> None:
+        await _checkpoint()
+        self._session.check_open()
+        token = delivery.token
+        if (isinstance(token, Token) and token.subscription.session is self._session
+                and token.subscription.settle(token)):
+            self._session.exchange.notify()
+
+    async def dead_letter(self, delivery: Delivery) -> None:
+        """Settle ``delivery`` and keep its message, as it is, on ``queue:DLQ``."""
+        await _checkpoint()
+        self._session.check_open()
+        token = delivery.token
+        if not delivery.can_dead_letter or not isinstance(token, Token) \
+                or token.subscription.session is not self._session \
+                or not token.subscription.settle(token):
+            raise BrokerError(f"memory broker {self._state.name!r}: delivery "
+                              f"{delivery.broker_message_id} is not unsettled on this connection")
+        self._session.exchange.dead_letter(token.message)
+        self._session.exchange.notify()
+
+    async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
+        await _checkpoint()
+        self._session.check_open()
+        exchange = self._session.exchange
+        target = target_of(destination)
+        exchange.check_allowed(target)
+        failure = exchange.take_failure()
+        if failure is not None:
+            error_type, stored = failure
+            if stored:
+                exchange.publish(target, frozen(message))
+                exchange.notify()
+            raise error_type(
+                f"send to {target} on memory broker {exchange.name!r} failed (injected); "
+                f"the message was {'stored' if stored else 'not stored'}"
+            )
+        exchange.publish(target, frozen(message))
+        exchange.notify()
+
+    async def delay_unsupported(self) -> None:
+        """None: the broker holds delayed messages (``mdb_memory.exchange``)."""
+        await _checkpoint()
+
+    async def close(self) -> None:
+        if self._session.is_open:
+            self._session.shut(lost=False)
+        await _shielded_checkpoint()

@@ -1,0 +1,117 @@
+"""``StompBroker``: the factory registered under ``stomp+activemq`` and ``stomp+rabbitmq``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import NoReturn
+from urllib.parse import SplitResult, unquote, urlsplit
+
+from mdb.broker import ConnectionOptions
+from mdb.errors import ConfigurationError
+from mdb.redaction import redact_url
+from mdb_stomp.activemq import ActiveMQDialect
+from mdb_stomp.connection import StompConnection
+from mdb_stomp.dialect import Dialect
+from mdb_stomp.heartbeats import Heartbeats
+from mdb_stomp.rabbitmq import RabbitMQDialect
+from mdb_stomp.wire import Wire
+
+# STOMP 1.2 does not escape CONNECT headers (login, passcode, host): these would inject one.
+_CONNECT_UNSAFE = ("\r", "\n", "\x00")
+
+# The dialect each URL scheme selects.
+DIALECTS: dict[str, type[Dialect]] = {
+    ActiveMQDialect.scheme: ActiveMQDialect,
+    RabbitMQDialect.scheme: RabbitMQDialect,
+}
+
+
+class StompBroker:
+    """``Broker`` for ``stomp+<dialect>://[USER[:PASSWORD]@]HOST:PORT[/VHOST]`` URLs
+    (``stomp+activemq``, ``stomp+rabbitmq``).
+
+    Construction validates the URL and raises ``ConfigurationError`` naming the setting for
+    anything it does not understand, rather than ignoring it: a query (``?ssl=true``: TLS is
+    the ``tls`` setting), a fragment, a path on a broker without virtual hosts, a missing port
+    (a TLS port and a plaintext one differ: mdb does not guess), or a login, passcode or vhost
+    that would inject a CONNECT header. User-info and the vhost are percent-decoded; the
+    options' ``username``/``password`` take precedence over the URL's. A ``queue_type`` the
+    dialect does not know (any, on ActiveMQ) is refused too.
+
+    ``connect`` opens one STOMP 1.2 connection with heart-beats planned from ``heartbeat_ms``
+    (``mdb_stomp.heartbeats``), over TLS when ``options.tls`` says so. No ``client-id`` is
+    sent: ActiveMQ refuses a second connection with the same one, and the container opens
+    several.
+    """
+
+    def __init__(self, options: ConnectionOptions) -> None:
+        self.options = options
+        parts = urlsplit(options.url)
+        dialect = DIALECTS.get(parts.scheme)
+        if dialect is None:
+            self._refuse(f"mdb_stomp serves {', '.join(sorted(DIALECTS))}")
+        if options.queue_type is not None and options.queue_type not in dialect.queue_types:
+            self._refuse(f"{dialect.broker} has no queue types to choose from"
+                         if not dialect.queue_types else
+                         f"{options.queue_type!r} is not one of "
+                         f"{', '.join(sorted(dialect.queue_types))}", "queue_type")
+        self._dialect = dialect(options.queue_type, options.broker)
+        self.system = dialect.broker.lower()  # messaging.system: activemq, rabbitmq
+        if not parts.hostname:
+            self._refuse(f"must be written '{parts.scheme}://HOST:PORT'")
+        if parts.query or options.url.endswith("?"):
+            self._refuse("a query is not understood (for TLS, set the broker's `tls` settings)")
+        if parts.fragment or "#" in options.url:
+            self._refuse("a fragment is not understood")
+        try:
+            port = parts.port
+        except ValueError:
+            self._refuse("invalid port")
+        if port is None:
+            self._refuse(f"the port is required ('{parts.scheme}://HOST:PORT')")
+        self._host: str = parts.hostname
+        self._port: int = port
+        self.vhost = self._vhost(parts)
+        self.username = self._credential("username", options.username, parts.username)
+        self.password = self._credential("password", options.password, parts.password)
+
+    def _credential(self, field: str, given: str | None, in_url: str | None) -> str | None:
+        """The options' ``field`` if given, else the URL's (percent-decoded)."""
+        if given is not None:
+            return self._safe(given, f"the {field}", field)
+        return self._safe(None if in_url is None else unquote(in_url), f"the {field}")
+
+    def _vhost(self, parts: SplitResult) -> str | None:
+        """The CONNECT ``host`` header: the URL's path where the dialect has virtual hosts."""
+        path = parts.path
+        if not self._dialect.has_vhosts:
+            if path not in ("", "/"):
+                self._refuse(f"a path is not understood ({self._dialect.broker} has no "
+                             "virtual hosts)")
+            return self._dialect.vhost
+        if path.count("/") > 1:
+            self._refuse("the path must be one virtual host: '/VHOST' (write a '/' inside "
+                         "its name as %2F)")
+        return self._safe(unquote(path[1:]) or "/", "the virtual host")
+
+    def _safe(self, value: str | None, what: str, setting: str = "url") -> str | None:
+        if value is not None and any(c in value for c in _CONNECT_UNSAFE):
+            self._refuse(f"{what} may not contain a newline, carriage return or NUL (it would "
+                         "inject a header into the STOMP CONNECT frame)", setting)
+        return value
+
+    def _refuse(self, why: str, setting: str = "url") -> NoReturn:
+        shown = f" ({redact_url(self.options.url)})" if setting == "url" else ""
+        raise ConfigurationError(f"setting brokers.{self.options.broker}.{setting}{shown}: {why}")
+
+    async def connect(self) -> StompConnection:
+        """Open a connection; raises ``ConnectionFailed`` (refused, a TLS failure, or no
+        CONNECTED frame within ``connect_timeout``), ``CredentialsRefused`` when the broker
+        refuses the login or the vhost."""
+        dialect = self._dialect
+        heartbeats = Heartbeats.plan(self.options.heartbeat_ms, dialect.heartbeat_unit_ms,
+                                     dialect.min_heartbeat_ms)
+        wire = Wire(self.options, self._host, self._port, self.vhost, asyncio.get_running_loop(),
+                    heartbeats, dialect.explain)
+        await wire.open(self.username, self.password)
+        return StompConnection(wire, self._dialect)

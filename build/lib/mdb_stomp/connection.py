@@ -1,0 +1,149 @@
+"""``StompConnection``: the broker seam's ``Connection`` on one STOMP 1.2 wire.
+
+The adapter in one picture: ``StompBroker.connect`` opens a ``Wire`` (``mdb_stomp.wire``: the
+stomp.py connection, its threads bridged onto the loop, receipts, open or lost) and wraps it in
+a ``StompConnection``; subscriptions (``mdb_stomp.subscription``) and transactions
+(``mdb_stomp.transaction``) made from it hold the same wire and talk to it only through its
+public methods. What differs between brokers is asked of the ``Dialect``.
+
+Staleness. A connection is one generation: once it is lost (socket closed, heartbeat timeout,
+failed write, ``close``) every pending receipt fails, every subscription's ``receive`` raises
+``ConnectionLost`` and prefetched deliveries are dropped (the broker redelivers them, flagged).
+An ack of a delivery from another generation, or from a closed subscription, is never written
+(see ``mdb_stomp.subscription``).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+
+from mdb import clock
+from mdb.broker import Connection, Delivery, SubscriptionRequest
+from mdb.destinations import Destination
+from mdb.errors import BrokerError, SendOutcomeUnknown, SubscriptionFailed
+from mdb.message import OutgoingMessage, ReplyTo
+from mdb_stomp import scheduler
+from mdb_stomp.dialect import Dialect
+from mdb_stomp.frames import send_frame
+from mdb_stomp.receipts import ReceiptErrors
+from mdb_stomp.subscription import StompSubscription, ack_token
+from mdb_stomp.temporary import StompTemporaryQueue
+from mdb_stomp.transaction import StompTransaction
+from mdb_stomp.wire import Wire
+
+
+class StompConnection(Connection):
+    """One STOMP 1.2 connection (one generation). Made by ``StompBroker.connect``."""
+
+    def __init__(self, wire: Wire, dialect: Dialect) -> None:
+        self._wire = wire
+        self._dialect = dialect
+        self._probing = anyio.Lock()
+        self._delays: tuple[str | None] | None = None  # the probe's answer, once asked
+
+    @property
+    def is_open(self) -> bool:
+        return self._wire.is_open
+
+    async def subscribe(self, request: SubscriptionRequest) -> StompSubscription:
+        """SUBSCRIBE and wait for its receipt. ``SubscriptionFailed`` when the dialect or the
+        broker refuses it (an invalid selector, ...) or no receipt comes in time;
+        ``ConnectionLost`` when the connection is or goes down meanwhile."""
+        return await StompSubscription.open(self._wire, self._dialect, request)
+
+    async def delete_subscription(self, topic: Destination, name: str) -> None:
+        """SUBSCRIBE to the subscription, then UNSUBSCRIBE with the dialect's deleting headers,
+        each with a receipt. The SUBSCRIBE is not attached: what the broker pushes meanwhile
+        is dropped unacked and deleted with the queue."""
+        wire = self._wire
+        spec = self._dialect.subscribe_spec(
+            SubscriptionRequest(topic, name, durable=True, selector=None, prefetch=1))
+        deleting = self._dialect.delete_headers(spec)
+        sub_id = wire.next_id()
+        errors = ReceiptErrors(
+            f"subscription {name!r} of {topic}",
+            refused=SubscriptionFailed,
+            unconfirmed=SubscriptionFailed,
+            consequence="the outcome is unknown",
+        )
+        await wire.request(
+            "subscribe", spec.path, sub_id, ack=spec.ack_mode, headers=spec.headers, errors=errors
+        )
+        await wire.request("unsubscribe", id=sub_id, headers=deleting, errors=errors)
+
+    async def temporary_queue(self) -> StompTemporaryQueue:
+        """A ``/temp-queue/`` of this connection (``mdb_stomp.temporary``)."""
+        return await StompTemporaryQueue.open(self._wire, self._dialect)
+
+    async def begin(self) -> StompTransaction:
+        """BEGIN (no receipt: a refused BEGIN fails the COMMIT). ``ConnectionLost`` when down."""
+        transaction = StompTransaction(self._wire, self._dialect, uuid.uuid4().hex)
+        self._wire.write("begin", transaction=transaction.id)
+        return transaction
+
+    async def ack(self, delivery: Delivery) -> None:
+        """ACK outside a transaction, without a receipt.
+
+        Raises, writing nothing: ``ConnectionLost`` when the delivery is stale (from another
+        connection or a closed subscription) or the connection is down, and the broker
+        redelivers it, flagged; ``BrokerError`` when the delivery was already settled or
+        acked in an open transaction, or an earlier delivery of its subscription is still
+        unsettled (the cumulative ACK would settle that one too, see ``mdb_stomp.unsettled``).
+        """
+        token = ack_token(delivery, self._wire)
+        token.subscription.unsettled.settle_alone(token.ack_id)
+        self._wire.write("ack", id=token.ack_id)
+
+    async def dead_letter(self, delivery: Delivery) -> None:
+        """NACK with a receipt: the broker moves the message to its dead-letter queue (see
+        ``Dialect.dead_letters``). Checked as ``ack`` checks, writing nothing on a failure;
+        ``BrokerError`` also for a delivery without ``can_dead_letter``, or when the broker
+        refused the NACK or did not answer in time."""
+        if not delivery.can_dead_letter:
+            raise BrokerError(f"{self._dialect.broker} may drop message "
+                              f"{delivery.broker_message_id} if it is NACKed: not dead-lettered")
+        token = ack_token(delivery, self._wire)
+        token.subscription.unsettled.settle_alone(token.ack_id)
+        await self._wire.request("nack", token.ack_id, headers={}, errors=ReceiptErrors(
+            f"the NACK of {delivery.broker_message_id}", refused=BrokerError,
+            unconfirmed=BrokerError, consequence="it is on the dead-letter queue or comes back"))
+
+    async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
+        """SEND with a receipt. ``ConnectionLost`` when it surely was not sent (down before or
+        during the write); ``SendOutcomeUnknown`` when no receipt came (timeout, or the
+        connection dropped after the write); ``BrokerError`` when the broker refused it."""
+        path, headers = send_frame(destination, message, self._dialect)
+        await self._wire.request(
+            "send",
+            path,
+            message.body,
+            headers=headers,
+            errors=ReceiptErrors(
+                str(destination),
+                refused=BrokerError,
+                unconfirmed=SendOutcomeUnknown,
+                lost=SendOutcomeUnknown,
+                consequence="the message may have been stored",
+            ),
+        )
+
+    async def delay_unsupported(self) -> str | None:
+        """None where the broker holds delayed sends back: always on RabbitMQ (delay queues,
+        ``RabbitMQDialect.delayed``); on ActiveMQ when its scheduler is on, which the first
+        call probes (``mdb_stomp.scheduler``) and later ones remember for this connection.
+        Never while a test drives ``mdb.clock``: the broker's time would not follow it."""
+        if clock.current() is not clock.SYSTEM:
+            return "mdb.clock is a test's clock, which the broker's own time does not follow"
+        if not self._dialect.probes_delay:
+            return None
+        async with self._probing:
+            if self._delays is None:
+                self._delays = (await scheduler.probe(self._wire),)
+            return self._delays[0]
+
+    async def close(self) -> None:
+        """DISCONNECT, wait briefly for its receipt, then close the socket. Never raises and
+        returns within about min(receipt_timeout, 2 s) even on a hung broker."""
+        await self._wire.close()

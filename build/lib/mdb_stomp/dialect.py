@@ -1,0 +1,189 @@
+"""How logical destinations and subscriptions map onto one broker's STOMP paths and headers.
+
+STOMP leaves destination names, subscription sharing, durability, prefetch and message types to
+each broker. Everything broker-specific lives in a ``Dialect``; the rest of ``mdb_stomp``
+(connection, subscription, transaction, wire) only speaks plain STOMP 1.2 and asks the dialect
+what to put in frames. This module holds the base class and what every dialect shares; each
+broker's dialect, with the facts measured on it, has its own module: ``mdb_stomp.activemq``
+(``ActiveMQDialect``, URL scheme ``stomp+activemq``) and ``mdb_stomp.rabbitmq``
+(``RabbitMQDialect``, URL scheme ``stomp+rabbitmq``).
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+from mdb.broker import SubscriptionRequest
+from mdb.destinations import Destination
+from mdb.errors import SubscriptionFailed
+from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
+
+# The headers of a STOMP MESSAGE frame that describe that delivery or frame rather than the
+# sender's application (``Dialect.protocol_headers``), on every dialect: the broker's, and
+# those the dialects put on a SEND.
+PROTOCOL_HEADERS = frozenset(
+    {"message-id", "destination", "subscription", "ack", "redelivered", "receipt", "transaction",
+     "content-length", "timestamp", "expires", "priority", "persistent", "amq-msg-type"}
+)
+
+# The protocol headers of a MESSAGE frame that a copy's SEND carries over (see ``copy``).
+_KEPT_ON_COPY = ("priority", "expires")
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeSpec:
+    """What to put in a SUBSCRIBE frame for one ``SubscriptionRequest``.
+
+    ``ack_mode`` is the STOMP ``ack`` header; ``headers`` holds the other broker-specific ones
+    (the connection adds ``id``, ``destination`` and ``receipt``). ``requeue_destination`` is
+    the logical destination that reaches only this subscription (see
+    ``Subscription.requeue_destination``).
+    """
+
+    path: str
+    ack_mode: str
+    headers: dict[str, str]
+    requeue_destination: Destination
+
+
+class Dialect(abc.ABC):
+    """The broker-specific part of the STOMP adapter. Stateless once made; methods are pure.
+
+    ``queue_type`` is ``brokers.<name>.queue_type`` (``name``, for messages): the kind of
+    queue to declare, one of ``queue_types`` (None: the broker's default); ``StompBroker``
+    refuses any other.
+    """
+
+    #: URL scheme that selects this dialect.
+    scheme: ClassVar[str]
+    #: The broker's name in messages.
+    broker: ClassVar[str]
+    #: Value for the CONNECT frame's ``host`` header; None lets stomp.py send the host name.
+    vhost: ClassVar[str | None] = None
+    #: True when the broker has virtual hosts, named by the URL's path (the CONNECT ``host``
+    #: header; ``vhost`` is the default): a URL path is refused where this is False.
+    has_vhosts: ClassVar[bool] = False
+    #: True when an UNSUBSCRIBE hands the subscription's unacked deliveries back to the broker;
+    #: False when they stay with the connection until it closes (RabbitMQ), so that closing a
+    #: subscription holding any also closes its connection (see ``StompSubscription.close``).
+    unsubscribe_releases_unacked: ClassVar[bool] = True
+    #: True when a ``/temp-queue/`` is created by subscribing to it (ActiveMQ); False when the
+    #: broker creates it and subscribes the connection at the first SEND naming it in
+    #: ``reply-to`` (RabbitMQ). See ``mdb_stomp.temporary``.
+    subscribes_temporary_queues: ClassVar[bool] = True
+    #: True when whether the broker holds a delayed send back depends on its configuration,
+    #: which a probe finds out (``mdb_stomp.scheduler``); False when it always does.
+    probes_delay: ClassVar[bool] = False
+    #: True when the broker runs each frame of a transaction as it reads it and answers a
+    #: receipt on a transacted SEND at once: then such a SEND waits for its receipt before the
+    #: transaction writes anything more (see ``StompTransaction.send``). False when it runs
+    #: them only at the COMMIT and answers their receipts then (RabbitMQ).
+    confirms_transacted_sends: ClassVar[bool] = True
+    #: The unit the broker counts heart-beat intervals in, and the shortest interval mdb may
+    #: promise it so that mdb notices a silent link before the broker does (``heartbeats``).
+    heartbeat_unit_ms: ClassVar[int] = 1
+    min_heartbeat_ms: ClassVar[int] = 0
+    #: The values ``queue_type`` may take on this broker.
+    queue_types: ClassVar[frozenset[str]] = frozenset()
+    #: The headers of a MESSAGE frame that describe that delivery or frame, or instruct the
+    #: broker, rather than carry the sender's application (``Delivery.protocol_headers``):
+    #: never copied.
+    protocol_headers: ClassVar[frozenset[str]] = PROTOCOL_HEADERS
+
+    def __init__(self, queue_type: str | None = None, name: str = "<name>") -> None:
+        self.queue_type = queue_type
+        self.name = name
+
+    def explain(self, error: str) -> str:
+        """The text of an ERROR frame, with what to do about it where the dialect knows."""
+        return error
+
+    @abc.abstractmethod
+    def send_path(self, destination: Destination) -> str:
+        """The STOMP destination a message for ``destination`` is sent to."""
+
+    def address(self, target: ReplyTo) -> str:
+        """The STOMP destination of a send to ``target``: ``send_path`` of a destination, or
+        a reply address verbatim (the broker wrote it in a delivery's ``reply-to``)."""
+        return target.address if isinstance(target, ReplyAddress) else self.send_path(target)
+
+    @abc.abstractmethod
+    def send_headers(self, message: OutgoingMessage, target: ReplyTo) -> dict[str, str]:
+        """Headers this broker needs on every SEND of ``message`` to ``target`` (added over the
+        message's own); for a copy (``message.copy_of``), those that keep it the same message
+        (``copy``)."""
+
+    @abc.abstractmethod
+    def delayed(self, queue: Destination, delay_ms: int) -> tuple[str, dict[str, str]]:
+        """Where to SEND a message for ``queue`` that the broker holds back ``delay_ms``
+        milliseconds first, and the headers that make it so (``OutgoingMessage.delay``)."""
+
+    def copy(self, received: Mapping[str, str]) -> dict[str, str]:
+        """The protocol headers of a SEND of a copy of the message received with the headers
+        ``received`` (``OutgoingMessage.copy_of``). By default the same ``priority`` and
+        ``expires``, and every copy is persistent."""
+        headers = {name: received[name] for name in _KEPT_ON_COPY if name in received}
+        headers["persistent"] = "true"
+        return headers
+
+    def unsupported(self, headers: Mapping[str, str], body: bytes) -> str | None:
+        """Why a MESSAGE frame with ``headers`` and ``body`` holds a message whose content this
+        broker could not carry over STOMP (``Delivery.unsupported``); None for one it carried."""
+        return None
+
+    def dead_letters(self, headers: Mapping[str, str]) -> bool:
+        """True when a NACK of the MESSAGE frame with ``headers`` leaves its message on a
+        dead-letter queue the broker surely keeps it on (``Delivery.can_dead_letter``). False
+        by default: where a NACK may drop the message, mdb never sends one."""
+        return False
+
+    @abc.abstractmethod
+    def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
+        """How to subscribe for ``request``. Raises ``SubscriptionFailed`` for a request this
+        broker cannot honour, saying what to set instead."""
+
+    @abc.abstractmethod
+    def subscription_queue(self, topic: Destination, name: str) -> str:
+        """The broker queue holding subscription ``name`` of ``topic`` (what an operator looks
+        for); ``SubscriptionFailed`` for a name that cannot be one segment of it."""
+
+    @abc.abstractmethod
+    def delete_headers(self, spec: SubscribeSpec) -> dict[str, str]:
+        """Headers of the UNSUBSCRIBE that, following a SUBSCRIBE of ``spec``, deletes the
+        subscription's queue; ``SubscriptionFailed`` where no STOMP frame can."""
+
+    def topic_queue(self, request: SubscriptionRequest) -> str:
+        """The queue of a topic subscription request; ``SubscriptionFailed`` for one without a
+        name or not durable, which no dialect supports yet."""
+        topic = request.destination
+        if request.name is None:
+            raise SubscriptionFailed(
+                f"{topic}: a topic subscription on {self.broker} needs a subscription name "
+                "(it names the subscription's queue)"
+            )
+        if not request.durable:
+            raise SubscriptionFailed(
+                f"{topic} (subscription {request.name!r}): non-durable topic subscriptions "
+                f"are not supported on {self.broker} yet; set durable=true for this listener "
+                "(a queue that keeps messages while detached)"
+            )
+        return self.subscription_queue(topic, request.name)
+
+
+# One STOMP path segment: no wildcards ('*', '>'), no separators ('.', '/').
+_SEGMENT = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+def queue_segment(topic: Destination, name: str) -> str:
+    """``name`` if it can be one path segment of a queue name, else ``SubscriptionFailed`` (it
+    also keeps the queue names of different topics apart)."""
+    if not _SEGMENT.match(name):
+        raise SubscriptionFailed(
+            f"{topic}: subscription name {name!r} may contain only letters, digits, '_' and '-' "
+            "(it is one segment of a queue name)"
+        )
+    return name

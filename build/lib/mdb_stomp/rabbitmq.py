@@ -1,0 +1,203 @@
+"""RabbitMQ's dialect (``RabbitMQDialect``, URL scheme ``stomp+rabbitmq``): see the class
+docstring for the mapping and the facts it rests on."""
+
+from __future__ import annotations
+
+import hashlib
+
+from mdb.broker import SubscriptionRequest
+from mdb.destinations import Destination, Kind
+from mdb.errors import EncodeError, SubscriptionFailed
+from mdb.message import OutgoingMessage, ReplyTo
+from mdb_stomp.dialect import PROTOCOL_HEADERS, Dialect, SubscribeSpec, queue_segment
+
+# RabbitMQ's delay queues (``RabbitMQDialect.delayed``). A message dead-lettered from one keeps
+# the arguments of the SEND that declared it as headers, and gains x-first-death-* (x-death,
+# an array, does not cross STOMP; 3.13 adds x-last-death-*): a copy sent with them would
+# declare its queue with them (a TTL and dead-lettering on an error destination).
+DELAY_QUEUE_PREFIX = "mdb.delay."
+MAX_QUEUE_NAME_BYTES = 255
+DEAD_LETTER_HEADERS = frozenset(
+    {"x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-death",
+     "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+     "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"}
+)
+
+class RabbitMQDialect(Dialect):
+    """RabbitMQ 3.x with the STOMP plugin: ``x-queue-name`` queues for named shared
+    subscriptions, individual acks, no selectors.
+
+    Mapping::
+
+        logical                    STOMP path     requeue destination
+        queue:X                    /queue/X       queue:X
+        topic:X  (send)            /topic/X       -
+        topic:X  (subscribe, N)    /topic/X  with durable:true, auto-delete:false,
+                                   x-queue-name:Consumer.N.X      queue:Consumer.N.X
+
+    Measured on RabbitMQ 3.10.8 (Debian ``rabbitmq-server``, STOMP plugin, stomp.py 9, STOMP
+    1.2), with raw stomp.py against a private node of ``tests.harness.rabbitmq``:
+
+    * CONNECT must name a vhost (``/`` unless the URL's path names another, see
+      ``StompBroker``): stomp.py otherwise sends the host name as the vhost and the broker
+      answers ``ERROR Bad CONNECT: Virtual host '127.0.0.1' access denied``. A SUBSCRIBE the
+      user may not make is answered by an ERROR ``access_refused`` naming no receipt, then
+      the receipt, then the connection closes (``Wire.confirm`` makes it a refusal).
+    * ``SUBSCRIBE /topic/T`` with ``durable:true``, ``auto-delete:false`` and ``x-queue-name:Q``
+      binds the durable queue Q to ``amq.topic`` with key T; every subscriber naming Q shares it
+      (prefetch 1 each, two messages: one each). ``SEND /queue/Q`` and ``SEND /amq/queue/Q``
+      both reach only Q (the default exchange routes by queue name), so the requeue destination
+      is the plain ``queue:Q``. ``/amq/queue/Q`` to a queue that does not exist is silently
+      dropped (a receipt, no error), while ``/queue/Q`` declares it and keeps the message:
+      the safer of the two. Deliveries from Q carry ``destination:/queue/Q``.
+    * Prefetch is the ``prefetch-count`` SUBSCRIBE header. ``ack:client`` is cumulative (acking
+      the 2nd of 3 unacked deliveries settled the 1st too) and ``client-individual`` is not;
+      this dialect uses ``client-individual``, so the adapter's cumulative-ack guard stays
+      off for it.
+    * Transactions are buffered by the plugin and replayed at COMMIT: a transacted ACK frees no
+      prefetch place before the COMMIT (unlike ActiveMQ), a transacted SEND reaches the queue
+      only at the COMMIT (after a plain SEND made later), ABORT discards the sends and leaves
+      the acked delivery unacked on the live subscription (not redelivered while it lives).
+      COMMIT answers its receipt. A COMMIT of an unknown transaction and an ACK with an unknown
+      id answer ``ERROR`` frames *without* ``receipt-id`` and keep the connection open: the
+      adapter then sees no receipt and reports ``TransactionRolledBack`` after
+      ``receipt_timeout``.
+    * A delivery not acked when its consumer's connection closes comes back with
+      ``redelivered:true`` and a NEW ``message-id`` (mdb identifies messages by ``mdb_id``).
+      But UNSUBSCRIBE does NOT hand unacked deliveries back: they stay with the connection
+      until it closes (neither a resubscription on the same connection nor another connection
+      got it), and a NACK after the UNSUBSCRIBE is refused (``Subscription not found``); a NACK
+      before it would be redispatched to the same consumer at once. Hence
+      ``unsubscribe_releases_unacked = False``: closing a subscription that holds unsettled
+      deliveries closes its connection, and the broker redelivers them, flagged.
+    * The ``selector`` header is ignored (a message not matching it was delivered), so a
+      subscription with a selector is refused rather than silently given every message. (The
+      container evaluates topic listeners' selectors itself and never asks for one.)
+    * A SEND with ``persistent:false`` to a ``/queue/X`` nobody declared yet makes X
+      exclusive; every SEND here is ``persistent:true``, copies too.
+    * A SEND's ``priority`` and ``expiration`` (a TTL in ms, enforced: the message is dropped
+      once it passed) are the AMQP properties, written back on every MESSAGE frame as given:
+      ``expiration`` is the TTL the producer set, not the time left. ``expires`` means
+      nothing here (a plain header). A copy (``copy``) sends ``priority`` again, and the core
+      keeps ``expiration`` as one of the application's headers, so a copy's TTL starts again
+      (RabbitMQ does not say how much was left).
+    * A receipt asked on a transacted SEND is answered only at the COMMIT (the frames of a
+      transaction run then): ``confirms_transacted_sends = False``. No header limit was met:
+      a SEND with 2,000 headers, or one of 200 KB, was stored.
+    * Heart-beats count in whole seconds, its own at least 1 s, so mdb's tolerance of its
+      silence is 2.5 s; it drops a connection after 2 to 3 of mdb's intervals of silence, at
+      least one interval after a cut. mdb's interval is therefore at least 4 s here
+      (``mdb_stomp.heartbeats``).
+    * A SEND the user may not make (no ``configure`` permission on the queue, which a SEND to
+      ``/queue/X`` declares) in a transaction is refused only after the COMMIT's receipt: an
+      ERROR ``access_refused`` follows it and the connection closes. The transaction's ACKs,
+      written after its SENDs, die with the channel: the message comes back, flagged
+      redelivered, never lost — but a COMMIT receipt does not prove its sends were taken.
+    * A NACK requeues the message by default (``requeue:true``, at its old place: the head of
+      the queue); with ``requeue:false`` RabbitMQ drops it unless its queue has a dead-letter
+      exchange, which STOMP can neither declare on an existing queue nor see: mdb never NACKs
+      here (``dead_letters`` is False).
+
+    Queue types (``queue_type``; measured on a three-node 3.10.8 cluster of
+    ``tests.harness.rabbitmq_cluster``, docs/rabbitmq.md#queue-types). A SUBSCRIBE, and a SEND
+    to ``/queue/X``, *declare* their queue with the ``x-queue-type`` header as its type; with a
+    type set, every such frame carries it, because a declaration that differs from the queue
+    (a plain ``SEND /queue/X`` to a quorum queue X, a quorum SUBSCRIBE over a classic queue) is
+    refused (``PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'X'``) and the
+    connection closed: ``explain`` adds the way out. ``x-queue-type:classic`` matches a classic
+    queue declared without it. A quorum queue must be durable and not auto-delete (refused
+    otherwise), which every queue mdb declares already is. ``/temp-queue/`` reply queues stay
+    classic (they live and die with one connection). The header is kept on the message as a
+    property, and a quorum queue adds ``x-delivery-count`` (1, 2, ... on each redelivery,
+    with ``redelivered:true``): both are ``protocol_headers``, left out of copies. mdb counts
+    deliveries in ``mdb_delivery_count``, which a re-send carries on (the quorum queue's count
+    starts again with every re-sent copy).
+    """
+
+    scheme = "stomp+rabbitmq"
+    broker = "RabbitMQ"
+    vhost = "/"
+    has_vhosts = True
+    unsubscribe_releases_unacked = False
+    subscribes_temporary_queues = False
+    confirms_transacted_sends = False
+    heartbeat_unit_ms = 1000
+    min_heartbeat_ms = 4000
+    queue_types = frozenset({"classic", "quorum"})
+    protocol_headers = PROTOCOL_HEADERS | DEAD_LETTER_HEADERS | {"x-queue-type",
+                                                                 "x-delivery-count"}
+
+    def explain(self, error: str) -> str:
+        if "inequivalent arg 'x-queue-type'" not in error:
+            return error
+        return (f"{error} (the queue exists with another type than brokers.{self.name}."
+                f"queue_type ({self.queue_type or 'unset: classic'}) declares: drain it and "
+                "delete it (`mdb subscriptions --delete`, or `rabbitmqctl delete_queue NAME`) "
+                "so that mdb declares it again, or set queue_type to the queue's type)")
+
+    def _declared(self) -> dict[str, str]:
+        """The header that declares a queue's type, if one is set."""
+        return {} if self.queue_type is None else {"x-queue-type": self.queue_type}
+
+    def send_path(self, destination: Destination) -> str:
+        if destination.kind is Kind.QUEUE:
+            return f"/queue/{destination.name}"
+        return f"/topic/{destination.name}"
+
+    def send_headers(self, message: OutgoingMessage, target: ReplyTo) -> dict[str, str]:
+        headers = ({"persistent": "true"} if message.copy_of is None
+                   else self.copy(message.copy_of))
+        # A SEND to /queue/X declares X: with the queue's own type, or it is refused. A reply
+        # address is not mdb's to declare.
+        if isinstance(target, Destination) and target.kind is Kind.QUEUE:
+            headers.update(self._declared())
+        return headers
+
+    def delayed(self, queue: Destination, delay_ms: int) -> tuple[str, dict[str, str]]:
+        """A delay queue of ``queue`` for this delay, ``mdb.delay.<ms>.<queue>``: every
+        message in it expires after ``delay_ms`` (``x-message-ttl``) and is dead-lettered
+        through the default exchange to ``queue`` (``x-dead-letter-exchange:""``,
+        ``x-dead-letter-routing-key``). The SEND declares it (durable) with these arguments;
+        the name says them all, so two SENDs never declare it differently (which RabbitMQ
+        refuses, closing the connection). A name too long for RabbitMQ (255 bytes) ends in a
+        digest of the queue's instead. See docs/rabbitmq.md for what was measured."""
+        if queue.kind is not Kind.QUEUE:
+            raise EncodeError(f"{queue}: RabbitMQ holds a delayed message for a queue only")
+        name = f"{DELAY_QUEUE_PREFIX}{delay_ms}.{queue.name}"
+        if len(name.encode()) > MAX_QUEUE_NAME_BYTES:
+            digest = hashlib.sha256(queue.name.encode()).hexdigest()
+            name = f"{DELAY_QUEUE_PREFIX}{delay_ms}.{digest}"
+        return f"/queue/{name}", {"x-message-ttl": str(delay_ms), "x-dead-letter-exchange": "",
+                                  "x-dead-letter-routing-key": queue.name}
+
+    def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
+        destination = request.destination
+        if request.selector:
+            raise SubscriptionFailed(
+                f"{destination}: RabbitMQ does not support selectors (its STOMP plugin ignores "
+                f"the selector {request.selector!r}; filtering a queue here would take messages "
+                "from other consumers): remove the selector for this listener, or listen to a "
+                "topic, where mdb evaluates selectors itself"
+            )
+        headers = {"prefetch-count": str(request.prefetch), **self._declared()}
+        if destination.kind is Kind.QUEUE:
+            return SubscribeSpec(
+                f"/queue/{destination.name}", "client-individual", headers, destination
+            )
+        queue = self.topic_queue(request)
+        headers.update({"durable": "true", "auto-delete": "false", "x-queue-name": queue})
+        return SubscribeSpec(
+            f"/topic/{destination.name}",
+            "client-individual",
+            headers,
+            Destination(Kind.QUEUE, queue),
+        )
+
+    def subscription_queue(self, topic: Destination, name: str) -> str:
+        return f"Consumer.{queue_segment(topic, name)}.{topic.name}"
+
+    def delete_headers(self, spec: SubscribeSpec) -> dict[str, str]:
+        # Measured on 3.10.8: durable:true with the x-queue-name deletes the queue and its
+        # messages, even under other subscribers; without the x-queue-name nothing is deleted.
+        # A plain UNSUBSCRIBE (StompSubscription.close) never carries these headers.
+        return {"durable": "true", "x-queue-name": spec.headers["x-queue-name"]}

@@ -1,0 +1,223 @@
+"""``StompSubscription``: one SUBSCRIBE on one wire, and the tokens of its deliveries.
+
+Closing a subscription. Where an UNSUBSCRIBE leaves the unacked deliveries with the connection
+(RabbitMQ, ``Dialect.unsubscribe_releases_unacked``), closing a subscription that still holds
+any closes the whole connection, the only way to have them redelivered; see
+``StompSubscription.close``.
+
+Staleness. A delivery's token names its subscription and through it its wire (connection
+generation), so an ack of a delivery from another generation, or from a closed subscription,
+is recognised by ``ack_token`` and never written to any broker.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from mdb.broker import Delivery, Subscription, SubscriptionRequest
+from mdb.destinations import Destination
+from mdb.errors import ConnectionLost, SubscriptionFailed
+from mdb_stomp.dialect import Dialect
+from mdb_stomp.frames import reply_fields, text
+from mdb_stomp.inbox import Inbox
+from mdb_stomp.receipts import ReceiptErrors, Unanswered
+from mdb_stomp.unsettled import Unsettled
+from mdb_stomp.wire import CLOSE_GRACE, Wire
+
+log = logging.getLogger("mdb_stomp")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AckToken:
+    """``Delivery.token``: the MESSAGE frame's ``ack`` header and the subscription (hence the
+    connection generation) it came from."""
+
+    ack_id: str
+    subscription: StompSubscription
+
+
+def ack_token(delivery: Delivery, wire: Wire) -> AckToken:
+    """The delivery's token if acking it on ``wire`` is meaningful, else ``ConnectionLost``
+    saying why nothing will be written."""
+    token = delivery.token
+    if not isinstance(token, AckToken) or token.subscription.wire is not wire:
+        raise ConnectionLost(
+            f"{wire.address}: the delivery of {delivery.broker_message_id} came from another "
+            "connection; the broker that sent it redelivers it"
+        )
+    if token.subscription.closed:
+        raise ConnectionLost(
+            f"{wire.address}: the subscription of {delivery.broker_message_id} was closed; "
+            "the broker redelivers it"
+        )
+    wire.check_alive()
+    return token
+
+
+class StompSubscription(Subscription):
+    """One SUBSCRIBE on one connection; deliveries are buffered up to the prefetch. Made by
+    ``open``."""
+
+    settled_on_arrival = False  # client acks: every MESSAGE carries its ack id
+
+    def __init__(
+        self,
+        wire: Wire,
+        sub_id: str,
+        destination: Destination,
+        requeue: Destination,
+        *,
+        cumulative: bool,
+        releases_unacked: bool,
+        dialect: Dialect,
+    ) -> None:
+        self.wire = wire
+        self._dialect = dialect
+        self._id = sub_id
+        self._destination = destination
+        self._requeue = requeue
+        self._releases_unacked = releases_unacked
+        self._inbox = Inbox()
+        self._closed = False
+        #: This subscription's unsettled deliveries; transactions claim their acks in it.
+        self.unsettled = Unsettled(cumulative=cumulative)
+
+    @classmethod
+    async def open(
+        cls, wire: Wire, dialect: Dialect, request: SubscriptionRequest
+    ) -> StompSubscription:
+        """SUBSCRIBE and wait for its receipt; see ``StompConnection.subscribe``."""
+        spec = dialect.subscribe_spec(request)
+        wire.check_alive()
+        sub_id = wire.next_id()
+        subscription = cls(
+            wire, sub_id, request.destination, spec.requeue_destination,
+            cumulative=spec.ack_mode == "client",
+            releases_unacked=dialect.unsubscribe_releases_unacked, dialect=dialect,
+        )
+        errors = ReceiptErrors(
+            str(request.destination), refused=SubscriptionFailed, unconfirmed=SubscriptionFailed
+        )
+        # Attached before the SUBSCRIBE: MESSAGE frames may overtake the receipt.
+        wire.attach(sub_id, subscription)
+        try:
+            await wire.confirm(
+                "subscribe", spec.path, sub_id, ack=spec.ack_mode, headers=spec.headers
+            )
+        except Unanswered as unanswered:
+            # A refused SUBSCRIBE made nothing to unsubscribe from.
+            subscription._abandon(unsubscribe=unanswered.why != "refused")
+            raise errors.error(unanswered) from None
+        except BaseException:
+            subscription._abandon(unsubscribe=True)
+            raise
+        return subscription
+
+    @property
+    def closed(self) -> bool:
+        """True once closed (or never created): its deliveries can no longer be acked."""
+        return self._closed
+
+    @property
+    def requeue_destination(self) -> Destination:
+        return self._requeue
+
+    async def receive(self) -> Delivery:
+        """The next delivery. Raises ``ConnectionLost`` once the connection is lost (buffered
+        deliveries are dropped, not drained) or the subscription was closed."""
+        return await self._inbox.get()
+
+    def receive_nowait(self) -> Delivery | None:
+        """A delivery already received from the broker and not yet taken, or None (also on a
+        lost connection or a closed subscription, whose buffered deliveries are dropped)."""
+        return self._inbox.get_nowait()
+
+    async def close(self) -> None:
+        """UNSUBSCRIBE and wait briefly for its receipt; the broker then redelivers what was
+        dispatched and not acked, flagged. Acks of this subscription's deliveries after this
+        raise ``ConnectionLost``. Never raises.
+
+        Where the broker keeps unacked deliveries with the connection after an UNSUBSCRIBE
+        (``Dialect.unsubscribe_releases_unacked`` false: RabbitMQ), the subscription stays
+        registered until the UNSUBSCRIBE receipt, so that deliveries still on the way are
+        counted too; if any delivery is then unsettled (or the receipt did not come), the
+        connection is closed so that the broker redelivers them. Everything else on that
+        connection becomes stale, as after a lost connection."""
+        if self._closed:
+            return
+        wire = self.wire
+        self._closed = True
+        self._inbox.fail(ConnectionLost, "the subscription was closed")
+        if self._releases_unacked:
+            wire.detach(self._id)
+        confirmed = False
+        try:
+            if not wire.is_open:
+                return
+            await wire.confirm(
+                "unsubscribe",
+                id=self._id,
+                headers={},
+                timeout=min(wire.options.receipt_timeout, CLOSE_GRACE),
+            )
+            confirmed = True
+        except (ConnectionLost, Unanswered):
+            log.debug("UNSUBSCRIBE %s on %s unconfirmed", self._id, wire.address)
+        finally:
+            wire.detach(self._id)
+        if not self._releases_unacked and wire.is_open and (self.unsettled or not confirmed):
+            log.info(
+                "closing the connection to %s: %d unsettled deliveries of a closed "
+                "subscription return to the broker only when it closes",
+                wire.address,
+                len(self.unsettled),
+            )
+            await wire.close()
+
+    # -- called by the wire, on the loop ----------------------------------------------------
+
+    def deliver(self, headers: dict[str, str], body: bytes | str | None,
+                damage: str | None = None) -> None:
+        """A MESSAGE frame of this subscription: buffered as a delivery, unsettled; ``damage``
+        says what was wrong with a frame the wire found damaged (``Delivery.damage``)."""
+        ack_id = headers["ack"]  # the wire hands over only frames that have one
+        self.unsettled.dispatched(ack_id)
+        reply_to, correlation_id = reply_fields(headers)
+        content = body if isinstance(body, bytes) else text(body).encode()
+        self._inbox.put(
+            Delivery(
+                destination=self._destination,
+                body=content,
+                headers=headers,
+                broker_message_id=headers.get("message-id", ""),
+                broker_redelivered=headers.get("redelivered") == "true",
+                token=AckToken(ack_id, self),
+                protocol_headers=self._dialect.protocol_headers,
+                reply_to=reply_to,
+                correlation_id=correlation_id,
+                damage=damage,
+                unsupported=self._dialect.unsupported(headers, content),
+                can_dead_letter=self._dialect.dead_letters(headers),
+            )
+        )
+
+    def connection_lost(self, why: str) -> None:
+        """The wire is lost: ``receive`` raises ``ConnectionLost`` saying ``why``."""
+        self._inbox.fail(ConnectionLost, why)
+
+    def cancelled(self, why: str) -> None:
+        """The broker ended this subscription (the wire detached it already): closed, and
+        ``receive`` raises ``ConnectionLost`` saying ``why``. What it had delivered and not
+        settled is the broker's again (its queue's, when that comes back); the container subscribes
+        again."""
+        self._closed = True
+        self._inbox.fail(ConnectionLost, why)
+
+    def _abandon(self, *, unsubscribe: bool) -> None:
+        """The SUBSCRIBE was not confirmed: closed, detached, and unsubscribed if asked."""
+        self._closed = True
+        self._inbox.fail(ConnectionLost, "the subscription was not created")
+        self.wire.detach(self._id)
+        if unsubscribe:
+            self.wire.unsubscribe_quietly(self._id)

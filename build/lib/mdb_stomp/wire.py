@@ -1,0 +1,397 @@
+"""``Wire``: one stomp.py connection bridged into anyio, shared by a ``StompConnection`` and
+the subscriptions and transactions made from it.
+
+Threads. The event loop captured at connect time (anyio's asyncio backend is assumed) reads the
+socket (``mdb_stomp.reading``: stomp.py's receiver thread is never started), and all state lives
+on it. stomp.py sends heart-beats from a thread of its own, handed to the loop. Writes (SEND,
+ACK, BEGIN, COMMIT, ...) are made directly from the loop: they are short socket writes, and one
+blocked by a hung broker is released by the heart-beat timeout, which shuts the socket down.
+
+Outcomes. Frames that carry a receipt are written with ``request`` (see ``mdb_stomp.receipts``).
+Everything else (ACK, BEGIN, ABORT, transacted SEND) is fire-and-forget: a failure there shows
+up at the COMMIT. stomp.py exceptions never leave the wire; they become ``mdb.errors``.
+
+Staleness. A wire is one generation: once it is lost (socket closed, heartbeat timeout, a read
+after too long a silence, failed write, ``close``) every pending receipt fails and every
+attached ``Subscriber`` is told, once. Heart-beats (``mdb_stomp.heartbeats``) are planned so
+that mdb notices a silent link before the broker does; what is read after a longer silence
+never reaches a subscriber (``FrameReader``): the broker may have handed it to another
+consumer already.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import socket as _socket
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Protocol
+
+import anyio
+import anyio.to_thread
+import stomp
+
+from mdb.broker import ConnectionOptions
+from mdb.errors import ConnectionLost
+from mdb_stomp import connect_failure, tls
+from mdb_stomp.frames import text
+from mdb_stomp.heartbeats import RECEIVE_SCALE, Heartbeats
+from mdb_stomp.listener import FrameReader, Listener
+from mdb_stomp.reading import LoopReading
+from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
+
+log = logging.getLogger("mdb_stomp")
+
+# close() waits at most this long (and at most receipt_timeout) for the DISCONNECT receipt.
+CLOSE_GRACE = 2.0
+
+# The frames written through stomp.py's methods of the same names.
+Frame = Literal["subscribe", "unsubscribe", "send", "ack", "nack", "begin", "commit", "abort"]
+
+
+class Subscriber(Protocol):
+    """What the wire needs from a subscription: where its MESSAGE frames go, and being told
+    once that the connection is lost, or that the broker ended the subscription alone. All are
+    called on the loop."""
+
+    #: True when its MESSAGE frames are settled as they arrive (``ack:auto``: they carry no
+    #: ``ack`` header); False when each must carry one to be settled.
+    settled_on_arrival: bool
+
+    def deliver(self, headers: dict[str, str], body: bytes | str | None,
+                damage: str | None = None) -> None: ...
+
+    def connection_lost(self, why: str) -> None: ...
+
+    def cancelled(self, why: str) -> None: ...
+
+
+class Wire:
+    """One STOMP 1.2 connection: the stomp.py object, its events, its receipts and whether it
+    is open. Loop thread only: ``Listener`` posts stomp.py's events to the ``on_*`` handlers
+    and ``lose``. ``explain`` (``Dialect.explain``) rewrites the text of each ERROR frame."""
+
+    def __init__(
+        self,
+        options: ConnectionOptions,
+        host: str,
+        port: int,
+        vhost: str | None,
+        loop: asyncio.AbstractEventLoop,
+        heartbeats: Heartbeats,
+        explain: Callable[[str], str] = str,
+    ) -> None:
+        self.options = options
+        self._explain = explain
+        self.address = f"{host}:{port}"
+        self._stomp: Any = stomp.Connection12(
+            host_and_ports=[(host, port)],
+            try_loopback_connect=False,
+            reconnect_attempts_max=1,  # reconnecting is the container's job, not stomp.py's
+            timeout=options.connect_timeout,
+            heartbeats=(heartbeats.send_ms, heartbeats.ask_ms),
+            heart_beat_receive_scale=RECEIVE_SCALE,
+            vhost=vhost,
+            auto_decode=False,  # bodies stay bytes
+        )
+        self._host, self._port = host, port
+        if options.tls is not None:
+            tls.enable(self._stomp, host, port, options.tls)
+        listener = Listener(loop, self)
+        self._stomp.set_listener("mdb", listener)
+        # Every read is timed and every frame checked first: see ``FrameReader`` (a read after
+        # too long a silence is in doubt; a NUL byte in a header cuts a frame in two, and
+        # stomp.py would drop or misread both pieces).
+        transport = self._stomp.transport
+        LoopReading(loop, transport,
+                    FrameReader(transport.process_frame, listener, heartbeats,
+                                heard_by=self._stomp.on_heartbeat))
+        self._connected: asyncio.Future[None] = loop.create_future()
+        self._connecting = Request("CONNECT", self.address, options.connect_timeout)
+        self._receipts = Receipts(loop)
+        self._subscribers: dict[str, Subscriber] = {}
+        self._ids = itertools.count(1)
+        self._lost_reason: str | None = None
+        self._stray_errors = 0  # ERROR frames that named no receipt, and the last one's text
+        self._last_stray_error = ""
+        self._gone = asyncio.Event()
+        self._closed = False
+
+    @property
+    def is_open(self) -> bool:
+        """False once closed or lost (also while ``close`` waits for the DISCONNECT receipt)."""
+        return self._lost_reason is None and not self._closed
+
+    def check_alive(self) -> None:
+        """``ConnectionLost`` once the connection is lost."""
+        if self._lost_reason is not None:
+            raise ConnectionLost(f"{self.address}: {self._lost_reason}")
+
+    def next_id(self) -> str:
+        """A fresh subscription id."""
+        return str(next(self._ids))
+
+    # -- subscribers ----------------------------------------------------------------------------
+
+    def attach(self, sub_id: str, subscriber: Subscriber) -> None:
+        """Route the MESSAGE frames of subscription ``sub_id`` to ``subscriber``."""
+        self._subscribers[sub_id] = subscriber
+
+    def detach(self, sub_id: str) -> None:
+        """Stop routing ``sub_id``; its later MESSAGE frames are dropped (the broker redelivers
+        what it had dispatched)."""
+        self._subscribers.pop(sub_id, None)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def write(self, frame: Frame, *args: Any, **kwargs: Any) -> None:
+        """Write a frame with stomp.py's method ``frame`` (``send``, ``ack``, ``begin``, ...);
+        ``ConnectionLost`` if the connection is down before or during the write."""
+        self.check_alive()
+        try:
+            getattr(self._stomp, frame)(*args, **kwargs)
+        except Exception as error:
+            reason = f"a write failed ({type(error).__name__}: {error})"
+            self.lose(reason)
+            self._shutdown_transport()
+            raise ConnectionLost(f"{self.address}: {reason}") from error
+
+    async def request(
+        self,
+        frame: Frame,
+        *args: Any,
+        headers: Mapping[str, str],
+        errors: ReceiptErrors,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Write a frame as ``write`` does, with ``headers`` and a fresh receipt, and return once
+        the broker answered it. ``ConnectionLost`` when the write failed; when the answer is a
+        refusal, the connection is lost first or no answer comes within ``timeout`` (by default
+        the receipt timeout), what ``errors`` says."""
+        try:
+            await self.confirm(frame, *args, headers=headers, timeout=timeout, **kwargs)
+        except Unanswered as unanswered:
+            raise errors.error(unanswered) from None
+
+    async def confirm(
+        self,
+        frame: Frame,
+        *args: Any,
+        headers: Mapping[str, str],
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """``request`` for a caller that needs to know how it went unanswered: it raises
+        ``Unanswered`` instead of an ``mdb.errors`` exception.
+
+        Registering after the write cannot miss the answer: answers are handled on this loop,
+        which does not run them before this coroutine first suspends.
+        """
+        receipt = uuid.uuid4().hex
+        if frame == "nack":  # stomp.py's nack takes its headers as keywords
+            self.write(frame, *args, **headers, receipt=receipt, **kwargs)
+        else:
+            self.write(frame, *args, headers=dict(headers, receipt=receipt), **kwargs)
+        if timeout is None:
+            timeout = self.options.receipt_timeout
+        request = Request(frame.upper(), self.address, timeout)
+        if self._lost_reason is not None:
+            raise Unanswered("lost", request, self._lost_reason)
+        strays = self._stray_errors
+        await self._receipts.wait(receipt, request)
+        if frame == "subscribe" and self._stray_errors > strays:
+            # RabbitMQ refuses a SUBSCRIBE the user may not make (access_refused) with an ERROR
+            # frame naming no receipt, then answers the receipt and closes the connection.
+            raise Unanswered("refused", request, self._last_stray_error)
+
+    def unsubscribe_quietly(self, sub_id: str) -> None:
+        """UNSUBSCRIBE without a receipt if still connected; never raises."""
+        if self._lost_reason is None:
+            try:
+                self._stomp.unsubscribe(id=sub_id)
+            except Exception:
+                log.debug("UNSUBSCRIBE %s failed", sub_id, exc_info=True)
+
+    # -- opening and closing ----------------------------------------------------------------
+
+    async def open(self, username: str | None, password: str | None) -> None:
+        """Connect and wait for the CONNECTED frame; ``ConnectionFailed`` (refused, a TLS
+        failure, or no CONNECTED frame within ``connect_timeout``), ``CredentialsRefused``
+        for a refused login (``mdb_stomp.connect_failure``)."""
+        timeout = self.options.connect_timeout
+        failure: str | None = None
+        refused = False
+        # stomp.py's own wait never returns from a hung broker, and its TCP connect blocks: do
+        # the TCP part in a worker thread and put our own deadline on the CONNECTED frame.
+        with anyio.move_on_after(timeout) as deadline:
+            try:
+                await anyio.to_thread.run_sync(
+                    self._connect_blocking, username, password, abandon_on_cancel=True
+                )
+                await self._connected
+            except Unanswered as error:
+                failure, refused = str(error), error.why == "refused"
+            except Exception as error:  # stomp.py and socket errors from the TCP connect
+                failure = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if deadline.cancelled_caught:
+            failure = f"no CONNECTED frame within {timeout}s"
+        if failure is not None:
+            if not self._connected.done():
+                self._connected.cancel()  # nobody awaits it any more
+            elif not self._connected.cancelled():
+                # A loss seen while the TCP connect ran (the broker closed the socket at once)
+                # failed it before anyone awaited it: taken here, or asyncio logs "Future
+                # exception was never retrieved" when it is collected.
+                self._connected.exception()
+            self.lose(failure)
+            self._shutdown_transport()
+            raise await connect_failure.explain(
+                self.options, self._host, self._port, failure, refused, username)
+        socket = self._stomp.transport.socket
+        if socket is not None:
+            # The connect timeout also applies to this socket; from now on liveness is the
+            # heart-beats' job (a timeout would drop an idle connection without them).
+            socket.settimeout(None)
+            socket.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        log.debug("connected to %s, heartbeats %s", self.address, self._stomp.heartbeats)
+
+    def _connect_blocking(self, username: str | None, password: str | None) -> None:
+        """Worker thread: TCP connect, start stomp.py's threads, write CONNECT."""
+        # A plain read of a flag set on the loop: if open() already gave up, do not connect.
+        if self._lost_reason is not None:
+            return
+        self._stomp.connect(username=username, passcode=password, wait=False)
+        if self._lost_reason is not None:
+            self._shutdown_transport()
+
+    async def close(self) -> None:
+        """DISCONNECT, wait briefly for its receipt, then close the socket. Never raises and
+        returns within about min(receipt_timeout, 2 s) even on a hung broker."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._lost_reason is None:
+                try:
+                    # Without a receipt argument stomp.py does not block joining its thread;
+                    # the receiver closes the socket when the DISCONNECT receipt arrives.
+                    self._stomp.disconnect()
+                except Exception:
+                    log.debug("DISCONNECT to %s failed", self.address, exc_info=True)
+                with anyio.move_on_after(min(self.options.receipt_timeout, CLOSE_GRACE)):
+                    await self._gone.wait()
+        finally:
+            self.lose("the connection was closed")
+            self._shutdown_transport()
+
+    def _shutdown_transport(self) -> None:
+        """Close the socket so stomp.py's threads end; idempotent, never raises."""
+        transport = self._stomp.transport
+        transport.running = False
+        try:
+            if transport.socket is not None:
+                transport.disconnect_socket()
+        except Exception:
+            log.debug("closing the socket to %s failed", self.address, exc_info=True)
+
+    # -- events, on the loop thread -------------------------------------------------------
+
+    def on_connected(self) -> None:
+        """The CONNECTED frame came."""
+        if not self._connected.done():
+            self._connected.set_result(None)
+
+    def on_message(self, headers: dict[str, str], body: bytes | str | None) -> None:
+        """A MESSAGE frame: to its subscriber, or dropped when it is detached meanwhile; one
+        its subscriber cannot settle (no ``ack`` header) is damaged."""
+        subscriber = self._subscribers.get(headers.get("subscription", ""))
+        if subscriber is None:
+            return
+        if "ack" not in headers and not subscriber.settled_on_arrival:
+            data = body if isinstance(body, bytes) else (body or "").encode()
+            self.on_damaged(headers, data, "a MESSAGE frame without an ack header")
+            return
+        subscriber.deliver(headers, body)
+
+    def on_damaged(self, headers: dict[str, str], body: bytes, why: str) -> None:
+        """A damaged MESSAGE frame (``FrameReader``): to its subscriber, marked damaged, with
+        NUL bytes in its headers replaced by U+FFFD (a copy of it can then be sent). One that
+        names no subscription of this connection is NACKed (the broker dead-letters it, see
+        docs/security.md) if it names its ``ack``, else the connection is dropped, so that the
+        broker redelivers it rather than a slot waiting for ever."""
+        clean = {k.replace("\0", "\ufffd"): v.replace("\0", "\ufffd")
+                 for k, v in headers.items()}
+        subscriber = self._subscribers.get(clean.get("subscription", ""))
+        ack_id = clean.get("ack")
+        if subscriber is not None and (ack_id is not None or subscriber.settled_on_arrival):
+            subscriber.deliver(clean, body, damage=why)
+            return
+        if ack_id is not None:
+            log.error("broker %s: %s, of no subscription here, NACKed (to the broker's "
+                      "dead-letter queue): message-id %s", self.address, why,
+                      clean.get("message-id"))
+            with contextlib.suppress(ConnectionLost):  # lost: the broker redelivers it
+                self.write("nack", id=ack_id)
+            return
+        log.error("broker %s: %s, with no ack header; closing the connection so that the "
+                  "broker redelivers it", self.address, why)
+        self.lose(f"{why}, with no ack header")
+        self._shutdown_transport()
+
+    def on_silence(self, silence: float, limit: float) -> None:
+        """Something was read after ``silence`` seconds of nothing, longer than the ``limit``
+        the heart-beats allow: the connection is lost, and what was read is dropped unread
+        (``FrameReader``)."""
+        reason = (f"nothing heard for {silence:.1f} s (the heart-beats allow {limit:.1f} s); "
+                  "what came after is dropped unread: the broker may have redelivered it")
+        log.warning("broker %s: %s", self.address, reason)
+        self.lose(reason)
+        self._shutdown_transport()
+
+    def on_receipt(self, receipt: str | None) -> None:
+        """A RECEIPT frame."""
+        self._receipts.answer(receipt)
+
+    def on_error(self, headers: Mapping[str, str], body: bytes | str | None) -> None:
+        """An ERROR frame: it refuses the receipt it names, else ends the subscription it names,
+        else refuses the CONNECT, else is logged."""
+        first_line = text(body).strip().split("\n", 1)[0]
+        message = self._explain(headers.get("message") or first_line or "ERROR frame")
+        if self._receipts.refuse(headers.get("receipt-id", ""), message):
+            return
+        cancelled = self._subscribers.pop(headers.get("subscription") or "", None)
+        if cancelled is not None:
+            # RabbitMQ's consumer cancel: the queue went (deleted, or its node is down). The
+            # connection stays open, and without this the subscription would wait forever.
+            log.warning("broker %s ended subscription %s: %s", self.address,
+                        headers["subscription"], message)
+            cancelled.cancelled(f"{self.address}: the broker ended the subscription: {message}")
+            return
+        # RabbitMQ says why in the body ("Bad CONNECT" / "Access refused for user 'x'", or
+        # a queue declaration it refused, explained).
+        if first_line and first_line != message:
+            message = self._explain(f"{message}: {first_line}")
+        if not self._connected.done():
+            self._connected.set_exception(Unanswered("refused", self._connecting, message))
+            return
+        self._stray_errors += 1
+        self._last_stray_error = message
+        log.warning("broker %s reported an error: %s", self.address, message)
+
+    def lose(self, reason: str) -> None:
+        """The connection is gone (idempotent): fail what waits on it, tell the subscribers."""
+        if self._lost_reason is not None:
+            return
+        if self._last_stray_error:  # RabbitMQ closes the connection after most of them
+            reason = f"{reason}, after the broker's error {self._last_stray_error!r}"
+        self._lost_reason = reason
+        if not self._connected.done():
+            self._connected.set_exception(Unanswered("lost", self._connecting, reason))
+        self._receipts.fail_all(reason)
+        for subscriber in self._subscribers.values():
+            subscriber.connection_lost(f"{self.address}: {reason}")
+        self._gone.set()
