@@ -8,6 +8,7 @@ import argparse
 import os
 import signal
 import sys
+from contextlib import AsyncExitStack
 from functools import partial
 from types import ModuleType
 
@@ -27,6 +28,7 @@ from mdb.wiring import (
     find_event_callbacks,
     find_listeners,
     import_modules,
+    resources,
     wired,
 )
 from mdb.worker_channel import WorkerChannel, WorkerPlace
@@ -61,7 +63,7 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
     place = None if args.worker is None else WorkerPlace.parse(args.worker)
     channel = None if place is None else await WorkerChannel.open(place)
     label = "mdb" if place is None else f"mdb: worker {place.index}"
-    async with wired(di, modules, listeners) as handlers:
+    async with wired(di, modules, listeners) as handlers, AsyncExitStack() as services:
         container = Container(settings, handlers, on_event=find_event_callbacks(modules))
         if place is None or place.index == 1:  # the workers of a server share one plan
             print(plan_table(container.settings,
@@ -77,7 +79,9 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
             async with anyio.create_task_group() as helpers:
                 helpers.start_soon(_stop_on_signals, container)
                 async with anyio.create_task_group() as running:
-                    await running.start(container.run)
+                    await running.start(partial(
+                        container.run,
+                        before_handlers=lambda: services.enter_async_context(resources(di))))
                     print(f"{label}: ready (app {settings.app}, server {settings.server})",
                           flush=True)
                     if channel is not None:

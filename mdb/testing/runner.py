@@ -38,7 +38,7 @@ from mdb.testing.loading import Listeners, listeners_of, override
 from mdb.testing.progress import describe, expected_subscriptions, is_done
 from mdb.testing.received import Received
 from mdb.testing.tracker import MOVED, Attempt, Tracker, install
-from mdb.wiring import find_container, find_event_callbacks, wired
+from mdb.wiring import find_container, find_event_callbacks, resources, wired
 
 WAIT = 30.0
 """Seconds a wait of the kit lasts before it fails (a guard against hanging, not a timing)."""
@@ -140,8 +140,12 @@ class Runner:
                 handlers = await stack.enter_async_context(wired(di, modules, specs))
                 container = Container(settings, [self._recording(s) for s in handlers],
                                       on_event=find_event_callbacks(modules))
+                # Resources start once subscribed, and stop after the container (as mdb run).
+                started = await stack.enter_async_context(AsyncExitStack())
                 tasks = await stack.enter_async_context(anyio.create_task_group())
-                await tasks.start(container.run)
+                await tasks.start(functools.partial(
+                    container.run,
+                    before_handlers=lambda: started.enter_async_context(resources(di))))
                 running = RunningApp(self, settings, container, di)
                 self.apps.append(running)
                 try:
