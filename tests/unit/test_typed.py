@@ -1,5 +1,6 @@
 """A user's code that uses mdb type-checks under ``mypy --strict``: mdb is a typed package
-(``py.typed``) and ``@listener`` keeps the handler's own type."""
+(``py.typed``), ``@listener`` keeps the handler's own type, and the settings models can be made
+with their defaults left out."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 USER_MODULE = '''\
-from mdb import Context, listener
+from mdb import Context, Redelivery, Settings, listener
+from mdb.broker_settings import BrokerSettings
+
+# Settings and options made in code, defaults left out (pydantic models: without pydantic's
+# mypy plugin, as a user runs mypy, each default must be seen as one).
+SETTINGS = Settings(app="shop", brokers={"main": BrokerSettings(url="memory://shop")})
 
 
-@listener("queue:orders", pool=2)
+@listener("queue:orders", pool=2, redelivery=Redelivery(limit=2, delay=1.0))
 async def on_order(body: dict[str, int], ctx: Context) -> None:
     await ctx.send("queue:invoices", body)
 
