@@ -44,7 +44,7 @@ def _addresses(settings: Settings, broker: str) -> str:
 _RARE_COUNTERS = (
     ("redelivered", "redelivered"),
     ("to_error_destination", "moved to an error destination"),
-    ("rolled_back", "not settled (the broker redelivers)"),
+    ("rolled_back", "not settled"),
     ("filtered", "not selected"),
     ("dead_lettered", "stuck, to the broker's dead-letter queue"),
     ("kept", "stuck, kept on its queue"),
