@@ -65,3 +65,23 @@ def test_the_examples_of_the_testing_doc_are_one_test_module_that_passes(tmp_pat
         text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "7 passed" in result.stdout
+
+
+def test_the_quickstart_project_passes_its_own_tests(tmp_path: Path) -> None:
+    # docs/quickstart.md, copied as a reader would: the listener module, its tests, pytest's
+    # configuration; run from the project folder.
+    text = (ROOT / "docs" / "quickstart.md").read_text()
+    listeners, tests = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    pytest_config = re.findall(r"```toml\n(.*?)```", text, flags=re.S)[0]
+    (tmp_path / "svc").mkdir()
+    (tmp_path / "svc" / "__init__.py").write_text("")
+    (tmp_path / "svc" / "listeners.py").write_text(listeners)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_payments.py").write_text(tests)
+    (tmp_path / "pyproject.toml").write_text(pytest_config)
+    # The pytest command, not python -m pytest, which would put the folder on sys.path itself.
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "pytest"), "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "2 passed" in result.stdout
