@@ -133,3 +133,13 @@ def error_type(exc: BaseException) -> str:
 
 
 UNNAMED = "<unnamed exception type>"
+
+
+def sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception a task group wrapped (through nested groups); the group itself when
+    there are several. A task group wraps even a lone exception, which would otherwise reach
+    the user as ``ExceptionGroup: unhandled errors in a TaskGroup``."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup) and len(found.exceptions) == 1:
+        found = found.exceptions[0]
+    return found
