@@ -39,14 +39,15 @@ class TlsSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ca_file: Path | None = Field(
-        None, description="PEM file of the CA certificates the broker's certificate must chain "
-                          "to (default: the system's trusted CAs)")
+        default=None,
+        description="PEM file of the CA certificates the broker's certificate must chain "
+                    "to (default: the system's trusted CAs)")
     cert_file: Path | None = Field(
-        None, description="PEM client certificate, for brokers that require mutual TLS "
-                          "(needs `key_file`)")
-    key_file: Path | None = Field(None, description="PEM private key of `cert_file`")
+        default=None, description="PEM client certificate, for brokers that require mutual TLS "
+                                  "(needs `key_file`)")
+    key_file: Path | None = Field(default=None, description="PEM private key of `cert_file`")
     min_version: Literal["1.2", "1.3"] = Field(
-        "1.2", description="lowest TLS version accepted (the connection fails below it)")
+        default="1.2", description="lowest TLS version accepted (the connection fails below it)")
 
     @field_validator("ca_file", "cert_file", "key_file")
     @classmethod
@@ -68,42 +69,46 @@ class BrokerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    url: str | list[str] = Field("memory://", description=(
+    url: str | list[str] = Field(default="memory://", description=(
         "`memory://NAME` (embedded), `stomp+activemq://HOST:PORT` or "
         "`stomp+rabbitmq://HOST:PORT[/VHOST]`; the port is required, a password here is "
         "better given in `password` or `password_file` (here, write a `/`, `?`, `#` or `@` "
         "in it as `%2F`, `%3F`, `%23`, `%40`). A list (same scheme) is one broker at several "
         "addresses, tried in turn (docs/failover.md)"))
-    username: str | None = Field(None, description="login, if the broker wants one")
-    password: SecretStr | None = Field(None, description="passcode; never printed or logged")
+    username: str | None = Field(default=None, description="login, if the broker wants one")
+    password: SecretStr | None = Field(
+        default=None, description="passcode; never printed or logged")
     password_file: Path | None = Field(
-        None, description="read the passcode from this file (a container secret, e.g. "
-                          f"`/run/secrets/mq`: a regular file of at most {MAX_SECRET_BYTES} "
-                          "bytes; one trailing newline is dropped) at startup")
+        default=None, description="read the passcode from this file (a container secret, e.g. "
+                                  f"`/run/secrets/mq`: a regular file of at most "
+                                  f"{MAX_SECRET_BYTES} bytes; one trailing newline is dropped) "
+                                  "at startup")
     tls: TlsSettings | None = Field(
-        None, description="connect over TLS (see the `tls` fields; default: plaintext)")
+        default=None, description="connect over TLS (see the `tls` fields; default: plaintext)")
     heartbeat_ms: Annotated[int, Field(ge=0)] = Field(
-        4000, description=(
+        default=4000, description=(
             "how often mdb sends a heart-beat (RabbitMQ: whole seconds, at least 4000); it asks "
             "the broker for one every quarter of it and drops a connection silent for 2.5 of "
             "the broker's intervals (ActiveMQ: 0.625x this), before the broker can drop a "
             "silent mdb (after 2-3x this); 0: no heart-beats (docs/failover.md#partitions)"))
     connect_timeout: Annotated[float, Field(gt=0)] = Field(
-        10.0, description="seconds to wait for the broker to accept a connection")
+        default=10.0, description="seconds to wait for the broker to accept a connection")
     receipt_timeout: Annotated[float, Field(gt=0)] = Field(
-        10.0, description="seconds to wait for a broker's receipt of a send, commit or subscribe")
+        default=10.0,
+        description="seconds to wait for a broker's receipt of a send, commit or subscribe")
     reconnect_delay: Annotated[float, Field(gt=0)] = Field(
-        0.5, description="first wait before reconnecting after the connection was lost")
+        default=0.5, description="first wait before reconnecting after the connection was lost")
     reconnect_max_delay: Annotated[float, Field(gt=0)] = Field(
-        30.0, description="longest wait between reconnect attempts (the wait doubles)")
+        default=30.0, description="longest wait between reconnect attempts (the wait doubles)")
     reconnect_give_up_after: Annotated[float, Field(gt=0)] | None = Field(
-        None, description="after this many seconds down, report the broker failed (an event, "
-                          "the health endpoint); reconnecting goes on")
+        default=None,
+        description="after this many seconds down, report the broker failed (an event, "
+                    "the health endpoint); reconnecting goes on")
     send_wait_for_reconnect: Annotated[float, Field(ge=0)] = Field(
-        10.0, description="seconds a send waits for this broker to come back when no other "
-                          "member can take the message, before raising")
+        default=10.0, description="seconds a send waits for this broker to come back when no other "
+                                  "member can take the message, before raising")
     queue_type: Literal["classic", "quorum"] | None = Field(
-        None, description=(
+        default=None, description=(
             "RabbitMQ only, `classic` or `quorum`: the type of every queue mdb declares on "
             "this broker (topic subscriptions' queues, queues it listens on or sends to). "
             "`quorum`: replicated over a cluster's nodes, survives the loss of one "
@@ -111,14 +116,20 @@ class BrokerSettings(BaseModel):
             "by other brokers"))
     # A reconnect round over the addresses of `url`, as Qpid's roundrobin failover.
     failover_retries: Annotated[int, Field(ge=0)] = Field(
-        0, description="further attempts on the same address before the next one, in a "
-                       "reconnect round (Qpid `retries`)")
+        default=0, description="further attempts on the same address before the next one, in a "
+                               "reconnect round (Qpid `retries`)")
     failover_delay: Annotated[float, Field(ge=0)] = Field(
-        0.0, description="seconds between two connection attempts of a reconnect round "
-                         "(Qpid `connectdelay`)")
+        default=0.0, description="seconds between two connection attempts of a reconnect round "
+                                 "(Qpid `connectdelay`)")
     failover_cycles: Annotated[int, Field(ge=1)] = Field(
-        1, description="times through the address list in one reconnect round, before "
-                       "waiting `reconnect_delay` (Qpid `cyclecount`)")
+        default=1, description="times through the address list in one reconnect round, before "
+                               "waiting `reconnect_delay` (Qpid `cyclecount`)")
+
+    @property
+    def embedded(self) -> bool:
+        """True for a ``memory://`` broker, which lives inside one process: no other process
+        (another worker, ``mdb send``) can reach it."""
+        return self.addresses[0].startswith("memory://")
 
     @property
     def addresses(self) -> tuple[str, ...]:

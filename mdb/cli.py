@@ -24,9 +24,10 @@ error: ...``, never a traceback):
 - 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
   a listener module that does not import or raises at import, an invalid selector, a
   ``health_port`` that cannot be bound, a ``--file`` that cannot be read or holds over 64 MiB,
-  a ``--json`` body that is not JSON, a database whose mdb tables are missing or that cannot
-  be reached, a message ``mdb send`` cannot send (a NUL byte in a
-  header, headers beyond the bounds of docs/security.md);
+  ``mdb send`` to the embedded ``memory://`` broker (it lives inside ``mdb run``), a database
+  whose mdb tables are missing or that cannot be reached, a message ``mdb send`` cannot send
+  (a ``--json`` body that is not JSON, a NUL byte in a header, headers beyond the bounds of
+  docs/security.md);
 - 3: a broker error: no broker could be reached at startup, or a broker refused what mdb asked
   (a subscription, ``mdb send``'s message, ...); ``mdb status``: the health endpoint could not
   be reached;
@@ -36,6 +37,7 @@ error: ...``, never a traceback):
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import sys
 from collections.abc import Sequence
@@ -46,12 +48,12 @@ import anyio
 from mdb import codec, logs, serve, tracing
 from mdb.brokers import Brokers
 from mdb.destinations import Destination, Kind
-from mdb.errors import BrokerError, ConfigurationError, DatabaseUnavailable, EncodeError
+from mdb.errors import BrokerError, ConfigurationError, DatabaseUnavailable, EncodeError, sole
 from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database, translated
 from mdb.health import NotLive, Unreachable, fetch_status, health_url
 from mdb.links import adapters
-from mdb.message import CONTENT_TYPE, MAX_SEND_FILE_BYTES
+from mdb.message import CONTENT_TYPE, ID, MAX_SEND_FILE_BYTES, addressed
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.producer import Producer
 from mdb.report import plan_table, status_report
@@ -70,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             code = anyio.run(args.command, args, settings)
         except BaseExceptionGroup as group:
-            raise _sole(group) from None
+            raise sole(group) from None
     except ConfigurationError as exc:
         print(f"mdb: configuration error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -91,15 +93,29 @@ async def send(args: argparse.Namespace, settings: Settings) -> None:
     content_type = codec.JSON if args.json else args.content_type
     if content_type is not None:
         headers[CONTENT_TYPE] = content_type
+    destination = Destination.parse(args.destination)
+    message = addressed(codec.outgoing(body, headers), args.reply_to, args.correlation_id)
+    _refuse_embedded(settings, destination)
     flush_telemetry = tracing.configure(settings.app)
     try:
         async with Producer(settings) as producer:
-            message_id = await producer.send(args.destination, body, headers, key=args.key,
-                                             reply_to=args.reply_to,
-                                             correlation_id=args.correlation_id)
+            await producer.send_message(destination, message, key=args.key)
     finally:
         flush_telemetry()
-    print(f"sent {message_id} to {args.destination}")
+    print(f"sent {message.headers[ID]} to {args.destination}")
+
+
+def _refuse_embedded(settings: Settings, destination: Destination) -> None:
+    """ConfigurationError when ``destination`` lives on an embedded broker: this process would
+    make its own, and the message would reach nothing."""
+    for member in settings.topology().members(destination):
+        if settings.brokers[member.broker].embedded:
+            raise ConfigurationError(
+                f"mdb send {destination}: broker {member.broker!r} is the embedded memory:// "
+                f"broker, which lives inside the process that runs it (`mdb run`), so a "
+                f"message sent from here would reach no container; set "
+                f"brokers.{member.broker}.url to a real broker (docs/activemq.md), or send "
+                f"from a handler (ctx.send) or a test (mdb.testing: docs/testing.md)")
 
 
 def _check_json(body: str | bytes) -> None:
@@ -185,13 +201,6 @@ async def db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The one exception a task group wrapped; the group itself when there are several."""
-    while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
-        group = group.exceptions[0]  # type: ignore[assignment]
-    return group
-
-
 def _body(text: str | None, file: str | None) -> str | bytes:
     """The body of ``mdb send``: BODY as text, or the bytes of ``--file`` (``-``: stdin)."""
     if text is not None and file is None:
@@ -226,8 +235,14 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+_MODULE_HELP = ("a module of @listener functions, by its dotted name, importable from the "
+                "current directory (e.g. svc.listeners)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mdb", description="Message-driven beans for Python")
+    parser.add_argument("--version", action="version",
+                        version=f"mdb {importlib.metadata.version('mdb')}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -235,8 +250,14 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--app", help="application name (setting: app)")
         p.add_argument("--server", help="this process's stable name (setting: server)")
 
-    p_run = sub.add_parser("run", help="run the listeners of MODULE(s) in a container")
-    p_run.add_argument("modules", nargs="+", metavar="MODULE")
+    p_run = sub.add_parser(
+        "run", help="run the listeners of MODULE(s) in a container",
+        epilog="Without --config or MDB_BROKERS__* variables the broker is the embedded "
+               "memory:// one, which lives in this process only (mdb send cannot reach it). "
+               "Setting health_port (MDB_HEALTH_PORT) serves /health/live, /health/ready and "
+               "/status for mdb status; MDB_LOG_LEVEL (default INFO) sets the log level. Every "
+               "setting: docs/configuration.md.")
+    p_run.add_argument("modules", nargs="+", metavar="MODULE", help=_MODULE_HELP)
     p_run.add_argument("--container", help="dependency-injector container, module:Attribute")
     p_run.add_argument("--workers", type=_positive, default=1, metavar="N",
                        help="run the server as N container processes under a supervisor "
@@ -247,7 +268,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p_subs = sub.add_parser(
         "subscriptions", help="print the subscriptions the listeners of MODULE(s) would create")
-    p_subs.add_argument("modules", nargs="*", metavar="MODULE")
+    p_subs.add_argument("modules", nargs="*", metavar="MODULE", help=_MODULE_HELP)
     p_subs.add_argument("--delete", nargs=2, metavar=("TOPIC", "NAME"),
                         help="delete subscription NAME on every member of TOPIC, with its "
                              "messages (an abandoned subscription; not on ActiveMQ)")

@@ -4,7 +4,9 @@ Lifecycle (``run``):
 
 1. start: connect to every broker used and create every subscription (one per pool slot and
    member of the listener's destination, with the listener's ``prefetch``, 1 by default, so a
-   process never holds more unsettled messages than it can work on), then report ready. A
+   process never holds more unsettled messages than it can work on), start the application's
+   resources (``before_handlers``: a message one sends at start-up finds the subscriptions
+   made), then report ready. A
    broker that cannot be reached is left to its slots, which keep reconnecting in the
    background; only when no broker at all can be reached is startup a failure
    (``ConnectionFailed``). A subscription the broker refuses is a failure too. A broker that
@@ -28,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 
 import anyio
@@ -96,16 +98,21 @@ class Container:
         if self._stop_requested is not None:
             self._stop_requested.set()
 
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+                  before_handlers: Callable[[], Awaitable[object]] | None = None) -> None:
         """Start, report ready through ``task_status``, process until ``request_stop``, then
-        shut down in the documented order. Startup errors (ConfigurationError, BrokerError)
-        are raised."""
+        shut down in the documented order. ``before_handlers`` is awaited once every
+        subscription is made and before any handler runs (the application's resources start
+        there). Startup errors (ConfigurationError, BrokerError, and what ``before_handlers``
+        raised) are raised."""
         self._stop_requested = anyio.Event()
         try:
             for store in self.stores.values():
                 await store.check()
             slots = await self._start()
-            log.info("container ready: %d listeners, %d subscriptions",
+            if before_handlers is not None:
+                await before_handlers()
+            log.debug("container ready: %d listeners, %d subscriptions",
                      len(self.deployed), sum(s.subscription is not None for s in slots))
             task_status.started()
             async with anyio.create_task_group() as work:
@@ -226,12 +233,13 @@ class Container:
                 connection = await links[0].connect()
             except ConnectionFailed as exc:
                 unreachable[name] = exc
-                log.warning("broker %s unreachable at startup (%s); its listeners start "
-                            "when it answers", name, exc)
                 continue
             await self._say_where_delays_wait(name, connection)
         if self.brokers.pools and len(unreachable) == len(self.brokers.pools):
             raise next(iter(unreachable.values()))
+        for name, why in unreachable.items():
+            log.warning("broker %s unreachable at startup (%s); its listeners start when it "
+                        "answers", name, why)
         slots = self.slots.new([(d, p) for d in self.deployed for p in d.planned])
         await subscribe([s for s in slots if s.planned.broker not in unreachable])
         return slots

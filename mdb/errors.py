@@ -139,3 +139,13 @@ UNNAMED = "<unnamed exception type>"
 class DatabaseUnavailable(MdbError):
     """The database of an exactly-once listener cannot be reached, or did not answer in time:
     the delivery stays unsettled and comes back, flagged (docs/exactly-once.md)."""
+
+
+def sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception a task group wrapped (through nested groups); the group itself when
+    there are several. A task group wraps even a lone exception, which would otherwise reach
+    the user as ``ExceptionGroup: unhandled errors in a TaskGroup``."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup) and len(found.exceptions) == 1:
+        found = found.exceptions[0]
+    return found

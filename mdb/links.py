@@ -181,11 +181,14 @@ class BrokerStatus:
                 self._emit(EventKind.BROKER_FAILED,
                            detail=f"unreachable for {give_up:g}s: {reason}; still retrying")
             return
+        # Never up yet: at startup, whose own line says it (the container's warning, or the
+        # command's error when no broker answers); logging it here too says it twice.
+        never_up = self.state == "unknown"
         self._set("down")
         self.outages += 1
         members = self._members()
         self._emit(EventKind.CONNECTION_LOST,
-                   detail=reason + _listed("; members unavailable", members))
+                   detail=reason + _listed("; members unavailable", members), quiet=never_up)
         for member in members:
             self._emit(EventKind.MEMBER_UNAVAILABLE, member, quiet=True)
 

@@ -42,17 +42,17 @@ class Redelivery(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True,
                               allow_inf_nan=False)
 
-    limit: int = Field(5, ge=0, le=MAX_LIMIT)
+    limit: int = Field(default=5, ge=0, le=MAX_LIMIT)
     """redeliveries after the first delivery before the message moves to the error
     destination (bounded: past a few thousand failures a message is poison, not unlucky)"""
-    delay: float = Field(1.0, ge=0, le=MAX_WAIT)
+    delay: float = Field(default=1.0, ge=0, le=MAX_WAIT)
     """seconds before the first redelivery: the broker holds the message back meanwhile, or,
     where it cannot, the message's pool slot waits (bounded: a longer wait belongs to a
     scheduler)"""
-    backoff: float = Field(2.0, ge=1, le=MAX_BACKOFF)
+    backoff: float = Field(default=2.0, ge=1, le=MAX_BACKOFF)
     """factor applied to the delay for each further redelivery (bounded: 10 turns one second
     into a day by the sixth redelivery)"""
-    max_delay: float = Field(60.0, ge=0, le=MAX_WAIT)
+    max_delay: float = Field(default=60.0, ge=0, le=MAX_WAIT)
     """the longest delay, in seconds (bounded as `delay`)"""
 
     def delay_before(self, delivery_count: int) -> float:
@@ -88,7 +88,7 @@ class ListenerOptions(BaseModel):
     shared subscription: each message is processed once in the app) or `one-copy-per-server`
     (one subscription per process: every process gets every message). A queue delivers each
     message once; `one-copy-per-server` is refused there"""
-    pool: int = Field(1, ge=1, le=1024)
+    pool: int = Field(default=1, ge=1, le=1024)
     """concurrent handler invocations in this process per member of the destination; times
     `prefetch`, the most unsettled messages the process holds for this listener on each
     member"""
@@ -118,11 +118,11 @@ class ListenerOptions(BaseModel):
     """on an orderly stop, delete this process's topic subscriptions and what they hold
     (one-copy-per-server only; WebLogic's option of the same name). ActiveMQ cannot delete
     them over STOMP: the failure is logged, see docs/distribution.md"""
-    max_messages_per_transaction: int = Field(1, ge=1, le=1000)
+    max_messages_per_transaction: int = Field(default=1, ge=1, le=1000)
     """most messages one pool slot processes in one transaction (transacted listeners only);
     `prefetch` is at least this. A batch is what has already arrived, never waited for; if a
     handler raises, the batch is processed again one message at a time"""
-    prefetch: int = Field(1, ge=1, le=1000)
+    prefetch: int = Field(default=1, ge=1, le=1000)
     """most messages the broker hands each pool slot before it settled them (its
     subscriptions' prefetch; `max_messages_per_transaction` raises it). A slot handles them
     in order, one after the other: a prefetched message waits behind the slot's current one,

@@ -40,17 +40,29 @@ def _addresses(settings: Settings, broker: str) -> str:
     return " | ".join(map(redact_url, settings.brokers[broker].addresses))
 
 
+# The status line's counters after the two it always shows: shown only once non-zero.
+_RARE_COUNTERS = (
+    ("redelivered", "redelivered"),
+    ("to_error_destination", "moved to an error destination"),
+    ("rolled_back", "not settled"),
+    ("filtered", "not selected"),
+    ("dead_lettered", "stuck, to the broker's dead-letter queue"),
+    ("kept", "stuck, kept on its queue"),
+    ("already_processed", "already processed (exactly-once: not run again)"),
+)
+
+
 def status_line(stats: Iterable[Stats]) -> str:
-    """The container's counters, summed over its listeners: ``mdb run``'s status line."""
+    """The container's counters, summed over its listeners: ``mdb run``'s status line. It
+    always says what was processed and is in flight; the other counters once non-zero."""
     every = list(stats)
-    return (f"processed {sum(s.processed for s in every)}, "
-            f"in flight {sum(s.in_flight for s in every)}, "
-            f"redelivered {sum(s.redelivered for s in every)}, "
-            f"to error destination {sum(s.to_error_destination for s in every)}, "
-            f"rolled back {sum(s.rolled_back for s in every)}, "
-            f"filtered {sum(s.filtered for s in every)}, "
-            f"dead-lettered {sum(s.dead_lettered for s in every)}, "
-            f"kept {sum(s.kept for s in every)}")
+    shown = [f"processed {sum(s.processed for s in every)}",
+             f"in flight {sum(s.in_flight for s in every)}"]
+    for field, label in _RARE_COUNTERS:
+        count = sum(getattr(s, field) for s in every)
+        if count:
+            shown.append(f"{label} {count}")
+    return ", ".join(shown)
 
 
 def status_report(health: Health, url: str, now: float | None = None) -> str:

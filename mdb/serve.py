@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from contextlib import AsyncExitStack
 from functools import partial
 from types import ModuleType
 from typing import NoReturn
@@ -31,6 +32,7 @@ from mdb.wiring import (
     find_event_callbacks,
     find_listeners,
     import_modules,
+    resources,
     wired,
 )
 from mdb.worker_channel import WorkerChannel, WorkerPlace
@@ -98,7 +100,7 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
     place = None if args.worker is None else WorkerPlace.parse(args.worker)
     channel = None if place is None else await WorkerChannel.open(place)
     label = _label(args)
-    async with wired(di, modules, listeners) as handlers:
+    async with wired(di, modules, listeners) as handlers, AsyncExitStack() as services:
         container = Container(settings, handlers, on_event=find_event_callbacks(modules))
         if place is None or place.index == 1:  # the workers of a server share one plan
             print(plan_table(container.settings,
@@ -114,7 +116,9 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
             async with anyio.create_task_group() as helpers:
                 helpers.start_soon(_stop_on_signals, container)
                 async with anyio.create_task_group() as running:
-                    await running.start(container.run)
+                    await running.start(partial(
+                        container.run,
+                        before_handlers=lambda: services.enter_async_context(resources(di))))
                     print(f"{label}: ready (app {settings.app}, server {settings.server})",
                           flush=True)
                     if channel is not None:

@@ -44,7 +44,7 @@ class MemberSettings(BaseModel):
 
     broker: str = Field(description="name of the broker (a key of `brokers`) holding it")
     name: str | None = Field(
-        None, description="the physical destination's name (default: the logical name)")
+        default=None, description="the physical destination's name (default: the logical name)")
 
 
 class DestinationSettings(BaseModel):
@@ -53,14 +53,16 @@ class DestinationSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     broker: str | None = Field(
-        None, description="the broker holding it (shorthand for one member of the same name)")
+        default=None,
+        description="the broker holding it (shorthand for one member of the same name)")
     members: list[MemberSettings] = Field(
         default_factory=list,
         description="the members of a distributed destination, e.g. "
                     "`[{broker = \"a\"}, {broker = \"b\", name = \"orders_b\"}]`")
     forwarding: Literal["partitioned"] = Field(
-        "partitioned", description="`partitioned`: each message is stored on one member, so "
-                                   "listeners consume every member and senders pick one")
+        default="partitioned",
+        description="`partitioned`: each message is stored on one member, so "
+                    "listeners consume every member and senders pick one")
 
     @model_validator(mode="after")
     def _one_form(self) -> DestinationSettings:
@@ -78,7 +80,7 @@ class Settings(BaseSettings):
         allow_inf_nan=False,  # an endless grace period or interval hangs
     )
 
-    app: str = Field("mdb", description="application name; processes of one app share work")
+    app: str = Field(default="mdb", description="application name; processes of one app share work")
     server: str = Field(
         default_factory=lambda: socket.gethostname().split(".")[0],
         description="this process's name, stable across restarts (default: the host name)")
@@ -100,18 +102,20 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="per listener name: options that override the code (deployment descriptor)")
     container: str | None = Field(
-        None, description="the dependency-injector container, `module:Attribute`")
+        default=None, description="the dependency-injector container, `module:Attribute`")
     shutdown_grace_period: Annotated[float, Field(ge=0)] = Field(
-        30.0, description="seconds in-flight handlers may take to finish on shutdown")
+        default=30.0, description="seconds in-flight handlers may take to finish on shutdown")
     status_interval: Annotated[float, Field(gt=0)] = Field(
-        5.0, description="seconds between the status lines `mdb run` prints (when stdout is "
-                         "not a terminal: printed only when the line changed)")
+        default=5.0,
+        description="seconds between the status lines `mdb run` prints (when stdout is "
+                    "not a terminal: printed only when the line changed)")
     health_port: Annotated[int, Field(ge=0, le=65535)] | None = Field(
-        None, description="serve /health/live, /health/ready and /status over HTTP on this port "
-                          "(default: off; 0: any free port); `mdb status` reads it")
+        default=None,
+        description="serve /health/live, /health/ready and /status over HTTP on this port "
+                    "(default: off; 0: any free port); `mdb status` reads it")
     health_host: str = Field(
-        "127.0.0.1", description="the address the health endpoint listens on "
-                                 "(`0.0.0.0` for an orchestrator probing from outside)")
+        default="127.0.0.1", description="the address the health endpoint listens on "
+                                         "(`0.0.0.0` for an orchestrator probing from outside)")
 
     @field_validator("app", "server")
     @classmethod

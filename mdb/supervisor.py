@@ -67,7 +67,7 @@ _STATE_ORDER = {"failed": 0, "down": 1, "up": 3}  # a broker's worst state acros
 def check_workers(settings: Settings, workers: int) -> None:
     """ConfigurationError when ``workers`` processes cannot share ``settings``' brokers."""
     for name, broker in settings.brokers.items():
-        if workers > 1 and broker.addresses[0].startswith("memory://"):
+        if workers > 1 and broker.embedded:
             raise ConfigurationError(
                 f"mdb run --workers {workers}: broker {name!r} is memory://, which lives in one "
                 f"process and cannot be shared by workers; set brokers.{name}.url to a real "

@@ -148,11 +148,18 @@ class Processing:
         self._attributes = attributes
         self.error_type: str | None = None
 
-    def failed(self, error_type: str, text: str) -> None:
-        """The handler (or decoding) failed: the span gets ``error.type`` and an error status."""
+    def failed(self, error_type: str, text: str, stacktrace: str = "") -> None:
+        """The handler (or decoding) failed: the span gets ``error.type``, an error status and,
+        when the handler raised (``stacktrace``), an ``exception`` event as
+        ``record_exception`` makes it, but with ``text`` (what may be shown of the exception:
+        docs/security.md) in place of the exception's own text."""
         self.error_type = error_type
         self.span.set_attribute(ERROR_TYPE, error_type)
         self.span.set_status(Status(StatusCode.ERROR, text[:300]))
+        if stacktrace:
+            self.span.add_event("exception", {
+                "exception.type": error_type, "exception.message": text[:300],
+                "exception.stacktrace": stacktrace})
 
     def redelivery(self, count: int) -> None:
         _redeliveries.add(1, _metric_attributes(self._attributes))

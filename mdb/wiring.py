@@ -109,20 +109,31 @@ async def wired(
     container: containers.Container | None, modules: Sequence[ModuleType],
     listeners: Sequence[ListenerSpec],
 ) -> AsyncIterator[list[ListenerSpec]]:
-    """Wire ``modules``, initialise the container's resources, yield the listeners with their
-    injecting handlers; on exit shut the resources down and unwire."""
+    """Wire ``modules`` and yield the listeners with their injecting handlers; unwire on exit.
+    The container's resources are ``resources``'s."""
     if container is None:
         yield list(listeners)
         return
     container.wire(modules=list(modules))
     try:
-        await _maybe_await(container.init_resources())
-        try:
-            yield [_injecting(spec, modules) for spec in listeners]
-        finally:
-            await _maybe_await(container.shutdown_resources())
+        yield [_injecting(spec, modules) for spec in listeners]
     finally:
         container.unwire()
+
+
+@asynccontextmanager
+async def resources(container: containers.Container | None) -> AsyncIterator[None]:
+    """Initialise the container's resources; shut them down on exit. Enter it once the
+    subscriptions exist (``Container.run``'s ``before_handlers``): what a resource sends at
+    start-up to a topic its own application listens on is then kept for it."""
+    if container is None:
+        yield
+        return
+    await _maybe_await(container.init_resources())
+    try:
+        yield
+    finally:
+        await _maybe_await(container.shutdown_resources())
 
 
 def _injecting(spec: ListenerSpec, modules: Sequence[ModuleType]) -> ListenerSpec:

@@ -114,7 +114,7 @@ async def run_in_one_transaction(
                     await invoker.invoke(item.message, item.body, sends.send)
                 except Exception as exc:  # user code: the batch failed
                     failure = Raised.of(exc)
-                    span.failed(failure.error_type, failure.text)
+                    span.failed(failure.error_type, failure.text, failure.traceback)
             if failure is not None:
                 break
             done += 1

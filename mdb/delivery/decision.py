@@ -31,8 +31,9 @@ Two pure steps, shared by a delivery processed on its own and by a batch:
 from __future__ import annotations
 
 import re
+import traceback
 from collections.abc import Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, overload
 
 from mdb import codec
@@ -152,6 +153,9 @@ class Raised:
 
     error_type: str
     text: str
+    frames: str = field(default="", compare=False, repr=False)
+    """Where it was raised: the traceback's frames, code only (no exception text, which may
+    hold the body; ``text`` is what may be shown of it)."""
 
     @classmethod
     def of(cls, exc: BaseException) -> Raised:
@@ -159,7 +163,15 @@ class Raised:
         headers), even for an exception that cannot be rendered; a pydantic
         ``ValidationError`` without the values it was given, which are often the body
         (``codec.describe``)."""
-        return cls(error_text(error_type(exc), ERROR_TYPE_LIMIT), codec.describe(exc))
+        return cls(error_text(error_type(exc), ERROR_TYPE_LIMIT), codec.describe(exc),
+                   "".join(traceback.format_tb(exc.__traceback__)))
+
+    @property
+    def traceback(self) -> str:
+        """The traceback as Python prints it, with ``text`` in place of the exception's own;
+        "" when there are no frames."""
+        return (f"Traceback (most recent call last):\n{self.frames}{self.error_type}: "
+                f"{self.text}" if self.frames else "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from mdb.delivery.decision import (
     SUCCEEDED,
     AlreadyProcessed,
     DeadLetter,
+    Failure,
     Filter,
     Fresh,
     Happened,
@@ -275,13 +276,16 @@ class Processor:
                             "(%s: %s)", name, message.id, failure.error_type, failure.text)
             case Redeliver(failure=failure):
                 held = await self._wait_or_hold(outcome.delay, connection)
-                span.failed(failure.error_type, failure.text)
+                stacktrace = _failed(span, failure)
                 await self._copy(connection, step, outcome.destination, outcome.headers, held)
                 span.redelivery(outcome.delivery_count)
                 self._stats.redelivered += 1
                 log.info("listener %s: message %s failed (%s: %s), delivery %d of at most %d",
                          name, message.id, failure.error_type, failure.text,
                          message.delivery_count, self._spec.options.redelivery.limit + 1)
+                if stacktrace:
+                    log.debug("listener %s: message %s failed:\n%s", name, message.id,
+                              stacktrace)
             case Keep(failure=failure):
                 await clock.current().sleep(outcome.delay)
                 span.failed(failure.error_type, failure.text)
@@ -296,7 +300,7 @@ class Processor:
                         "redelivery.max_delay (round %d)", name, message.id,
                         outcome.destination, failure.error_type, failure.text, outcome.round)
             case MoveToError(failure=failure):
-                span.failed(failure.error_type, failure.text)
+                stacktrace = _failed(span, failure)
                 try:
                     await self._copy(connection, step, outcome.destination, outcome.headers)
                 except BrokerError:
@@ -310,9 +314,10 @@ class Processor:
                 self._stats.to_error_destination += 1
                 if isinstance(failure, Unreadable) and failure.damaged:
                     self._stats.damaged += 1
-                log.warning("listener %s: message %s moved to %s after %d deliveries (%s: %s)",
+                log.warning("listener %s: message %s moved to %s after %d deliveries (%s: %s)%s",
                             name, message.id, outcome.destination, message.delivery_count,
-                            failure.error_type, failure.text)
+                            failure.error_type, failure.text,
+                            f"\n{stacktrace}" if stacktrace else "")
 
     async def _wait_or_hold(self, delay: float, connection: Connection) -> float:
         """The delay the broker holds a copy for, freeing this slot at once; or, where it
@@ -347,3 +352,11 @@ class Processor:
                 else "its subscription is closed: the broker redelivers it, flagged")
         log.warning("listener %s: %s not settled (%s); %s", self._spec.name, what, exc, fate)
         return False
+
+
+def _failed(span: tracing.Processing, failure: Failure) -> str:
+    """Tell ``span`` that ``failure`` happened; the traceback of a handler that raised, for
+    the log ("" for a failure without one)."""
+    stacktrace = failure.traceback if isinstance(failure, Raised) else ""
+    span.failed(failure.error_type, failure.text, stacktrace)
+    return stacktrace

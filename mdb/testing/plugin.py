@@ -1,4 +1,4 @@
-"""The pytest plugin of ``mdb.testing`` (entry point ``pytest11``: installing mdb is enough).
+"""The pytest plugin of ``mdb.testing`` (entry point ``pytest11``: ``pip install 'mdb[testing]'``).
 
 Fixtures: ``mdb_broker_url`` (``MDB_TEST_BROKER_URL``, else a fresh memory broker; override it
 in a conftest to choose per test) and ``mdb_runner`` (a ``SyncRunner`` on it, closed after the

@@ -29,7 +29,7 @@ from mdb.broker import ConnectionOptions, SubscriptionRequest, broker_for
 from mdb.broker_settings import BrokerSettings
 from mdb.container import Container
 from mdb.destinations import Destination, Kind
-from mdb.errors import ConfigurationError
+from mdb.errors import ConfigurationError, sole
 from mdb.listener import ListenerSpec
 from mdb.producer import Producer
 from mdb.settings import Settings
@@ -38,7 +38,7 @@ from mdb.testing.loading import Listeners, listeners_of, override
 from mdb.testing.progress import describe, expected_subscriptions, is_done
 from mdb.testing.received import Received
 from mdb.testing.tracker import MOVED, Attempt, Tracker, install
-from mdb.wiring import find_container, find_event_callbacks, wired
+from mdb.wiring import find_container, find_event_callbacks, resources, wired
 
 WAIT = 30.0
 """Seconds a wait of the kit lasts before it fails (a guard against hanging, not a timing)."""
@@ -132,22 +132,29 @@ class Runner:
         modules, specs = listeners_of(listeners)
         di = find_container(services, modules) if isinstance(services, str | None) else services
         settings = self._settings(settings, app or f"app_{uuid.uuid4().hex[:8]}", server)
-        async with AsyncExitStack() as stack:
-            await self._start(stack)
-            if overrides:
-                override(di, overrides, stack)
-            handlers = await stack.enter_async_context(wired(di, modules, specs))
-            container = Container(settings, [self._recording(s) for s in handlers],
-                                  on_event=find_event_callbacks(modules))
-            tasks = await stack.enter_async_context(anyio.create_task_group())
-            await tasks.start(container.run)
-            running = RunningApp(self, settings, container, di)
-            self.apps.append(running)
-            try:
-                yield running
-            finally:
-                self.apps.remove(running)
-                container.request_stop()
+        try:
+            async with AsyncExitStack() as stack:
+                await self._start(stack)
+                if overrides:
+                    override(di, overrides, stack)
+                handlers = await stack.enter_async_context(wired(di, modules, specs))
+                container = Container(settings, [self._recording(s) for s in handlers],
+                                      on_event=find_event_callbacks(modules))
+                # Resources start once subscribed, and stop after the container (as mdb run).
+                started = await stack.enter_async_context(AsyncExitStack())
+                tasks = await stack.enter_async_context(anyio.create_task_group())
+                await tasks.start(functools.partial(
+                    container.run,
+                    before_handlers=lambda: started.enter_async_context(resources(di))))
+                running = RunningApp(self, settings, container, di)
+                self.apps.append(running)
+                try:
+                    yield running
+                finally:
+                    self.apps.remove(running)
+                    container.request_stop()
+        except BaseExceptionGroup as group:  # a failed assert of the test's block, as itself
+            raise sole(group) from None
 
     async def _start(self, stack: AsyncExitStack) -> None:
         """The first run of this runner installs its tracker and clock, until the last ends."""

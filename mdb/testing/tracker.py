@@ -54,9 +54,9 @@ class Attempt:
 
     def __str__(self) -> str:
         failure = f" after {self.error_type}: {self.error_text}" if self.error_type else ""
-        where = f" to {self.moved_to}" if self.moved_to else ""
-        return (f"delivery {self.delivery_count} on {self.destination}: "
-                f"{self.outcome}{where}{failure}")
+        outcome = (f"moved to {self.moved_to}" if self.outcome == MOVED and self.moved_to
+                   else self.outcome)
+        return f"delivery {self.delivery_count} on {self.destination}: {outcome}{failure}"
 
 
 class Tracker:

@@ -50,8 +50,11 @@ async def test_idle_raises_the_handlers_exception_and_take_reads_the_failure(
         mdb_runner: SyncRunner) -> None:
     async with mdb_runner.run(refuse_twice) as app:
         sent = await app.send("queue:kit_orders", "always")
-        with pytest.raises(Refused, match="always: delivery 3"):
+        with pytest.raises(Refused, match="always: delivery 3") as raised:
             await app.idle()
+        assert raised.value.__notes__ == [
+            "mdb.testing: delivery 3 on queue:kit_orders: moved to queue:kit_orders.DLQ after "
+            "tests.contract.test_testing_kit.Refused: always: delivery 3"]
         await app.idle()  # a failure is raised once
         [moved] = await app.take("queue:kit_orders.DLQ")
         assert moved.id == sent and moved.text == "always"
@@ -68,3 +71,9 @@ async def test_a_message_that_does_not_settle_says_where_it_is(mdb_runner: SyncR
             await app.settled(sent)
         assert f"message {sent} sent to queue:kit_unserved" in str(raised.value)
         assert "no running listener serves it" in str(raised.value)
+
+
+async def test_a_failed_assert_in_the_block_is_raised_as_itself(mdb_runner: SyncRunner) -> None:
+    with pytest.raises(AssertionError, match="the test's own assert"):
+        async with mdb_runner.run(never_called):
+            raise AssertionError("the test's own assert")

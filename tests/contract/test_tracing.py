@@ -5,6 +5,7 @@ workload."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -94,7 +95,9 @@ async def test_a_message_is_one_trace_from_the_producer_through_two_listeners(ur
     assert not any("mdb.message.body" in (s.attributes or {}) for s in chain)  # not recorded
 
 
-async def test_redeliveries_and_the_error_destination_are_in_the_trace(url: str) -> None:
+async def test_redeliveries_and_the_error_destination_are_in_the_trace(
+        url: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, "mdb.delivery")
     queue = f"queue:{unique('flaky')}"
     settings = settings_for(url)
     calls = Calls()
@@ -122,8 +125,18 @@ async def test_redeliveries_and_the_error_destination_are_in_the_trace(url: str)
          str((s.attributes or {}).get("error.type")), ",".join(e.name for e in s.events))
         for s in processes)
     assert outcomes == [
-        ("1", "ValueError", "mdb.redelivery"), ("1", "ValueError", "mdb.redelivery"),
-        ("2", "None", ""), ("2", "ValueError", "mdb.error_destination")]
+        ("1", "ValueError", "exception,mdb.redelivery"),
+        ("1", "ValueError", "exception,mdb.redelivery"),
+        ("2", "None", ""), ("2", "ValueError", "exception,mdb.error_destination")]
+    # Each failure's traceback: on its span (as record_exception makes it) and in the log, at
+    # DEBUG for a redelivery, with the WARNING of the move to the error destination.
+    exception = next(e for s in processes for e in s.events if e.name == "exception")
+    stacktrace = str((exception.attributes or {})["exception.stacktrace"])
+    assert 'raise ValueError(f"{body} fails")' in stacktrace and ", in flaky" in stacktrace
+    tracebacks = [(r.levelname, r.getMessage()) for r in caplog.records
+                  if "Traceback (most recent call last)" in r.getMessage()]
+    assert sorted(level for level, _ in tracebacks) == ["DEBUG", "DEBUG", "WARNING"]
+    assert all(", in flaky" in text and "ValueError: " in text for _, text in tracebacks)
     second = [s for s in processes if (s.attributes or {}).get("mdb.delivery_count") == 2]
     assert all((s.attributes or {}).get("mdb.redelivered") is True for s in second)
     moved = [s for s in _SPANS.get_finished_spans() if s.name == f"send {queue}.DLQ"]

@@ -106,7 +106,7 @@ def test_an_unreachable_broker_exits_3(app: Path) -> None:
         "[brokers.main]\nurl = 'stomp+activemq://127.0.0.1:9'\nconnect_timeout = 2\n")
     result = mdb("run", "app_listeners", "--config", "down.toml", cwd=app)
     assert result.returncode == 3
-    assert "broker error" in result.stderr
+    assert "broker error" in one_line(result.stderr)  # said once, not logged before it too
 
 
 def test_mdb_subscriptions_delete_names_what_it_needs(app: Path) -> None:
@@ -222,7 +222,42 @@ def test_mdb_send_labels_json(activemq: object, tmp_path: Path) -> None:
 
 def test_mdb_send_json_must_be_json(app: Path) -> None:
     result = mdb("send", "queue:q", "{not json", "--json", cwd=app)
-    assert result.returncode == 2 and "--json: the body is not JSON" in one_line(result.stderr)
+    assert result.returncode == 2
+    assert one_line(result.stderr).startswith("mdb: cannot send: mdb send --json: the body is "
+                                              "not JSON")  # a bad body, not a bad setting
+
+
+def test_mdb_says_its_version_and_run_help_says_what_a_newcomer_needs(app: Path) -> None:
+    from importlib.metadata import version
+
+    assert mdb("--version", cwd=app).stdout.strip() == f"mdb {version('mdb')}"
+    helped = " ".join(mdb("run", "--help", cwd=app).stdout.split())
+    assert "MODULE a module of @listener functions, by its dotted name" in helped
+    for needed in ("memory://", "health_port", "MDB_HEALTH_PORT", "MDB_LOG_LEVEL"):
+        assert needed in helped
+
+
+def test_mdb_run_says_ready_once_and_only_the_counters_that_moved(app: Path) -> None:
+    process = subprocess.Popen([sys.executable, "-m", "mdb.cli", "run", "app_listeners"],
+                               cwd=app, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("mdb: ready"):
+            break
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0
+    assert "ready" not in err  # the log does not say it a second time
+    assert out.splitlines()[-1] == "mdb: stopped; processed 0, in flight 0"
+
+
+def test_mdb_send_refuses_the_embedded_broker_it_cannot_reach(app: Path) -> None:
+    # The default broker is memory://, inside the process of `mdb run`: a send from another
+    # process would go to a broker of its own and reach nothing.
+    result = mdb("send", "queue:orders", '{"id": 1}', "--json", cwd=app)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "broker 'default' is the embedded memory:// broker" in one_line(result.stderr)
 
 
 def test_mdb_subscriptions_prints_the_plan_without_connecting(tmp_path: Path) -> None:

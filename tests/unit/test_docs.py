@@ -1,8 +1,11 @@
-"""Docs that are generated must be current."""
+"""Docs that are generated must be current, and their examples must run."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from mdb import reference
@@ -49,3 +52,36 @@ def test_the_shared_store_broker_config_differs_from_the_reference_only_in_its_s
         return " ".join(text.split())
 
     assert without_store("activemq-shared-store.xml") == without_store("activemq.xml")
+
+
+def test_the_examples_of_the_testing_doc_are_one_test_module_that_passes(tmp_path: Path) -> None:
+    # A reader copies them: each name they use must be defined on the page, and they must pass.
+    text = (ROOT / "docs" / "testing.md").read_text().split("## For adapter authors")[0]
+    snippets = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    (tmp_path / "test_from_the_doc.py").write_text("\n\n".join(snippets))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_from_the_doc.py"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+        text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "7 passed" in result.stdout
+
+
+def test_the_quickstart_project_passes_its_own_tests(tmp_path: Path) -> None:
+    # docs/quickstart.md, copied as a reader would: the listener module, its tests, pytest's
+    # configuration; run from the project folder.
+    text = (ROOT / "docs" / "quickstart.md").read_text()
+    listeners, tests = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    pytest_config = re.findall(r"```toml\n(.*?)```", text, flags=re.S)[0]
+    (tmp_path / "svc").mkdir()
+    (tmp_path / "svc" / "__init__.py").write_text("")
+    (tmp_path / "svc" / "listeners.py").write_text(listeners)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_payments.py").write_text(tests)
+    (tmp_path / "pyproject.toml").write_text(pytest_config)
+    # The pytest command, not python -m pytest, which would put the folder on sys.path itself.
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "pytest"), "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "2 passed" in result.stdout

@@ -8,7 +8,8 @@ import io
 import anyio
 import pytest
 
-from mdb.report import print_status
+from mdb.delivery import Stats
+from mdb.report import print_status, status_line
 
 pytestmark = pytest.mark.anyio
 
@@ -50,3 +51,11 @@ async def test_off_a_terminal_a_line_is_printed_when_it_changed() -> None:
 async def test_on_a_terminal_every_line_is_printed() -> None:
     assert (await printed(["processed 0", "processed 0"], terminal=True))[:2] == [
         "mdb: processed 0", "mdb: processed 0"]
+
+
+def test_the_line_shows_processed_and_in_flight_and_only_the_other_counters_that_moved() -> None:
+    quiet, busy = Stats(processed=3), Stats(processed=2, in_flight=1, redelivered=4,
+                                            to_error_destination=1)
+    assert status_line([quiet]) == "processed 3, in flight 0"
+    assert status_line([quiet, busy]) == (
+        "processed 5, in flight 1, redelivered 4, moved to an error destination 1")

@@ -3,15 +3,16 @@ as long as the handlers may run."""
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
+from functools import partial
+
 import anyio
 import anyio.to_thread
 import pytest
 
 from mdb import Container, Producer
-from mdb.broker_settings import BrokerSettings
 from mdb.errors import ConfigurationError
-from mdb.settings import Settings
-from mdb.wiring import find_container, find_listeners, import_modules, wired
+from mdb.wiring import find_container, find_listeners, import_modules, resources, wired
 from tests.unit import wired_app
 
 pytestmark = pytest.mark.anyio
@@ -20,20 +21,27 @@ pytestmark = pytest.mark.anyio
 async def test_resources_start_before_consuming_and_stop_after_the_last_handler() -> None:
     wired_app.EVENTS.clear()
     wired_app.HANDLED.clear()
-    settings = Settings(app="wired", brokers={"default": BrokerSettings(url="memory://wired")})
+    wired_app.NEWS.clear()
+    settings = wired_app.SETTINGS
     modules = import_modules(["tests.unit.wired_app"])
     async with Producer(settings) as producer:
         await producer.send("queue:wired", "world")
     di = find_container(None, modules)
     assert di is not None and di.greeting() == "hello"
-    async with wired(di, modules, find_listeners(modules)) as handlers:
+    async with wired(di, modules, find_listeners(modules)) as handlers, \
+            AsyncExitStack() as started:
         container = Container(settings, handlers)
         async with anyio.create_task_group() as tg:
-            await tg.start(container.run)
+            await tg.start(partial(
+                container.run, before_handlers=lambda: started.enter_async_context(resources(di))))
             assert await anyio.to_thread.run_sync(wired_app.HANDLED.wait, 30)
+            # The subscriptions were made before the resources started: what one sent then to
+            # the application's own topic is there.
+            assert await anyio.to_thread.run_sync(wired_app.NEWS.wait, 30)
             container.request_stop()
-        assert wired_app.EVENTS == ["resource started", "hello world"]
-    assert wired_app.EVENTS == ["resource started", "hello world", "resource stopped"]
+        assert wired_app.EVENTS[0] == "resource started"
+        assert sorted(wired_app.EVENTS[1:]) == ["hello world", "news: announcer up"]
+    assert wired_app.EVENTS[-1] == "resource stopped"
 
 
 def test_a_named_container_that_does_not_load_is_named() -> None:
