@@ -43,7 +43,13 @@ from mdb.delivery.stats import Stats
 from mdb.delivery.strikes import Strikes, identity
 from mdb.delivery.timeouts import HandlerThreads
 from mdb.destinations import Destination
-from mdb.errors import BrokerError, DatabaseUnavailable, DecodeError, MdbError
+from mdb.errors import (
+    BrokerError,
+    DatabaseUnavailable,
+    DecodeError,
+    DispatchPending,
+    MdbError,
+)
 from mdb.listener import ListenerSpec
 from mdb.message import Message, OutgoingMessage
 from mdb.planning import PlannedSubscription
@@ -183,7 +189,7 @@ class Processor:
             if connection.is_open:  # refused, not lost: it counts against this message
                 self._strikes.strike(identity(delivery))
             return self._not_settled(f"message {message.id}", exc, connection)
-        except DatabaseUnavailable as exc:  # not the message's fault: no strike
+        except (DatabaseUnavailable, DispatchPending) as exc:  # not the message's doing
             return self._not_settled(f"message {message.id}", exc, connection)
         return True
 
@@ -232,8 +238,8 @@ class Processor:
     async def _run_once(self, delivery: Delivery, message: Message, body: object,
                         ) -> Succeeded | AlreadyProcessed | Raised:
         """The run of an exactly-once listener (``mdb.exactly_once.guard``); settled by a
-        plain ack once its sends were dispatched. ``DatabaseUnavailable``, or the
-        ``BrokerError`` of a send not dispatched, leave the delivery unsettled."""
+        plain ack once its sends were dispatched. ``DatabaseUnavailable`` and
+        ``DispatchPending`` leave the delivery unsettled."""
         assert self._guard is not None
 
         async def handler(session: AsyncSession, send: SendFunction) -> None:
@@ -241,7 +247,7 @@ class Processor:
 
         try:
             ran = await self._guard.run(identity(delivery), handler)
-        except (BrokerError, DatabaseUnavailable):
+        except (DatabaseUnavailable, DispatchPending):
             raise
         except Exception as exc:  # user code, its database writes included
             return Raised.of(exc)

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb.context import SendFunction
 from mdb.destinations import Destination
+from mdb.errors import BrokerError, DispatchPending
 from mdb.exactly_once import inbox
 from mdb.exactly_once.outbox import Writer
 
@@ -53,8 +54,8 @@ class Guard:
         already; False when it was (its pending sends are dispatched now).
 
         What the handler raises is raised, its transaction rolled back. Raises
-        ``DatabaseUnavailable`` when the database is out of reach, and the ``BrokerError``
-        of a send that could not be dispatched: the delivery must then stay unsettled (its
+        ``DatabaseUnavailable`` when the database is out of reach, and ``DispatchPending``
+        when a send could not be dispatched: the delivery must then stay unsettled (its
         effects are committed; its redelivery completes the dispatch)."""
         database = self.database
         source = f"{self._listener}/{self._subscription}/{identity}"
@@ -67,8 +68,12 @@ class Guard:
                                 error_destination=self._error_destination, source=source,
                                 reply_broker=self._broker)
                 await handler(session, writer.send)
-        if not fresh:
-            await self._dispatcher.dispatch_pending(source)
-            return False
-        await self._dispatcher.dispatch(writer.rows)
+        try:
+            if not fresh:
+                await self._dispatcher.dispatch_pending(source)
+                return False
+            await self._dispatcher.dispatch(writer.rows)
+        except BrokerError as exc:
+            raise DispatchPending(f"sends of message {identity} wait in the outbox of "
+                                  f"database {database.name}: {exc}") from exc
         return True
