@@ -1,6 +1,7 @@
 """Health: liveness and readiness over HTTP, for an orchestrator's probes and ``mdb status``.
 
-Off by default; setting ``health_port`` turns it on. Three routes, all ``GET``, all JSON:
+Off by default; setting ``health_port`` turns it on. Three routes, all ``GET``, all JSON
+(and ``/metrics``, below):
 
 ``/health/live``
     200 ``{"live": true}`` while the container's event loop answers; 503 when it reports itself
@@ -12,6 +13,9 @@ Off by default; setting ``health_port`` turns it on. Three routes, all ``GET``, 
 ``/status``
     200 with :meth:`Health.to_json`, which :meth:`Health.from_json` rebuilds
     (:func:`fetch_status`, for ``mdb status``).
+``/metrics``
+    only when the server is given ``metrics`` (``mdb.metrics``, docs/metrics.md): the page a
+    Prometheus server scrapes, in the format its ``Accept`` header asks for.
 
 Under ``mdb run --workers N`` the supervisor serves these routes for the whole server, from its
 workers' snapshots (``mdb.supervisor``); its snapshot lists the workers (``WorkerHealth``).
@@ -38,6 +42,8 @@ from mdb.errors import ConfigurationError
 from mdb.settings import Settings
 
 Answer = tuple[HTTPStatus, dict[str, object]]
+Page = tuple[str, bytes]
+"""``/metrics``: (content type, body)."""
 
 
 @dataclass(frozen=True)
@@ -167,16 +173,19 @@ class HealthServer:
     ``snapshot`` on that loop (it must not block; a coroutine function may await, as the
     supervisor's asks its workers), and waits for it. ``port`` 0 picks a free port;
     after :meth:`start`, ``port`` is the bound one. :meth:`close` is idempotent; it blocks its
-    caller (the loop) for at most the server's poll interval.
+    caller (the loop) for at most the server's poll interval. ``metrics``, when given, answers
+    ``/metrics`` on that loop too, from the request's ``Accept`` header.
     """
 
     POLL_INTERVAL = 0.05
 
     def __init__(self, snapshot: Callable[[], Health | Awaitable[Health]],
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0,
+                 metrics: Callable[[str], Page | Awaitable[Page]] | None = None) -> None:
         self.host = host
         self.port = port
         self._snapshot = snapshot
+        self._metrics = metrics
         self._token = anyio.lowlevel.current_token()  # RuntimeError off the event loop
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -192,6 +201,7 @@ class HealthServer:
                 f"{exc.strerror or exc}; choose another port (0: any free one) or health_host"
             ) from None
         server.answer = self._answer
+        server.page = None if self._metrics is None else self._page
         self._server = server
         self.port = server.server_address[1]
         self._thread = threading.Thread(
@@ -227,6 +237,20 @@ class HealthServer:
         taken = self._snapshot()
         return taken if isinstance(taken, Health) else await taken
 
+    def _page(self, accept: str) -> tuple[HTTPStatus, Page]:
+        """Runs in a request thread."""
+        try:
+            return HTTPStatus.OK, anyio.from_thread.run(self._take_page, accept,
+                                                        token=self._token)
+        except RuntimeError:
+            return HTTPStatus.SERVICE_UNAVAILABLE, (
+                "text/plain", b"the container's event loop is not running\n")
+
+    async def _take_page(self, accept: str) -> Page:
+        assert self._metrics is not None
+        taken = self._metrics(accept)
+        return taken if isinstance(taken, tuple) else await taken
+
 
 def _ok(good: bool) -> HTTPStatus:
     return HTTPStatus.OK if good else HTTPStatus.SERVICE_UNAVAILABLE
@@ -234,16 +258,21 @@ def _ok(good: bool) -> HTTPStatus:
 
 class _Server(ThreadingHTTPServer):
     answer: Callable[[str], Answer]
+    page: Callable[[str], tuple[HTTPStatus, Page]] | None
 
 
 class _Handler(BaseHTTPRequestHandler):
     timeout = 10.0  # seconds a client may take to send its request
 
     def do_GET(self) -> None:
-        status, body = cast(_Server, self.server).answer(self.path.split("?", 1)[0])
-        data = json.dumps(body).encode()
+        server, path = cast(_Server, self.server), self.path.split("?", 1)[0]
+        if path == "/metrics" and server.page is not None:
+            status, (content_type, data) = server.page(self.headers.get("Accept", ""))
+        else:
+            status, body = server.answer(path)
+            content_type, data = "application/json", json.dumps(body).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

@@ -8,6 +8,7 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
 from functools import partial
 from types import ModuleType
 
@@ -16,7 +17,7 @@ from dependency_injector import containers
 
 from mdb import tracing
 from mdb.container import Container
-from mdb.health import HealthServer
+from mdb.health import HealthServer, Page
 from mdb.listener import ListenerSpec
 from mdb.reload import reload_on_change
 from mdb.report import plan_table, print_status, status_line
@@ -68,7 +69,8 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
                              [(d.spec, d.planned) for d in container.deployed]), flush=True)
         health = None
         if settings.health_port is not None:
-            health = HealthServer(container.health, settings.health_host, settings.health_port)
+            health = HealthServer(container.health, settings.health_host, settings.health_port,
+                                  metrics=_metrics(container))
             health.start()
             print(f"{label}: health on http://{settings.health_host}:{health.port}", flush=True)
             if channel is not None:
@@ -96,6 +98,16 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
             if channel is not None:
                 await channel.aclose()
     print(f"{label}: stopped; {status_line(d.stats for d in container.deployed)}", flush=True)
+
+
+def _metrics(container: Container) -> Callable[[str], Page] | None:
+    """``/metrics`` for the health port, when ``OTEL_METRICS_EXPORTER=prometheus``
+    (docs/metrics.md)."""
+    if tracing.metrics_exporter() != "prometheus":
+        return None
+    from mdb.metrics import ContainerMetrics  # the extra: tracing.configure checked it is there
+
+    return ContainerMetrics(container)
 
 
 async def _stop_on_signals(container: Container) -> None:

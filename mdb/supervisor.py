@@ -21,7 +21,8 @@ The supervisor:
   ended. A second signal kills the workers (SIGKILL) and exits 128+N at once;
 * serves the health endpoint (``health_port``) for the whole server: live while every worker
   that runs answers live, ready while every worker runs and is ready (a server short of a
-  worker is short of the pool slots its settings promise).
+  worker is short of the pool slots its settings promise); ``/metrics`` there holds every
+  worker's, labelled ``worker`` (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import anyio
 import anyio.to_thread
 from anyio.abc import Process, UNIXSocketStream
 
+from mdb import tracing
 from mdb.errors import ConfigurationError
 from mdb.health import (
     BrokerHealth,
@@ -48,6 +50,7 @@ from mdb.health import (
     HealthServer,
     ListenerHealth,
     NotLive,
+    Page,
     Unreachable,
     WorkerHealth,
     fetch_status,
@@ -111,8 +114,9 @@ class Supervisor:
         status, or 1)."""
         health = None
         if self.settings.health_port is not None:
-            health = HealthServer(self.health, self.settings.health_host,
-                                  self.settings.health_port)
+            health = HealthServer(
+                self.health, self.settings.health_host, self.settings.health_port,
+                metrics=self.metrics if tracing.metrics_exporter() == "prometheus" else None)
             health.start()
             print(f"mdb: health on http://{self.settings.health_host}:{health.port}",
                   flush=True)
@@ -157,6 +161,17 @@ class Supervisor:
                 if place.health_url is not None and place.state in ("ready", "starting"):
                     asking.start_soon(ask, place, place.health_url)
         return server_health(self._places, answers, self._stopping.is_set())
+
+    async def metrics(self, accept: str) -> Page:
+        """``/metrics``: every worker's page, each sample labelled with its ``worker``, and
+        the state of each (``mdb.metrics.WorkerMetrics``, docs/metrics.md)."""
+        from mdb import metrics  # the prometheus extra, which the workers' setup checks
+
+        health = await self.health()
+        urls = [(place.index, place.health_url) for place in self._places
+                if place.health_url is not None and place.state in ("ready", "starting")]
+        pages = await anyio.to_thread.run_sync(metrics.fetch_pages, urls, ASK_TIMEOUT)
+        return metrics.supervisor_page(health, pages, accept)
 
     async def _keep_up(self, place: Place) -> None:
         while not self._stopping.is_set():
