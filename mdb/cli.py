@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,13 +68,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         except BaseExceptionGroup as group:
             raise _sole(group) from None
     except ConfigurationError as exc:
-        print(f"mdb: configuration error: {exc}", file=sys.stderr)
+        logs.tell(f"mdb: configuration error: {exc}", logging.ERROR)
         sys.exit(2)
     except EncodeError as exc:
-        print(f"mdb: cannot send: {exc}", file=sys.stderr)
+        logs.tell(f"mdb: cannot send: {exc}", logging.ERROR)
         sys.exit(2)
     except BrokerError as exc:
-        print(f"mdb: broker error: {exc}", file=sys.stderr)
+        logs.tell(f"mdb: broker error: {exc}", logging.ERROR)
         sys.exit(3)
     sys.exit(code)
 

@@ -5,6 +5,7 @@ command line and exit statuses are ``mdb.cli``'s."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -15,7 +16,7 @@ from types import ModuleType
 import anyio
 from dependency_injector import containers
 
-from mdb import tracing
+from mdb import logs, tracing
 from mdb.container import Container
 from mdb.health import HealthServer, Page
 from mdb.listener import ListenerSpec
@@ -114,8 +115,7 @@ async def _stop_on_signals(container: Container) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             if container.stopping:
-                print("mdb: second signal, exiting now", file=sys.stderr, flush=True)
+                logs.tell("mdb: second signal, exiting now", logging.ERROR)
                 os._exit(128 + signum)
-            print(f"mdb: {signal.Signals(signum).name}: stopping (signal again to exit now)",
-                  file=sys.stderr, flush=True)
+            logs.tell(f"mdb: {signal.Signals(signum).name}: stopping (signal again to exit now)")
             container.request_stop()

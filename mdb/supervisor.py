@@ -32,7 +32,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -42,7 +41,7 @@ import anyio
 import anyio.to_thread
 from anyio.abc import Process, UNIXSocketStream
 
-from mdb import tracing
+from mdb import logs, tracing
 from mdb.errors import ConfigurationError
 from mdb.health import (
     BrokerHealth,
@@ -187,9 +186,9 @@ class Supervisor:
                                   or place.failed_starts >= START_ATTEMPTS):
                 why = ("a configuration error no restart mends" if code == _CONFIGURATION_ERROR
                        else f"{place.failed_starts} times in a row")
-                print(f"mdb: worker {place.index} cannot be kept up: it exited with status "
-                      f"{code} before it was ready ({why}); stopping the others",
-                      file=sys.stderr, flush=True)
+                logs.tell(f"mdb: worker {place.index} cannot be kept up: it exited with status "
+                          f"{code} before it was ready ({why}); stopping the others",
+                          logging.ERROR)
                 self._failure = code if code in (2, 3) else 1
                 place.state = "stopped"
                 self.request_stop()
@@ -197,8 +196,8 @@ class Supervisor:
             pause = self._pause(place)
             place.restarts += 1
             place.state = "restarting"
-            print(f"mdb: worker {place.index} (pid {place.pid}) exited with status {code}; "
-                  f"restart {place.restarts} in {pause:g} s", file=sys.stderr, flush=True)
+            logs.tell(f"mdb: worker {place.index} (pid {place.pid}) exited with status {code}; "
+                      f"restart {place.restarts} in {pause:g} s")
             with anyio.move_on_after(pause):
                 await self._stopping.wait()
 
@@ -254,8 +253,7 @@ class Supervisor:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 if self._stopping.is_set():
-                    print("mdb: second signal, killing the workers", file=sys.stderr,
-                          flush=True)
+                    logs.tell("mdb: second signal, killing the workers", logging.ERROR)
                     running = [p.process for p in self._places
                                if p.process is not None and p.process.returncode is None]
                     for process in running:
@@ -264,8 +262,8 @@ class Supervisor:
                         for process in running:
                             await process.wait()
                     os._exit(128 + signum)
-                print(f"mdb: {signal.Signals(signum).name}: stopping {len(self._places)} "
-                      f"workers (signal again to kill them)", file=sys.stderr, flush=True)
+                logs.tell(f"mdb: {signal.Signals(signum).name}: stopping {len(self._places)} "
+                          f"workers (signal again to kill them)")
                 self.request_stop(signal.Signals(signum))
 
 

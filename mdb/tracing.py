@@ -330,10 +330,14 @@ def _exporter(signal: str, name: str) -> Any:
 
 class TraceIds(logging.Filter):
     """Adds ``trace`` to every log record: `` trace=<id> span=<id>`` while a span is
-    current (the message being handled), else empty. ``mdb run``'s log format ends with it."""
+    current (the message being handled), else empty. ``mdb run``'s log format ends with it.
+    ``trace_id`` and ``span_id`` hold the two ids alone (empty without a span), for the JSON
+    lines (``mdb.logs.JsonLines``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         context = trace.get_current_span().get_span_context()
-        record.trace = (f" trace={context.trace_id:032x} span={context.span_id:016x}"
-                        if context.is_valid else "")
+        trace_id = f"{context.trace_id:032x}" if context.is_valid else ""
+        span_id = f"{context.span_id:016x}" if context.is_valid else ""
+        record.trace_id, record.span_id = trace_id, span_id
+        record.trace = f" trace={trace_id} span={span_id}" if trace_id else ""
         return True
