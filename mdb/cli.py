@@ -10,8 +10,9 @@ PATH) [--header k=v]... [--json | --content-type TYPE] [--key K] [--reply-to DES
 PATH, ``-`` for stdin; ``--json`` labels a body that parses as JSON ``application/json``), traced
 as every send is (``OTEL_*`` variables, as ``mdb run``); ``mdb status [--config
 FILE] [--url URL]`` asks a running container's health endpoint (setting ``health_port``) how it
-is. ``mdb run`` re-applies the topology of its ``--config`` file when the file changes or on
-SIGHUP.
+is; ``mdb asyncapi MODULE... [--config FILE] [--output FILE]`` writes the listeners' AsyncAPI 3.0
+document (``mdb.asyncapi``). ``mdb run`` re-applies the topology of its ``--config`` file when
+the file changes or on SIGHUP.
 
 Exit status (a failure is one line on stderr, ``mdb: configuration error: ...`` or ``mdb: broker
 error: ...``, never a traceback):
@@ -41,7 +42,7 @@ from pathlib import Path
 
 import anyio
 
-from mdb import codec, logs, serve, tracing
+from mdb import asyncapi, codec, logs, serve, tracing
 from mdb.brokers import Brokers
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError, EncodeError
@@ -240,6 +241,15 @@ def _parser() -> argparse.ArgumentParser:
     p_send.add_argument("--correlation-id", metavar="ID", help="the JMSCorrelationID")
     common(p_send)
     p_send.set_defaults(command=send)
+
+    p_api = sub.add_parser("asyncapi", help="write the AsyncAPI 3.0 document of the listeners of "
+                                             "MODULE(s): their channels, payloads and modes")
+    p_api.add_argument("modules", nargs="+", metavar="MODULE")
+    p_api.add_argument("--output", "-o", metavar="FILE", help="write it here (default: stdout)")
+    p_api.add_argument("--api-version", default="1.0.0",
+                       help="the document's info.version (default: 1.0.0)")
+    common(p_api)
+    p_api.set_defaults(command=asyncapi.command)
 
     p_status = sub.add_parser("status", help="ask a running container how it is (exit 0: "
                                              "ready, 1: not ready, 3: no answer)")
