@@ -1,8 +1,9 @@
 """The ``mdb`` command.
 
 ``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]
-[--workers N]`` runs the container process (``mdb.serve``; N of them under a supervisor,
-``mdb.supervisor``); ``mdb subscriptions MODULE... [--config FILE]`` prints the
+[--workers N] [--reload]`` runs the container process (``mdb.serve``; N of them under a
+supervisor, ``mdb.supervisor``; restarted when the code changes with ``--reload``,
+``mdb.code_reload``); ``mdb subscriptions MODULE... [--config FILE]`` prints the
 subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
 NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION (BODY | --file
 PATH) [--header k=v]... [--json | --content-type TYPE] [--key K] [--reply-to DEST]
@@ -207,6 +208,9 @@ def _parser() -> argparse.ArgumentParser:
     p_run.add_argument("--workers", type=_positive, default=1, metavar="N",
                        help="run the server as N container processes under a supervisor "
                             "that restarts them (default: 1, this process alone)")
+    p_run.add_argument("--reload", action="store_true",
+                       help="development: restart the container when a .py file under the "
+                            "modules' directories changes (needs mdb[reload])")
     p_run.add_argument("--worker", help=argparse.SUPPRESS)  # INDEX:FD, from the supervisor
     common(p_run)
     p_run.set_defaults(command=serve.run)

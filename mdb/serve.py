@@ -16,7 +16,7 @@ from types import ModuleType
 import anyio
 from dependency_injector import containers
 
-from mdb import logs, tracing
+from mdb import code_reload, logs, tracing
 from mdb.container import Container
 from mdb.health import HealthServer, Page
 from mdb.listener import ListenerSpec
@@ -35,6 +35,10 @@ from mdb.worker_channel import WorkerChannel, WorkerPlace
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.reload:
+        return await code_reload.run_reloading(
+            _command(args), code_reload.directories(args.modules),
+            settings.shutdown_grace_period)
     if args.workers > 1:
         return await Supervisor(settings, args.workers, partial(_worker_command, args)).run()
     modules = import_modules(args.modules)
@@ -51,10 +55,18 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
 def _worker_command(args: argparse.Namespace, place: WorkerPlace) -> list[str]:
     """``mdb run`` as the worker in ``place`` of ``args``' supervisor: the same modules and
     options."""
-    command = [sys.executable, "-m", "mdb.cli", "run", *args.modules, "--worker", str(place)]
+    return [*_command(args), "--worker", str(place)]
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    """``mdb run`` of ``args``' modules and options, as a child process: a worker, or the
+    container ``--reload`` restarts (with ``--workers N``, a supervisor)."""
+    command = [sys.executable, "-m", "mdb.cli", "run", *args.modules]
     for option in ("config", "app", "server", "container"):
         if getattr(args, option) is not None:
             command += [f"--{option}", str(getattr(args, option))]
+    if args.reload and args.workers > 1:
+        command += ["--workers", str(args.workers)]
     return command
 
 
