@@ -60,14 +60,31 @@ HEARTBEAT = Received("heartbeat", {}, b"", raw=b"\n")
 
 class Splitter:
     """Buffers a connection's bytes and hands back each frame once it is whole, and each
-    heart-beat as ``HEARTBEAT``. Pure."""
+    heart-beat as ``HEARTBEAT``. Pure.
+
+    The reads of a frame not yet whole are only held until as many bytes came as it needs
+    (its ``content-length`` once its headers came): a large body arriving in many reads is
+    neither copied nor parsed again at each one."""
 
     def __init__(self) -> None:
-        self._buffer = b""
+        self._held: list[bytes] = []  # the reads since the last whole frame
+        self._size = 0  # their length
+        self._wanted = 0  # the length they need before a frame can be whole
+        # The parsed headers of the first frame held, while it waits for its body: command,
+        # headers, damage, where its body starts and its content-length.
+        self._waiting: tuple[str, dict[str, str], str | None, int, int] | None = None
 
     def feed(self, data: bytes) -> list[Received]:
         """The frames and heart-beats that ``data`` completes, in the order they were read."""
-        buffer = self._buffer + data if self._buffer else data
+        held = self._held
+        if held:
+            held.append(data)
+            self._size += len(data)
+            if self._size < self._wanted:
+                return []
+            buffer = b"".join(held)
+        else:
+            buffer = data
         size = len(buffer)
         frames: list[Received] = []
         at = 0
@@ -78,58 +95,67 @@ class Splitter:
                     frames.append(HEARTBEAT)
                     at = start
                     continue
-            cut = _cut(buffer, at, size)
+            cut = self._cut(buffer, at, size)
             if cut is None:
+                self._wanted -= at
                 break
             frame, end = cut
             if frame is not None:
                 frames.append(frame)
             at = _after_line_breaks(buffer, end + 1, size)
-        self._buffer = buffer[at:]
+        self._held = [buffer[at:]] if at < size else []
+        self._size = size - at
         return frames
 
     def __len__(self) -> int:
         """Bytes held for a frame not yet whole."""
-        return len(self._buffer)
+        return self._size
 
-
-def _cut(buffer: bytes, at: int, size: int) -> tuple[Received | None, int] | None:
-    """The frame that starts at ``at`` and where its NUL is (None for a frame of nothing, which
-    stomp.py skips too), or None while it is not whole."""
-    head = _blank_line(buffer, at, size)
-    nul = buffer.find(_NUL, at, size if head is None else head[0])
-    damage = None
-    if nul >= 0:
-        if not buffer.startswith(_MESSAGE, at):
-            return _parsed(buffer[at:nul], None), nul
-        if head is None:
-            if size - at <= MAX_HELD:
+    def _cut(self, buffer: bytes, at: int, size: int) -> tuple[Received | None, int] | None:
+        """The frame that starts at ``at`` and where its NUL is (None for a frame of nothing,
+        which stomp.py skips too), or None while it is not whole: ``_wanted`` then says how long
+        ``buffer`` must be before it can be."""
+        self._wanted = size + 1
+        if self._waiting is None:
+            head = _blank_line(buffer, at, size)
+            nul = buffer.find(_NUL, at, size if head is None else head[0])
+            damage = None
+            if nul >= 0:
+                if not buffer.startswith(_MESSAGE, at):
+                    return _parsed(buffer[at:nul], None), nul
+                if head is None:
+                    if size - at <= MAX_HELD:
+                        return None
+                    last = buffer.rfind(_NUL, at)
+                    return _parsed(buffer[at:last], NEVER_ENDED), last
+                damage = NUL_IN_HEADER
+            elif head is None:
                 return None
-            last = buffer.rfind(_NUL, at)
-            return _parsed(buffer[at:last], NEVER_ENDED), last
-        damage = NUL_IN_HEADER
-    elif head is None:
-        return None
-    head_end, body_start = head
-    command, headers = _head(buffer[at:head_end])
-    length = _content_length(headers)
-    if length is None:
-        end = buffer.find(_NUL, body_start)
-        if end < 0:
-            return None
-    else:
-        # stomp.py's cut: at the NUL that ends as many body bytes as announced, or at the
-        # first NUL past them.
-        end = body_start + length
-        if end >= size:
-            return None
-        if buffer[end]:
-            first = buffer.find(_NUL, body_start)
-            if first < 0:
+            head_end, body_start = head
+            command, headers = _head(buffer[at:head_end])
+            length = _content_length(headers)
+        else:  # the frame at ``at`` (the first held) had its headers parsed by an earlier read
+            command, headers, damage, body_start, length = self._waiting
+            self._waiting = None
+        if length is None:
+            end = buffer.find(_NUL, body_start)
+            if end < 0:
                 return None
-            end = max(end, first)
-    raw = b"" if command == "MESSAGE" else buffer[at:end]
-    return Received(command, headers, buffer[body_start:end], damage, raw), end
+        else:
+            # stomp.py's cut: at the NUL that ends as many body bytes as announced, or at the
+            # first NUL past them.
+            end = body_start + length
+            if end >= size:
+                self._wanted = end + 1
+                self._waiting = command, headers, damage, body_start - at, length
+                return None
+            if buffer[end]:
+                first = buffer.find(_NUL, body_start)
+                if first < 0:
+                    return None
+                end = max(end, first)
+        raw = b"" if command == "MESSAGE" else buffer[at:end]
+        return Received(command, headers, buffer[body_start:end], damage, raw), end
 
 
 def _parsed(raw: bytes, damage: str | None) -> Received | None:

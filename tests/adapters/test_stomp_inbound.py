@@ -81,3 +81,25 @@ def test_a_message_whose_headers_never_end_is_given_up_on(
     assert parts(fed(splitter, b"\x00RECEIPT\nreceipt-id:7")) == [
         ("MESSAGE", {"ack": "a", "x": "\x00" + "y" * 40}, b"", NEVER_ENDED)]
     assert parts(fed(splitter, b"\n\n\x00")) == [("RECEIPT", {"receipt-id": "7"}, b"", None)]
+
+
+def test_a_body_read_in_many_pieces_is_waited_for_without_parsing_its_headers_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[bytes] = []
+    head = inbound._head
+
+    def counted(preamble: bytes) -> tuple[str, dict[str, str]]:
+        parsed.append(preamble)
+        return head(preamble)
+
+    monkeypatch.setattr(inbound, "_head", counted)
+    body = bytes(range(256)) * 40  # NULs included
+    frame = b"MESSAGE\ncontent-length:%d\nack:a\n\n" % len(body) + body + b"\x00"
+    splitter = Splitter()
+    pieces = [frame[i:i + 100] for i in range(0, len(frame), 100)]
+    assert [f for piece in pieces[:-1] for f in splitter.feed(piece)] == []
+    assert len(splitter) == len(frame) - len(pieces[-1])
+    assert parts(splitter.feed(pieces[-1])) == [
+        ("MESSAGE", {"content-length": str(len(body)), "ack": "a"}, body, None)]
+    assert parsed == [b"MESSAGE\ncontent-length:10240\nack:a"]
+    assert len(splitter) == 0
