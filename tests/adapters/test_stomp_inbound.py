@@ -4,6 +4,7 @@ headers of a MESSAGE frame kept and reported as damage."""
 from __future__ import annotations
 
 import pytest
+import stomp.utils
 
 from mdb_stomp import inbound
 from mdb_stomp.inbound import HEARTBEAT, NEVER_ENDED, NUL_IN_HEADER, Received, Splitter
@@ -58,6 +59,11 @@ def test_headers_are_parsed_as_stomp_py_parses_them() -> None:
         ("ERROR", {"a:b": "c\nd\\", "x": "1", "bad": "\ufffd"}, b"why", None)]
     assert frame.raw == (b"ERROR\r\na\\cb:c\\nd\\\\\r\nx:1\r\nx:2\r\n:v\r\nnone\r\n"
                          b"bad:\xff\r\n\r\nwhy")
+    # ActiveMQ escapes the colons of its ids; an unknown escape and a last backslash are kept.
+    preamble = b"MESSAGE\nack:ID\\cvm-1\\c2\nn\\r\\n:a\\tb\\\nz:\\c\\\\c"
+    [message] = Splitter().feed(preamble + b"\n\nx\x00")
+    assert message.headers == stomp.utils.parse_frame(preamble).headers == {
+        "ack": "ID:vm-1:2", "n\r\n": "a\\tb\\", "z": ":\\c"}
 
 
 def test_a_nul_in_a_message_header_keeps_the_frame_whole_and_marks_it_damaged() -> None:
