@@ -103,9 +103,9 @@ class ProblemKind(enum.Enum):
     on the error destination."""
 
     DAMAGED = "mdb.DamagedFrame"
-    """Received in a damaged or inconsistent form (e.g. a frame cut at a NUL byte in a header):
-    the delivery's ``headers`` and ``body`` are what could be read of it, NUL bytes in headers
-    replaced by U+FFFD."""
+    """Received in a damaged or inconsistent form (e.g. a MESSAGE frame with a NUL byte in a
+    header): the delivery's ``headers`` and ``body`` are what could be read of it, NUL bytes in
+    headers replaced by U+FFFD."""
     UNSUPPORTED = "mdb.UnsupportedMessageKind"
     """A kind of message whose body the broker could not carry over the adapter's protocol (a
     JMS MapMessage over STOMP arrives with an empty body): handing it to a handler as an empty

@@ -1,8 +1,9 @@
 """The ``mdb`` command.
 
 ``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]
-[--workers N]`` runs the container process (``mdb.serve``; N of them under a supervisor,
-``mdb.supervisor``); ``mdb subscriptions MODULE... [--config FILE]`` prints the
+[--workers N] [--reload]`` runs the container process (``mdb.serve``; N of them under a
+supervisor, ``mdb.supervisor``; restarted when the code changes with ``--reload``,
+``mdb.code_reload``); ``mdb subscriptions MODULE... [--config FILE]`` prints the
 subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
 NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION (BODY | --file
 PATH) [--header k=v]... [--json | --content-type TYPE] [--key K] [--reply-to DEST]
@@ -10,9 +11,10 @@ PATH) [--header k=v]... [--json | --content-type TYPE] [--key K] [--reply-to DES
 PATH, ``-`` for stdin; ``--json`` labels a body that parses as JSON ``application/json``), traced
 as every send is (``OTEL_*`` variables, as ``mdb run``); ``mdb status [--config
 FILE] [--url URL]`` asks a running container's health endpoint (setting ``health_port``) how it
-is. ``mdb db upgrade [--config FILE]`` creates the tables of exactly-once listeners in every
-database of ``databases`` (docs/exactly-once.md). ``mdb run`` re-applies the topology of its
-``--config`` file when the file changes or on SIGHUP.
+is; ``mdb asyncapi MODULE... [--config FILE] [--output FILE]`` writes the listeners' AsyncAPI 3.0
+document (``mdb.asyncapi``); ``mdb db upgrade [--config FILE]`` creates the tables of
+exactly-once listeners in every database of ``databases`` (docs/exactly-once.md). ``mdb run``
+re-applies the topology of its ``--config`` file when the file changes or on SIGHUP.
 
 Exit status (a failure is one line on stderr, ``mdb: configuration error: ...`` or ``mdb: broker
 error: ...``, never a traceback):
@@ -39,13 +41,14 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 
-from mdb import codec, logs, serve, tracing
+from mdb import asyncapi, codec, logs, serve, tracing
 from mdb.brokers import Brokers
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError, DatabaseUnavailable, EncodeError, sole
@@ -74,13 +77,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         except BaseExceptionGroup as group:
             raise sole(group) from None
     except ConfigurationError as exc:
-        print(f"mdb: configuration error: {exc}", file=sys.stderr)
+        logs.tell(f"mdb: configuration error: {exc}", logging.ERROR)
         sys.exit(2)
     except EncodeError as exc:
-        print(f"mdb: cannot send: {exc}", file=sys.stderr)
+        logs.tell(f"mdb: cannot send: {exc}", logging.ERROR)
         sys.exit(2)
     except BrokerError as exc:
-        print(f"mdb: broker error: {exc}", file=sys.stderr)
+        logs.tell(f"mdb: broker error: {exc}", logging.ERROR)
         sys.exit(3)
     sys.exit(code)
 
@@ -262,6 +265,9 @@ def _parser() -> argparse.ArgumentParser:
     p_run.add_argument("--workers", type=_positive, default=1, metavar="N",
                        help="run the server as N container processes under a supervisor "
                             "that restarts them (default: 1, this process alone)")
+    p_run.add_argument("--reload", action="store_true",
+                       help="development: restart the container when a .py file under the "
+                            "modules' directories changes (needs mdb[reload])")
     p_run.add_argument("--worker", help=argparse.SUPPRESS)  # INDEX:FD, from the supervisor
     common(p_run)
     p_run.set_defaults(command=serve.run)
@@ -296,6 +302,15 @@ def _parser() -> argparse.ArgumentParser:
     p_send.add_argument("--correlation-id", metavar="ID", help="the JMSCorrelationID")
     common(p_send)
     p_send.set_defaults(command=send)
+
+    p_api = sub.add_parser("asyncapi", help="write the AsyncAPI 3.0 document of the listeners of "
+                                             "MODULE(s): their channels, payloads and modes")
+    p_api.add_argument("modules", nargs="+", metavar="MODULE")
+    p_api.add_argument("--output", "-o", metavar="FILE", help="write it here (default: stdout)")
+    p_api.add_argument("--api-version", default="1.0.0",
+                       help="the document's info.version (default: 1.0.0)")
+    common(p_api)
+    p_api.set_defaults(command=asyncapi.command)
 
     p_status = sub.add_parser("status", help="ask a running container how it is (exit 0: "
                                              "ready, 1: not ready, 3: no answer)")

@@ -37,8 +37,11 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from mdb.errors import ConfigurationError
-from mdb.probe_server import Answer, ProbeServer
+from mdb.probe_server import Answer, ProbeServer, Request, json_answer
 from mdb.settings import Settings
+
+Page = tuple[str, bytes]
+"""``/metrics``: (content type, body)."""
 
 
 @dataclass(frozen=True)
@@ -198,14 +201,17 @@ class HealthServer:
     ``snapshot`` on that loop (it must not block; a coroutine function may await, as the
     supervisor's asks its workers), and waits for it. ``port`` 0 picks a free port;
     after :meth:`start`, ``port`` is the bound one. :meth:`close` is idempotent; it blocks its
-    caller (the loop) only until the server has closed its connections.
+    caller (the loop) only until the server has closed its connections. ``metrics``, when
+    given, answers ``/metrics`` on that loop too, from the request's ``Accept`` header.
     """
 
     def __init__(self, snapshot: Callable[[], Health | Awaitable[Health]],
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0,
+                 metrics: Callable[[str], Page | Awaitable[Page]] | None = None) -> None:
         self.host = host
         self.port = port
         self._snapshot = snapshot
+        self._metrics = metrics
         self._token = anyio.lowlevel.current_token()  # RuntimeError off the event loop
         self._server: ProbeServer | None = None
 
@@ -229,22 +235,40 @@ class HealthServer:
         if server is not None:
             server.close()
 
-    def _answer(self, path: str) -> Answer:
+    def _answer(self, request: Request) -> Answer:
         """Runs in a request thread."""
+        path, accept = request
+        if path == "/metrics" and self._metrics is not None:
+            return self._page(accept)
         if path not in ("/health/live", "/health/ready", "/status"):
-            return HTTPStatus.NOT_FOUND, {"error": f"no route {path}; try /health/live, "
-                                                   f"/health/ready or /status"}
+            return json_answer(HTTPStatus.NOT_FOUND, {
+                "error": f"no route {path}; try /health/live, /health/ready or /status"})
         try:
             health = anyio.from_thread.run(self._take, token=self._token)
         except RuntimeError:
-            return HTTPStatus.SERVICE_UNAVAILABLE, {
+            return json_answer(HTTPStatus.SERVICE_UNAVAILABLE, {
                 "live": False, "ready": False,
-                "error": "the container's event loop is not running"}
+                "error": "the container's event loop is not running"})
         if path == "/health/live":
-            return _ok(health.live), {"live": health.live}
+            return json_answer(_ok(health.live), {"live": health.live})
         if path == "/health/ready":
-            return _ok(health.ready), {"ready": health.ready, **health.unready()}
-        return HTTPStatus.OK, health.to_json()
+            return json_answer(_ok(health.ready), {"ready": health.ready, **health.unready()})
+        return json_answer(HTTPStatus.OK, health.to_json())
+
+    def _page(self, accept: str) -> Answer:
+        """``/metrics``, in a request thread."""
+        try:
+            content_type, data = anyio.from_thread.run(self._take_page, accept,
+                                                       token=self._token)
+        except RuntimeError:
+            return (HTTPStatus.SERVICE_UNAVAILABLE, "text/plain",
+                    b"the container's event loop is not running\n")
+        return HTTPStatus.OK, content_type, data
+
+    async def _take_page(self, accept: str) -> Page:
+        assert self._metrics is not None
+        taken = self._metrics(accept)
+        return taken if isinstance(taken, tuple) else await taken
 
 
     async def _take(self) -> Health:

@@ -1,5 +1,10 @@
-"""The process's log: its format and level (``MDB_LOG_LEVEL``), and the broker libraries' own
-loggers kept quiet and free of secrets.
+"""The process's log: its format (``MDB_LOG_FORMAT``: ``text`` or ``json``) and level
+(``MDB_LOG_LEVEL``), and the broker libraries' own loggers kept quiet and free of secrets.
+
+With ``MDB_LOG_FORMAT=json`` every line on stderr is one JSON object (``JsonLines``), for a log
+shipper: the log records, the one-line messages of ``mdb run`` and its supervisor (``tell``),
+Python's warnings and an uncaught exception's traceback. Stdout (the subscription plan, the
+ready and status lines) stays text.
 
 A broker library logs what mdb already says in one line per broker per outage (``mdb.events``):
 stomp.py alone logs a "could not connect" warning per reconnect attempt per connection and an
@@ -10,8 +15,12 @@ with every URL password and STOMP passcode masked (``mdb.redaction.mask_secrets`
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import sys
+from datetime import UTC, datetime
+from types import TracebackType
 
 from mdb import tracing
 from mdb.redaction import mask_secrets
@@ -20,10 +29,66 @@ FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s%(trace)s"
 
 
 def configure() -> None:
-    """Log to stderr at ``MDB_LOG_LEVEL`` (default INFO), with trace ids on each line."""
+    """Log to stderr at ``MDB_LOG_LEVEL`` (default INFO), in ``MDB_LOG_FORMAT``, with trace ids
+    on each line. A format it does not know ends the process (exit status 2) in one line."""
+    json_lines = _json_asked()
     logging.basicConfig(level=os.environ.get("MDB_LOG_LEVEL", "INFO").upper(), format=FORMAT)
     for handler in logging.getLogger().handlers:
         handler.addFilter(tracing.TraceIds())
+        if json_lines:
+            handler.setFormatter(JsonLines())
+    if json_lines:
+        logging.captureWarnings(True)
+        sys.excepthook = _log_uncaught
+
+
+def _json_asked() -> bool:
+    value = os.environ.get("MDB_LOG_FORMAT", "text").strip().lower() or "text"
+    if value not in ("text", "json"):
+        # The log is not set up yet: this one line is all the process says.
+        print(f"mdb: configuration error: MDB_LOG_FORMAT={value!r}: mdb knows 'text' and "
+              f"'json'", file=sys.stderr, flush=True)
+        sys.exit(2)
+    return value == "json"
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per record: ``timestamp`` (ISO 8601, UTC), ``level``, ``logger``,
+    ``message``, ``trace_id`` and ``span_id`` while a span is current (the message being
+    handled: ``tracing.TraceIds``), ``exception`` with the traceback when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, object] = {
+            "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(
+                timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        trace_id = getattr(record, "trace_id", "")
+        if trace_id:
+            line["trace_id"], line["span_id"] = trace_id, getattr(record, "span_id", "")
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def tell(text: str, level: int = logging.WARNING) -> None:
+    """Say ``text`` on stderr, as ``mdb run`` says what the operator must know at once (a
+    signal, a worker's end, why it stops): the line itself, or a record of logger ``mdb``
+    at ``level`` in JSON."""
+    if any(isinstance(h.formatter, JsonLines) for h in logging.getLogger().handlers):
+        logging.getLogger("mdb").log(level, text)
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
+def _log_uncaught(kind: type[BaseException], exc: BaseException,
+                  traceback: TracebackType | None) -> None:
+    logging.getLogger("mdb").critical("uncaught %s", kind.__name__,
+                                      exc_info=(kind, exc, traceback))
 
 
 class LibraryRecords(logging.Filter):

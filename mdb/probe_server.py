@@ -39,8 +39,11 @@ from typing import Any
 
 log = logging.getLogger("mdb.health")
 
-Answer = tuple[HTTPStatus, dict[str, object]]
-_Job = tuple[str, asyncio.Future[Answer | Exception]]
+Answer = tuple[HTTPStatus, str, bytes]
+"""A response: its status, content type and body."""
+Request = tuple[str, str]
+"""A GET request: its path (without the query) and its ``Accept`` header ("" when none)."""
+_Job = tuple[Request, asyncio.Future[Answer | Exception]]
 
 
 class _Refused(Exception):
@@ -48,12 +51,12 @@ class _Refused(Exception):
 
     def __init__(self, status: HTTPStatus, error: str) -> None:
         super().__init__(error)
-        self.answer: Answer = (status, {"error": error})
+        self.answer: Answer = json_answer(status, {"error": error})
 
 
 class ProbeServer:
-    """Serves ``answer(path)`` (a status and a JSON object; it runs in an answer thread) as
-    JSON to ``GET`` requests on the listening socket ``sock``, from :meth:`start` until
+    """Serves ``answer(request)`` (a status, content type and body; it runs in an answer
+    thread) to ``GET`` requests on the listening socket ``sock``, from :meth:`start` until
     :meth:`close` (idempotent; it returns once the server's threads are told to stop, without
     waiting for an answer being computed)."""
 
@@ -62,7 +65,7 @@ class ProbeServer:
     ANSWER_THREADS = 2
     MAX_REQUEST_BYTES = 8_192  # the request line and the headers
 
-    def __init__(self, sock: socket.socket, answer: Callable[[str], Answer]) -> None:
+    def __init__(self, sock: socket.socket, answer: Callable[[Request], Answer]) -> None:
         self._sock = sock
         self._answer = answer
         self._loop = asyncio.new_event_loop()
@@ -133,12 +136,12 @@ class ProbeServer:
                     sock=conn, limit=self.MAX_REQUEST_BYTES)
                 self._waiting[task] = None
                 try:
-                    path = await _request(reader)
+                    request = await _request(reader)
                     self._waiting.pop(task, None)
-                    status, body = await self._answered(path)
+                    answer = await self._answered(request)
                 except _Refused as refused:
-                    status, body = refused.answer
-                writer.write(_response(status, body))
+                    answer = refused.answer
+                writer.write(_response(*answer))
                 await writer.drain()
                 answered = True
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
@@ -163,28 +166,29 @@ class ProbeServer:
         oldest.cancel()  # its task closes the connection as it ends
         return True
 
-    async def _answered(self, path: str) -> Answer:
+    async def _answered(self, request: Request) -> Answer:
         if self._unanswered >= self.MAX_CONNECTIONS:
-            return HTTPStatus.SERVICE_UNAVAILABLE, {
+            return json_answer(HTTPStatus.SERVICE_UNAVAILABLE, {
                 "live": False, "ready": False,
-                "error": "earlier requests are still waiting for the container's event loop"}
+                "error": "earlier requests are still waiting for the container's event loop"})
         future: asyncio.Future[Answer | Exception] = self._loop.create_future()
         self._unanswered += 1
-        self._jobs.put((path, future))
+        self._jobs.put((request, future))
         outcome = await future
         if isinstance(outcome, Exception):
-            log.error("health endpoint: answering %s failed", path, exc_info=outcome)
-            return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(outcome).__name__}"}
+            log.error("health endpoint: answering %s failed", request[0], exc_info=outcome)
+            return json_answer(HTTPStatus.INTERNAL_SERVER_ERROR,
+                               {"error": f"{type(outcome).__name__}"})
         return outcome
 
     def _work(self) -> None:
         """An answer thread."""
         while (job := self._jobs.get()) is not None:
-            path, future = job
+            request, future = job
             outcome: Answer | Exception | None = None
             if not future.cancelled():  # its client is gone: no answer to compute
                 try:
-                    outcome = self._answer(path)
+                    outcome = self._answer(request)
                 except Exception as exc:  # a bug, reported to the client and logged once
                     outcome = exc
             try:
@@ -199,22 +203,29 @@ class ProbeServer:
             _settle(future, outcome)
 
 
-async def _request(reader: asyncio.StreamReader) -> str:
-    """The path of the GET request ``reader`` brings (its query left out)."""
+async def _request(reader: asyncio.StreamReader) -> Request:
+    """The path (its query left out) and ``Accept`` header of the GET request ``reader``
+    brings."""
     head = await reader.readuntil(b"\r\n\r\n")
-    words = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+    first, *fields = head.decode("latin-1").split("\r\n")
+    words = first.split()
     if len(words) != 3 or not words[2].startswith("HTTP/"):
         raise _Refused(HTTPStatus.BAD_REQUEST, "not an HTTP request")
     method, target, _ = words
     if method != "GET":
         raise _Refused(HTTPStatus.METHOD_NOT_ALLOWED, f"{method}: every route is a GET")
-    return target.split("?", 1)[0]
+    accept = next((value.strip() for name, _, value in (f.partition(":") for f in fields)
+                   if name.strip().lower() == "accept"), "")
+    return target.split("?", 1)[0], accept
 
 
-def _response(status: HTTPStatus, body: dict[str, object]) -> bytes:
-    data = json.dumps(body).encode()
+def json_answer(status: HTTPStatus, body: dict[str, object]) -> Answer:
+    return status, "application/json", json.dumps(body).encode()
+
+
+def _response(status: HTTPStatus, content_type: str, data: bytes) -> bytes:
     return (f"HTTP/1.1 {status.value} {status.phrase}\r\n"
-            "Content-Type: application/json\r\n"
+            f"Content-Type: {content_type}\r\n"
             f"Content-Length: {len(data)}\r\n"
             "Connection: close\r\n\r\n").encode() + data
 

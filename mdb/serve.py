@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from functools import partial
 from types import ModuleType
@@ -18,10 +19,10 @@ from typing import NoReturn
 import anyio
 from dependency_injector import containers
 
-from mdb import tracing
+from mdb import code_reload, logs, tracing
 from mdb.container import Container
 from mdb.delivery.timeouts import HandlerCall
-from mdb.health import HealthServer
+from mdb.health import HealthServer, Page
 from mdb.listener import ListenerSpec
 from mdb.reload import reload_on_change
 from mdb.report import plan_table, print_status, status_line
@@ -39,6 +40,10 @@ from mdb.worker_channel import WorkerChannel, WorkerPlace
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.reload:
+        return await code_reload.run_reloading(
+            _command(args), code_reload.directories(args.modules),
+            settings.shutdown_grace_period)
     if args.workers > 1:
         return await Supervisor(settings, args.workers, partial(_worker_command, args)).run()
     modules = import_modules(args.modules)
@@ -86,10 +91,18 @@ def _label(args: argparse.Namespace) -> str:
 def _worker_command(args: argparse.Namespace, place: WorkerPlace) -> list[str]:
     """``mdb run`` as the worker in ``place`` of ``args``' supervisor: the same modules and
     options."""
-    command = [sys.executable, "-m", "mdb.cli", "run", *args.modules, "--worker", str(place)]
+    return [*_command(args), "--worker", str(place)]
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    """``mdb run`` of ``args``' modules and options, as a child process: a worker, or the
+    container ``--reload`` restarts (with ``--workers N``, a supervisor)."""
+    command = [sys.executable, "-m", "mdb.cli", "run", *args.modules]
     for option in ("config", "app", "server", "container"):
         if getattr(args, option) is not None:
             command += [f"--{option}", str(getattr(args, option))]
+    if args.reload and args.workers > 1:
+        command += ["--workers", str(args.workers)]
     return command
 
 
@@ -107,7 +120,8 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
                              [(d.spec, d.planned) for d in container.deployed]), flush=True)
         health = None
         if settings.health_port is not None:
-            health = HealthServer(container.health, settings.health_host, settings.health_port)
+            health = HealthServer(container.health, settings.health_host, settings.health_port,
+                                  metrics=_metrics(container))
             health.start()
             print(f"{label}: health on http://{settings.health_host}:{health.port}", flush=True)
             if channel is not None:
@@ -143,12 +157,21 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
     return container
 
 
+def _metrics(container: Container) -> Callable[[str], Page] | None:
+    """``/metrics`` for the health port, when ``OTEL_METRICS_EXPORTER=prometheus``
+    (docs/metrics.md)."""
+    if tracing.metrics_exporter() != "prometheus":
+        return None
+    from mdb.metrics import ContainerMetrics  # the extra: tracing.configure checked it is there
+
+    return ContainerMetrics(container)
+
+
 async def _stop_on_signals(container: Container) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             if container.stopping:
-                print("mdb: second signal, exiting now", file=sys.stderr, flush=True)
+                logs.tell("mdb: second signal, exiting now", logging.ERROR)
                 os._exit(128 + signum)
-            print(f"mdb: {signal.Signals(signum).name}: stopping (signal again to exit now)",
-                  file=sys.stderr, flush=True)
+            logs.tell(f"mdb: {signal.Signals(signum).name}: stopping (signal again to exit now)")
             container.request_stop()

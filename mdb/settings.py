@@ -37,6 +37,12 @@ from mdb.topology import Member, Topology
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 
 
+def host_server_name(hostname: str) -> str:
+    """The default ``server``: the host name's first label, made a valid name (a Kubernetes
+    StatefulSet's pod ``orders-1`` is server ``orders_1``, stable across restarts)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", hostname.split(".")[0]) or "server"
+
+
 class MemberSettings(BaseModel):
     """One member of a distributed destination: a physical destination on a broker."""
 
@@ -82,8 +88,9 @@ class Settings(BaseSettings):
 
     app: str = Field(default="mdb", description="application name; processes of one app share work")
     server: str = Field(
-        default_factory=lambda: socket.gethostname().split(".")[0],
-        description="this process's name, stable across restarts (default: the host name)")
+        default_factory=lambda: host_server_name(socket.gethostname()),
+        description="this process's name, stable across restarts (default: the host name, "
+                    "each character other than a letter, digit or `_` made `_`)")
     brokers: dict[str, BrokerSettings] = Field(
         default_factory=lambda: {"default": BrokerSettings()},
         description="brokers by name; destinations not listed in `destinations` use the first "

@@ -10,6 +10,7 @@ resubscribes a slot whose connection was lost, drains and ends the slots of memb
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
@@ -52,7 +53,9 @@ class Deployed:
 class Slot:
     """One pool slot on one member: a subscription on one connection, one delivery (or batch)
     at a time. ``retired`` once its member left the topology: it finishes what it holds and
-    ends. ``receiving`` is set while it waits for a delivery: cancelling it ends the wait."""
+    ends. ``receiving`` is set while it waits for a delivery: cancelling it ends the wait.
+    ``holding_since`` is the ``time.monotonic()`` at which it received what it holds, until
+    that is settled (or left to the broker); None while it holds nothing."""
 
     deployed: Deployed
     planned: PlannedSubscription
@@ -60,6 +63,7 @@ class Slot:
     subscription: Subscription | None = None
     retired: bool = False
     receiving: anyio.CancelScope | None = None
+    holding_since: float | None = None
     ended: anyio.Event = field(default_factory=anyio.Event)
 
 
@@ -192,7 +196,12 @@ class Slots:
                 while len(batch) < batch_size and (
                         ready := subscription.receive_nowait()) is not None:
                     batch.append(ready)
-                if not await processor.process_batch(connection, subscription, batch):
+                slot.holding_since = time.monotonic()
+                try:
+                    settled = await processor.process_batch(connection, subscription, batch)
+                finally:
+                    slot.holding_since = None
+                if not settled:
                     # Brokers keep an unsettled delivery with its live subscription; closing
                     # the subscription (_release) hands it back for redelivery, flagged.
                     return

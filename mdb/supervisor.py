@@ -21,7 +21,8 @@ The supervisor:
   ended. A second signal kills the workers (SIGKILL) and exits 128+N at once;
 * serves the health endpoint (``health_port``) for the whole server: live while every worker
   that runs answers live, ready while every worker runs and is ready (a server short of a
-  worker is short of the pool slots its settings promise).
+  worker is short of the pool slots its settings promise); ``/metrics`` there holds every
+  worker's, labelled ``worker`` (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -41,6 +41,7 @@ import anyio
 import anyio.to_thread
 from anyio.abc import Process, UNIXSocketStream
 
+from mdb import logs, tracing
 from mdb.errors import ConfigurationError
 from mdb.health import (
     BrokerHealth,
@@ -48,6 +49,7 @@ from mdb.health import (
     HealthServer,
     ListenerHealth,
     NotLive,
+    Page,
     Unreachable,
     WorkerHealth,
     fetch_status,
@@ -111,8 +113,9 @@ class Supervisor:
         status, or 1)."""
         health = None
         if self.settings.health_port is not None:
-            health = HealthServer(self.health, self.settings.health_host,
-                                  self.settings.health_port)
+            health = HealthServer(
+                self.health, self.settings.health_host, self.settings.health_port,
+                metrics=self.metrics if tracing.metrics_exporter() == "prometheus" else None)
             health.start()
             print(f"mdb: health on http://{self.settings.health_host}:{health.port}",
                   flush=True)
@@ -158,6 +161,17 @@ class Supervisor:
                     asking.start_soon(ask, place, place.health_url)
         return server_health(self._places, answers, self._stopping.is_set())
 
+    async def metrics(self, accept: str) -> Page:
+        """``/metrics``: every worker's page, each sample labelled with its ``worker``, and
+        the state of each (``mdb.metrics.WorkerMetrics``, docs/metrics.md)."""
+        from mdb import metrics  # the prometheus extra, which the workers' setup checks
+
+        health = await self.health()
+        urls = [(place.index, place.health_url) for place in self._places
+                if place.health_url is not None and place.state in ("ready", "starting")]
+        pages = await anyio.to_thread.run_sync(metrics.fetch_pages, urls, ASK_TIMEOUT)
+        return metrics.supervisor_page(health, pages, accept)
+
     async def _keep_up(self, place: Place) -> None:
         while not self._stopping.is_set():
             code, was_ready = await self._run_once(place)
@@ -172,9 +186,9 @@ class Supervisor:
                                   or place.failed_starts >= START_ATTEMPTS):
                 why = ("a configuration error no restart mends" if code == _CONFIGURATION_ERROR
                        else f"{place.failed_starts} times in a row")
-                print(f"mdb: worker {place.index} cannot be kept up: it exited with status "
-                      f"{code} before it was ready ({why}); stopping the others",
-                      file=sys.stderr, flush=True)
+                logs.tell(f"mdb: worker {place.index} cannot be kept up: it exited with status "
+                          f"{code} before it was ready ({why}); stopping the others",
+                          logging.ERROR)
                 self._failure = code if code in (2, 3) else 1
                 place.state = "stopped"
                 self.request_stop()
@@ -182,8 +196,8 @@ class Supervisor:
             pause = self._pause(place)
             place.restarts += 1
             place.state = "restarting"
-            print(f"mdb: worker {place.index} (pid {place.pid}) exited with status {code}; "
-                  f"restart {place.restarts} in {pause:g} s", file=sys.stderr, flush=True)
+            logs.tell(f"mdb: worker {place.index} (pid {place.pid}) exited with status {code}; "
+                      f"restart {place.restarts} in {pause:g} s")
             with anyio.move_on_after(pause):
                 await self._stopping.wait()
 
@@ -239,8 +253,7 @@ class Supervisor:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 if self._stopping.is_set():
-                    print("mdb: second signal, killing the workers", file=sys.stderr,
-                          flush=True)
+                    logs.tell("mdb: second signal, killing the workers", logging.ERROR)
                     running = [p.process for p in self._places
                                if p.process is not None and p.process.returncode is None]
                     for process in running:
@@ -249,8 +262,8 @@ class Supervisor:
                         for process in running:
                             await process.wait()
                     os._exit(128 + signum)
-                print(f"mdb: {signal.Signals(signum).name}: stopping {len(self._places)} "
-                      f"workers (signal again to kill them)", file=sys.stderr, flush=True)
+                logs.tell(f"mdb: {signal.Signals(signum).name}: stopping {len(self._places)} "
+                          f"workers (signal again to kill them)")
                 self.request_stop(signal.Signals(signum))
 
 

@@ -277,7 +277,10 @@ def configure(service_name: str) -> Callable[[], None]:
     application already did; return what flushes and shuts them down at exit.
 
     ``OTEL_TRACES_EXPORTER`` and ``OTEL_METRICS_EXPORTER``: ``console``, ``otlp`` (needs the
-    ``otlp`` extra) or ``none`` (the default here: nothing is exported unless asked).
+    ``otlp`` extra) or ``none`` (the default here: nothing is exported unless asked);
+    ``OTEL_METRICS_EXPORTER`` also ``prometheus`` (needs the ``prometheus`` extra): the metrics
+    are read into ``prometheus_client``'s registry when ``/metrics`` is asked for
+    (``mdb.metrics``), never pushed.
     ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` name the resource; without a
     service name it is the app's name.
     """
@@ -295,14 +298,15 @@ def configure(service_name: str) -> Callable[[], None]:
         tracer_provider.add_span_processor(BatchSpanProcessor(_exporter("traces", traces)))
         trace.set_tracer_provider(tracer_provider)
         done.append(tracer_provider.shutdown)
-    meters = _exporter_name("OTEL_METRICS_EXPORTER")
+    meters = metrics_exporter()
     if meters != "none" and not _metrics_on():
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
         meter_provider = MeterProvider(
-            resource=resource, metric_readers=[PeriodicExportingMetricReader(
-                _exporter("metrics", meters))])
+            resource=resource, metric_readers=[
+                _exporter("metrics", meters) if meters == "prometheus"
+                else PeriodicExportingMetricReader(_exporter("metrics", meters))])
         metrics.set_meter_provider(meter_provider)
         done.append(meter_provider.shutdown)
 
@@ -313,10 +317,17 @@ def configure(service_name: str) -> Callable[[], None]:
     return shutdown
 
 
-def _exporter_name(variable: str) -> str:
+def metrics_exporter() -> str:
+    """``OTEL_METRICS_EXPORTER``: ``console``, ``otlp``, ``prometheus`` or ``none``."""
+    return _exporter_name("OTEL_METRICS_EXPORTER", "prometheus")
+
+
+def _exporter_name(variable: str, *more: str) -> str:
     value = os.environ.get(variable, "none").strip().lower() or "none"
-    if value not in {"none", "console", "otlp"}:
-        raise ConfigurationError(f"{variable}={value!r}: mdb knows 'console', 'otlp' and 'none'")
+    known = ("console", "otlp", *more, "none")
+    if value not in known:
+        raise ConfigurationError(f"{variable}={value!r}: mdb knows "
+                                 f"{', '.join(map(repr, known[:-1]))} and 'none'")
     return value
 
 
@@ -328,6 +339,15 @@ _EXPORTERS = {
     ("metrics", "console"): ("opentelemetry.sdk.metrics.export", "ConsoleMetricExporter"),
     ("metrics", "otlp"): ("opentelemetry.exporter.otlp.proto.http.metric_exporter",
                           "OTLPMetricExporter"),
+    # A reader, not an exporter: the metrics are read when /metrics is scraped.
+    ("metrics", "prometheus"): ("opentelemetry.exporter.prometheus", "PrometheusMetricReader"),
+}
+
+_MISSING = {
+    "otlp": "OTEL_*_EXPORTER=otlp needs the OTLP exporter: pip install 'mdb[otlp]' "
+            "(opentelemetry-exporter-otlp-proto-http)",
+    "prometheus": "OTEL_METRICS_EXPORTER=prometheus needs pip install 'mdb[prometheus]' "
+                  "(opentelemetry-exporter-prometheus, prometheus-client)",
 }
 
 
@@ -336,19 +356,19 @@ def _exporter(signal: str, name: str) -> Any:
     try:
         return getattr(importlib.import_module(module), cls)()
     except ImportError:
-        raise ConfigurationError(_NO_OTLP) from None
-
-
-_NO_OTLP = ("OTEL_*_EXPORTER=otlp needs the OTLP exporter: pip install 'mdb[otlp]' "
-            "(opentelemetry-exporter-otlp-proto-http)")
+        raise ConfigurationError(_MISSING[name]) from None
 
 
 class TraceIds(logging.Filter):
     """Adds ``trace`` to every log record: `` trace=<id> span=<id>`` while a span is
-    current (the message being handled), else empty. ``mdb run``'s log format ends with it."""
+    current (the message being handled), else empty. ``mdb run``'s log format ends with it.
+    ``trace_id`` and ``span_id`` hold the two ids alone (empty without a span), for the JSON
+    lines (``mdb.logs.JsonLines``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         context = trace.get_current_span().get_span_context()
-        record.trace = (f" trace={context.trace_id:032x} span={context.span_id:016x}"
-                        if context.is_valid else "")
+        trace_id = f"{context.trace_id:032x}" if context.is_valid else ""
+        span_id = f"{context.span_id:016x}" if context.is_valid else ""
+        record.trace_id, record.span_id = trace_id, span_id
+        record.trace = f" trace={trace_id} span={span_id}" if trace_id else ""
         return True

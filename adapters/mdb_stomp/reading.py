@@ -5,10 +5,11 @@ stomp.py reads on a receiver thread of its own; every frame then had to cross to
 ACK written from the loop contended for the GIL with the next read. Measured on ActiveMQ, one
 message at a time, a hand-written consumer: 91-102 µs of CPU per message acking on the receiver
 thread, 132-147 µs when each message crossed to a loop, 82-85 µs reading on the loop
-(docs/performance.md). So stomp.py connects, writes and parses, but its receiver thread is
-never started (``Transport.override_threading``): the loop watches the socket (``add_reader``),
-cuts what it reads into frames (``mdb_stomp.framing``) and hands each, parsed, to stomp.py's
-``process_frame`` through ``FrameReader``.
+(docs/performance.md). So stomp.py connects and writes, but its receiver thread is never
+started (``Transport.override_threading``): the loop watches the socket (``add_reader``) and
+hands what it reads to a ``FrameReader`` (``mdb_stomp.inbound``), which cuts and parses the
+frames and hands MESSAGE frames to the subscriptions, the others to stomp.py's
+``process_frame``.
 
 Only the loop reads, writes and closes the socket. Frames written on other threads (the
 CONNECT frame on the connecting thread, stomp.py's heart-beats on its own) go through
@@ -37,10 +38,8 @@ import threading
 from typing import Any
 
 import stomp.exception
-import stomp.utils
 
-from mdb_stomp.framing import HEARTBEAT, Splitter
-from mdb_stomp.listener import FrameReader
+from mdb_stomp.inbound import FrameReader
 
 log = logging.getLogger("mdb_stomp")
 
@@ -59,7 +58,6 @@ class LoopReading:
         self._loop_thread = threading.get_ident()
         self._transport = transport
         self._reader = reader
-        self._splitter = Splitter()
         self._watched: int | None = None  # the socket's number while the loop watches it
         self._disconnect = transport.disconnect_socket
         transport.override_threading(self._connected)
@@ -89,7 +87,7 @@ class LoopReading:
             self._watched = None
 
     def _readable(self) -> None:
-        """The socket has bytes (or is closed): read them and hand on the frames they end."""
+        """The socket has bytes (or is closed): read them and hand them on."""
         sock = self._transport.socket
         while sock is not None:
             try:
@@ -101,12 +99,7 @@ class LoopReading:
             if not data:  # the broker closed the connection, or it was shut down
                 self._disconnect_socket()
                 return
-            self._reader.heard()
-            for raw in self._splitter.feed(data):
-                frame = (stomp.utils.HEARTBEAT_FRAME if raw == HEARTBEAT
-                         else stomp.utils.parse_frame(raw))
-                if frame is not None:
-                    self._reader(frame, raw)
+            self._reader.read(data)
             # What TLS decrypted beyond this read is not seen by the loop's select.
             sock = self._transport.socket
             if not isinstance(sock, ssl.SSLSocket) or not sock.pending():

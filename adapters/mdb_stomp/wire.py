@@ -15,8 +15,8 @@ Staleness. A wire is one generation: once it is lost (socket closed, heartbeat t
 after too long a silence, failed write, ``close``) every pending receipt fails and every
 attached ``Subscriber`` is told, once. Heart-beats (``mdb_stomp.heartbeats``) are planned so
 that mdb notices a silent link before the broker does; what is read after a longer silence
-never reaches a subscriber (``FrameReader``): the broker may have handed it to another
-consumer already.
+never reaches a subscriber (``mdb_stomp.inbound.FrameReader``): the broker may have handed it
+to another consumer already.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from mdb.errors import ConnectionLost
 from mdb_stomp import connect_failure, tls
 from mdb_stomp.frames import text
 from mdb_stomp.heartbeats import RECEIVE_SCALE, Heartbeats
-from mdb_stomp.listener import FrameReader, Listener
+from mdb_stomp.inbound import FrameReader
+from mdb_stomp.listener import Listener
 from mdb_stomp.reading import LoopReading
 from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
 
@@ -102,12 +103,12 @@ class Wire:
             tls.enable(self._stomp, host, port, options.tls)
         listener = Listener(loop, self)
         self._stomp.set_listener("mdb", listener)
-        # Every read is timed and every frame checked first: see ``FrameReader`` (a read after
-        # too long a silence is in doubt; a NUL byte in a header cuts a frame in two, and
-        # stomp.py would drop or misread both pieces).
+        # Every read is timed and every frame cut and checked by mdb: see ``FrameReader`` (a
+        # read after too long a silence is in doubt; stomp.py would cut a MESSAGE frame in two
+        # at a NUL byte in a header, and drop or misread both pieces).
         transport = self._stomp.transport
         LoopReading(loop, transport,
-                    FrameReader(transport.process_frame, listener, heartbeats,
+                    FrameReader(transport.process_frame, self, heartbeats,
                                 heard_by=self._stomp.on_heartbeat))
         self._connected: asyncio.Future[None] = loop.create_future()
         self._connecting = Request("CONNECT", self.address, options.connect_timeout)

@@ -47,6 +47,7 @@ from mdb.options import Redelivery
 
 ERROR_TEXT_LIMIT = 4000  # UTF-8 bytes of the failure kept in ``mdb_error_message``
 ERROR_TYPE_LIMIT = 200  # UTF-8 bytes of the exception type kept in ``mdb_error_type``
+FRAMES_LIMIT = 4000  # characters of a handler's traceback frames kept for logs and spans
 MAX_STRIKES = 3
 """A message whose settlement failed this many times by the broker's doing (``Stuck``) moves to
 the error destination; one more, and it is given up to the broker's dead-letter queue (or
@@ -163,8 +164,10 @@ class Raised:
         headers), even for an exception that cannot be rendered; a pydantic
         ``ValidationError`` without the values it was given, which are often the body
         (``codec.describe``)."""
-        return cls(error_text(error_type(exc), ERROR_TYPE_LIMIT), codec.describe(exc),
-                   "".join(traceback.format_tb(exc.__traceback__)))
+        frames = "".join(traceback.format_tb(exc.__traceback__))
+        if len(frames) > FRAMES_LIMIT:  # the innermost frames, where it was raised
+            frames = "  ...\n" + frames[-FRAMES_LIMIT:].partition("\n")[2]
+        return cls(error_text(error_type(exc), ERROR_TYPE_LIMIT), codec.describe(exc), frames)
 
     @property
     def traceback(self) -> str:

@@ -38,6 +38,7 @@ from mdb.broker import (
     Delivery,
     Subscription,
     SubscriptionRequest,
+    Transaction,
     broker_for,
 )
 from mdb.destinations import Destination
@@ -91,6 +92,19 @@ async def _receive(subscription: Subscription) -> Delivery:
         return await subscription.receive()
 
 
+async def _acked(connection: Connection, source: Destination,
+                  *bodies: str) -> tuple[Subscription, Delivery, Transaction]:
+    """Send ``bodies`` to ``source``, subscribe to it, receive the first of them and ack it
+    in a new transaction, left open."""
+    for body in bodies:
+        await connection.send(source, _message(body))
+    subscription = await connection.subscribe(_on(source))
+    delivery = await _receive(subscription)
+    tx = await connection.begin()
+    await tx.ack(delivery)
+    return subscription, delivery, tx
+
+
 async def _take_one(url: str, destination: Destination) -> Delivery:
     """The next message of ``destination``, read on a connection of its own and acked."""
     async with _connected(url) as connection:
@@ -119,13 +133,8 @@ async def test_a_round_trip_keeps_body_and_headers(seam_url: str) -> None:
 async def test_commit_makes_acks_and_sends_take_effect_together(seam_url: str) -> None:
     source, target = _queue(), _queue()
     async with _connected(seam_url) as connection:
-        await connection.send(source, _message("first"))
-        await connection.send(source, _message("second"))
-        subscription = await connection.subscribe(_on(source))
+        subscription, _, tx = await _acked(connection, source, "first", "second")
         watcher = await connection.subscribe(_on(target, prefetch=10))
-        delivery = await _receive(subscription)
-        tx = await connection.begin()
-        await tx.ack(delivery)
         await tx.send(target, _message("derived"))
         await connection.send(target, _message("sent before the commit"))
         # A queue is FIFO: had the transacted send escaped before the commit, it came first.
@@ -142,12 +151,7 @@ async def test_commit_makes_acks_and_sends_take_effect_together(seam_url: str) -
 async def test_an_aborted_ack_is_settled_by_a_later_transaction(seam_url: str) -> None:
     source, target = _queue(), _queue()
     async with _connected(seam_url) as connection:
-        await connection.send(source, _message("original"))
-        await connection.send(source, _message("next"))
-        subscription = await connection.subscribe(_on(source))
-        delivery = await _receive(subscription)
-        aborted = await connection.begin()
-        await aborted.ack(delivery)
+        subscription, delivery, aborted = await _acked(connection, source, "original", "next")
         await aborted.abort()
         await aborted.abort()  # never raises
         committed = await connection.begin()
@@ -166,11 +170,7 @@ async def test_an_aborted_ack_is_settled_by_a_later_transaction(seam_url: str) -
 async def test_abort_discards_sends_and_leaves_the_delivery_unsettled(seam_url: str) -> None:
     source, target = _queue(), _queue()
     async with _connected(seam_url) as connection:
-        await connection.send(source, _message("kept"))
-        subscription = await connection.subscribe(_on(source))
-        delivery = await _receive(subscription)
-        tx = await connection.begin()
-        await tx.ack(delivery)
+        _, _, tx = await _acked(connection, source, "kept")
         await tx.send(target, _message("discarded"))
         await tx.abort()
         await connection.send(target, _message("marker"))

@@ -1,7 +1,8 @@
 """The STOMP adapter's pure pieces, without a broker: the ack bookkeeping
 (``mdb_stomp.unsettled``), receipts and how an unanswered one is reported
 (``mdb_stomp.receipts``), the SEND headers (``mdb_stomp.frames``), the heart-beats and the
-silence rule (``mdb_stomp.heartbeats``, ``FrameReader``), and the inbox of a subscription
+silence rule and where each frame read goes (``mdb_stomp.heartbeats``,
+``mdb_stomp.inbound.FrameReader``), and the inbox of a subscription
 (``mdb_stomp.inbox``)."""
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import Mapping
 
 import anyio
 import pytest
-import stomp.utils
 
 from mdb.broker import Delivery
 from mdb.destinations import Destination
@@ -29,8 +29,8 @@ from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 from mdb_stomp import ActiveMQDialect, Dialect, RabbitMQDialect
 from mdb_stomp.frames import escape_name, send_frame, send_headers, text
 from mdb_stomp.heartbeats import Heartbeats, Silence
+from mdb_stomp.inbound import NO_SUBSCRIPTION, NUL_IN_HEADER, FrameReader
 from mdb_stomp.inbox import Inbox
-from mdb_stomp.listener import FrameReader, Listener
 from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
 from mdb_stomp.subscription import StompSubscription
 from mdb_stomp.transaction import StompTransaction
@@ -315,13 +315,15 @@ class Recorder:
     def __init__(self) -> None:
         self.silences: list[tuple[float, float]] = []
         self.messages = 0
+        self.damaged: list[tuple[dict[str, str], bytes, str]] = []
 
     def on_connected(self) -> None: ...
 
     def on_message(self, headers: dict[str, str], body: bytes | str | None) -> None:
         self.messages += 1
 
-    def on_damaged(self, headers: dict[str, str], body: bytes, why: str) -> None: ...
+    def on_damaged(self, headers: dict[str, str], body: bytes, why: str) -> None:
+        self.damaged.append((headers, body, why))
 
     def on_receipt(self, receipt: str | None) -> None: ...
 
@@ -338,30 +340,46 @@ def test_no_frame_read_after_too_long_a_silence_goes_further() -> None:
     link heals: it never reaches stomp.py's listeners (nor a handler); the wire is told once."""
     now = [0.0]
     passed: list[str] = []
-    loop = asyncio.new_event_loop()
     events = Recorder()
     heard: list[float] = []
-    reader = FrameReader(lambda frame, raw: passed.append(frame.cmd), Listener(loop, events),
+    reader = FrameReader(lambda frame, raw: passed.append(frame.cmd), events,
                          Heartbeats(1000, 250), heard_by=lambda: heard.append(now[0]),
                          clock=lambda: now[0])
 
     def read(raw: bytes, at: float) -> None:
         now[0] = at
-        reader.heard()
-        reader(stomp.utils.parse_frame(raw), raw)
+        reader.read(raw)
 
-    message = b"MESSAGE\nsubscription:1\nack:a\nmessage-id:m\n\nbody"
-    read(b"CONNECTED\nversion:1.2\nheart-beat:250,1000\n\n", 0.0)  # limit 0.625 s
+    message = b"MESSAGE\nsubscription:1\nack:a\nmessage-id:m\n\nbody\x00"
+    read(b"CONNECTED\nversion:1.2\nheart-beat:250,1000\n\n\x00", 0.0)  # limit 0.625 s
     read(message, 0.5)
     read(message, 1.1)
     read(message, 1.8)  # 0.7 s of silence before it
     read(b"\n", 1.9)
-    assert passed == ["CONNECTED"]  # MESSAGE frames go straight to the listener
+    assert passed == ["CONNECTED"]  # MESSAGE frames go straight to the wire's events
     assert events.messages == 2
     assert heard == [0.0, 0.5, 1.1, 1.8, 1.9]  # stomp.py's heart-beat timeout hears every read
-    loop.run_until_complete(asyncio.sleep(0))
-    loop.close()
     assert events.silences == [pytest.approx((0.7, 0.625))]
+
+
+def test_each_frame_read_goes_where_it_is_handled() -> None:
+    """Whole MESSAGE frames to the wire, damaged ones (a NUL in a header, no subscription) to
+    the wire as damaged, every other frame and heart-beat to stomp.py."""
+    passed: list[tuple[str, dict[str, str], object]] = []
+    events = Recorder()
+    reader = FrameReader(lambda frame, raw: passed.append((frame.cmd, frame.headers, raw)),
+                         events, Heartbeats(0, 0), heard_by=lambda: None)
+    reader.read(b"MESSAGE\nsubscription:1\nack:a\n\nok\x00"
+                b"MESSAGE\nsubscription:1\nack:b\nx:y\x00z\n\ncut\x00"
+                b"MESSAGE\nack:c\n\nlost\x00\n"
+                b"RECEIPT\nreceipt-id:r\n\n\x00")
+    reader.read(b"\n")
+    assert events.messages == 1
+    assert events.damaged == [
+        ({"subscription": "1", "ack": "b", "x": "y\x00z"}, b"cut", NUL_IN_HEADER),
+        ({"ack": "c"}, b"lost", NO_SUBSCRIPTION)]
+    assert passed == [("RECEIPT", {"receipt-id": "r"}, b"RECEIPT\nreceipt-id:r\n\n"),
+                      ("heartbeat", {}, b"\n")]
 
 
 # -- delayed sends -----------------------------------------------------------------------------

@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 
 import anyio
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from mdb import Producer, Settings, codec
 from mdb.destinations import Destination
@@ -65,11 +67,22 @@ def gone(pid: int) -> bool:
     return False
 
 
-def start_server(processes: Fleet, app: str, delay: str) -> LedgerProcess:
+def start_server(processes: Fleet, app: str, delay: str, **env: str) -> LedgerProcess:
     [server] = processes.start(app, ["s1"], PER_SERVER, args=WORKERS,
                                env={"LEDGER_DELAY": delay, "MDB_HEALTH_PORT": "0",
-                                    **ONE_LISTENER})
+                                    **ONE_LISTENER, **env})
     return server
+
+
+def processed_per_worker(process: LedgerProcess) -> dict[str, float]:
+    """The supervisor's /metrics, read with Prometheus's parser: messages processed by each
+    worker (its ``worker`` label)."""
+    with urllib.request.urlopen(f"{process.health}/metrics", timeout=10) as answer:
+        page = answer.read().decode()
+    return {sample.labels["worker"]: sample.value
+            for family in text_string_to_metric_families(page) for sample in family.samples
+            if sample.name == "mdb_listener_messages_total"
+            and sample.labels["outcome"] == "processed"}
 
 
 def test_the_workers_of_a_server_share_its_subscription_and_stop_on_sigterm(
@@ -77,10 +90,11 @@ def test_the_workers_of_a_server_share_its_subscription_and_stop_on_sigterm(
     topic, app = unique("workers"), unique("app")
     settings = fault_settings([activemq.url], topic)
     with fleet(settings, topic) as processes:
-        server = start_server(processes, app, "0.02")
+        server = start_server(processes, app, "0.02", OTEL_METRICS_EXPORTER="prometheus")
         health = wait_status(server, lambda h: h.ready, "a ready server")
         assert [(w.index, w.state, w.restarts) for w in health.workers] == [
             (1, "ready", 0), (2, "ready", 0)]
+        assert processed_per_worker(server) == {"1": 0, "2": 0}
         workers = {w.pid for w in health.workers}
         assert len(workers) == 2 and server.process.pid not in workers
         [listener] = health.listeners  # one subscription per worker's pool slot and member
@@ -88,6 +102,11 @@ def test_the_workers_of_a_server_share_its_subscription_and_stop_on_sigterm(
 
         told = anyio.run(send, settings, topic, 40)
         assert processes.drain(told)
+        deadline = time.monotonic() + WAIT
+        while sum((counted := processed_per_worker(server)).values()) < 40:
+            assert time.monotonic() < deadline, counted
+            time.sleep(0.1)  # a poll interval of a condition with a deadline
+        assert all(counted.values()), counted  # both workers took part
         processes.stop()  # SIGTERM to the supervisor: exit status 0 after "mdb: stopped"
         assert all(gone(pid) for pid in workers)
     done = processes.done(app)

@@ -31,8 +31,7 @@ from mdb.message import (
     OutgoingMessage,
     line_bytes,
 )
-from mdb_stomp.listener import body_of
-from mdb_stomp.reassembly import Joiner
+from mdb_stomp.inbound import NUL_IN_HEADER, Splitter
 from tests.contract.support import Calls, read, running, settings_for, unique
 from tests.harness.process import BrokerProcess
 
@@ -223,25 +222,27 @@ async def test_a_message_with_too_many_headers_ends_on_the_error_destination(
 
 # -- the pure pieces -------------------------------------------------------------------------------
 
-def test_the_pieces_of_a_frame_cut_at_a_nul_are_joined_again() -> None:
-    """As measured on ActiveMQ: the custom header with a NUL comes first, so the head has no
-    ``subscription`` and the tail looks like a frame of command ``c``."""
-    joiner = Joiner()
-    assert joiner.feed(b"MESSAGE\na:b") is None
-    whole = joiner.feed(b"c\ncontent-length:4\nsubscription:1\nack:9\n\nBODY")
-    assert whole is not None and whole.cut and whole.complete
-    assert whole.raw == b"MESSAGE\na:b\x00c\ncontent-length:4\nsubscription:1\nack:9\n\nBODY"
-    assert body_of(whole.raw) == b"BODY"
-    intact = joiner.feed(b"MESSAGE\nsubscription:1\nack:10\n\nx")
-    assert intact is not None and not intact.cut
+def test_a_frame_with_a_nul_in_a_header_is_read_whole() -> None:
+    """As measured on ActiveMQ: the custom header with a NUL comes first, so stomp.py's cut
+    would leave a head without ``subscription`` and a tail that looks like a frame of command
+    ``c``."""
+    splitter = Splitter()
+    [whole] = splitter.feed(b"MESSAGE\na:b\x00c\ncontent-length:4\nsubscription:1\nack:9\n\n"
+                            b"BODY\x00")
+    assert whole.damage == NUL_IN_HEADER
+    assert whole.headers == {"a": "b\x00c", "content-length": "4", "subscription": "1",
+                             "ack": "9"}
+    assert whole.body == b"BODY"
+    [intact] = splitter.feed(b"MESSAGE\nsubscription:1\nack:10\n\nx\x00")
+    assert intact.damage is None
 
 
-def test_a_cut_body_waits_for_its_content_length() -> None:
-    joiner = Joiner()
-    assert joiner.feed(b"MESSAGE\ncontent-length:5\nsubscription:1\nack:1\na:b") is None
-    assert joiner.feed(b"c\n\nab") is None  # the body holds a NUL too: 3 of 5 bytes so far
-    whole = joiner.feed(b"de")
-    assert whole is not None and body_of(whole.raw) == b"ab\x00de"
+def test_a_damaged_body_waits_for_its_content_length() -> None:
+    splitter = Splitter()
+    assert splitter.feed(b"MESSAGE\ncontent-length:5\nsubscription:1\nack:1\na:b\x00") == []
+    assert splitter.feed(b"c\n\nab\x00de") == []  # the body holds a NUL too; its own NUL: not yet
+    [whole] = splitter.feed(b"\x00")
+    assert whole.body == b"ab\x00de" and whole.damage == NUL_IN_HEADER
 
 
 def test_copies_keep_mdb_headers_and_drop_what_does_not_fit() -> None:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, field_validator
 
 from mdb import Context, Redelivery, listener
 from mdb.codec import MAX_TEXT
-from mdb.delivery.decision import ERROR_TEXT_LIMIT
+from mdb.delivery.decision import ERROR_TEXT_LIMIT, FRAMES_LIMIT
 from mdb.errors import UNNAMED
 from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
 from tests.conftest import private_brokers
@@ -159,7 +159,8 @@ async def test_an_exception_that_cannot_be_shown_or_is_huge_fails_only_its_deliv
     assert huge.headers[ERROR_MESSAGE].startswith("xxx")
     assert len(huge.headers[ERROR_MESSAGE].encode()) <= ERROR_TEXT_LIMIT
     assert "x" * 100 in caplog.text
-    assert max(len(r.getMessage()) for r in caplog.records) < MAX_TEXT + 1000
+    # The text once, and the traceback's frames with a move to the error destination.
+    assert max(len(r.getMessage()) for r in caplog.records) < MAX_TEXT + FRAMES_LIMIT + 1000
 
 
 # -- handlers that raise BaseExceptions of their own --------------------------------------------
@@ -286,7 +287,9 @@ def test_mdb_run_outlives_handlers_raising_cancelled_error_or_system_exit(
             process.wait(timeout=WAIT)
     assert sorted(m.body for m in moved) == [b"cancel", b"exit"]
     assert process.returncode == 0, stderr.read_text()
-    assert "Traceback" not in stderr.read_text()
+    # No traceback but those the log gives with each move to the error destination.
+    text = stderr.read_text()
+    assert text.count("Traceback (most recent call last)") == text.count(" moved to ") == 2
 
 
 STRAY_CANCELLATION = (

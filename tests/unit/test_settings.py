@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,11 @@ failover_retries = 2
     brokers = load_settings(config).brokers
     assert brokers["one"].addresses == ("memory://a", "memory://b")
     assert brokers["pair"].addresses == ("memory://c",)
+
+
+def test_the_default_server_name_is_the_host_name_made_valid(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A StatefulSet's pod is named <set>-<ordinal>, and its host name with it.
+    monkeypatch.delenv("MDB_SERVER", raising=False)
+    monkeypatch.setattr(socket, "gethostname", lambda: "orders-1.orders.shop.svc")
+    assert load_settings().server == "orders_1"

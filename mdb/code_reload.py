@@ -1,0 +1,160 @@
+"""``mdb run --reload``: for development, the container restarted whenever a ``.py`` file under
+its listener modules' directories changes, as ``faststream run --reload`` and ``uvicorn
+--reload`` do. (Not ``mdb.reload``, which applies a changed topology to a running container.)
+
+This process only watches: the container runs as a child, ``mdb run`` without ``--reload``, in
+a session of its own. On a change the child is stopped in order (SIGTERM: in-flight handlers
+finish within ``shutdown_grace_period``, then it is killed) and started again, importing the
+code anew. A child that ends by itself (a module that no longer imports: exit status 2) is
+started again at the next change. SIGINT or SIGTERM stops the child in order and then this
+process, with the child's exit status; a second one kills the child.
+
+The watching is ``watchfiles`` (the ``reload`` extra): the operating system's notifications
+through a small Rust core, the watcher FastStream and uvicorn use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+from anyio.abc import ObjectReceiveStream, Process
+from anyio.streams.memory import MemoryObjectSendStream
+
+from mdb import logs
+from mdb.errors import ConfigurationError
+
+KILL_MARGIN = 10.0  # seconds past shutdown_grace_period before a stopping child is killed
+
+
+def directories(modules: Sequence[str]) -> list[Path]:
+    """The directories of the listener modules, found without running them (their packages'
+    ``__init__`` do run), from the current directory too, as ``mdb run`` imports them."""
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    found = []
+    for name in modules:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or spec.origin is None:
+            raise ConfigurationError(f"mdb run --reload: cannot find listener module {name!r} "
+                                     f"from {Path.cwd()}")
+        found.append(Path(spec.origin).resolve().parent)
+    return sorted(set(found))
+
+
+async def run_reloading(command: Sequence[str], watched: Sequence[Path], grace: float) -> int:
+    """Run ``command`` (the container), again after each change of a ``.py`` file under
+    ``watched``, until a signal; return its last exit status."""
+    try:
+        from watchfiles import PythonFilter, awatch
+    except ImportError:
+        raise ConfigurationError("mdb run --reload needs watchfiles: pip install "
+                                 "'mdb[reload]'") from None
+    reloader = _Reloader(grace)
+    sending, changes = anyio.create_memory_object_stream[list[str]](1)
+
+    async def watch() -> None:
+        async with sending:
+            async for batch in awatch(*watched, watch_filter=PythonFilter(),
+                                      stop_event=reloader.stop):
+                _offer(sending, sorted(path for _, path in batch))
+
+    print(f"mdb: --reload: watching {', '.join(map(str, watched))}", flush=True)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(watch)
+        tasks.start_soon(reloader.stop_on_signals)
+        while not reloader.stop.is_set():
+            reloader.process = await anyio.open_process(
+                list(command), stdin=None, stdout=None, stderr=None, start_new_session=True)
+            why = await reloader.first(changes)
+            if why == "ended":
+                logs.tell(f"mdb: --reload: the container exited with status "
+                          f"{reloader.code}; it starts again when a file changes")
+                reloader.process = None
+                why = await reloader.first(changes)
+            else:
+                await reloader.stop_container()
+            if why != "stop":
+                print(f"mdb: --reload: {why} changed; starting the container again",
+                      flush=True)
+        tasks.cancel_scope.cancel()
+    return reloader.code
+
+
+def _offer(stream: MemoryObjectSendStream[list[str]], paths: list[str]) -> None:
+    """Pass a batch of changes on, or drop it when one is already waiting (one restart covers
+    both)."""
+    with contextlib.suppress(anyio.WouldBlock):
+        stream.send_nowait(paths)
+
+
+class _Reloader:
+    """The running container (``process``), its last exit status, and the stop."""
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.stop = anyio.Event()
+        self.process: Process | None = None
+        self.code = 0
+
+    async def first(self, changes: ObjectReceiveStream[list[str]]) -> str:
+        """What comes first: ``"ended"`` (the container), ``"stop"`` (a signal) or the
+        changed files, named."""
+        outcome: list[str] = []
+        async with anyio.create_task_group() as race:
+            async def on_end(process: Process) -> None:
+                self.code = await process.wait()
+                outcome.append("ended")
+                race.cancel_scope.cancel()
+
+            async def on_stop() -> None:
+                await self.stop.wait()
+                outcome.append("stop")
+                race.cancel_scope.cancel()
+
+            async def on_change() -> None:
+                paths = await changes.receive()
+                outcome.append(", ".join(Path(p).name for p in paths))
+                race.cancel_scope.cancel()
+
+            if self.process is not None:
+                race.start_soon(on_end, self.process)
+            race.start_soon(on_stop)
+            race.start_soon(on_change)
+        return outcome[0]
+
+    async def stop_container(self) -> None:
+        """Stop the container in order; kill it past its grace period and a margin."""
+        process = self.process
+        if process is None:
+            return
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        with anyio.move_on_after(self.grace + KILL_MARGIN):
+            self.code = await process.wait()
+            return
+        process.kill()
+        self.code = await process.wait()
+
+    async def stop_on_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                if self.stop.is_set():
+                    logs.tell("mdb: --reload: second signal, killing the container",
+                              logging.ERROR)
+                    if self.process is not None and self.process.returncode is None:
+                        self.process.kill()
+                    os._exit(128 + signum)
+                logs.tell(f"mdb: --reload: {signal.Signals(signum).name}: stopping the "
+                          f"container (signal again to kill it)")
+                self.stop.set()

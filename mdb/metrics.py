@@ -1,0 +1,190 @@
+"""``/metrics`` on the health port: what a Prometheus server scrapes (docs/metrics.md).
+
+Needs the ``prometheus`` extra (``prometheus-client`` and ``opentelemetry-exporter-prometheus``)
+and is served when ``OTEL_METRICS_EXPORTER=prometheus`` and ``health_port`` are set. One page
+holds:
+
+* the metrics mdb records through OpenTelemetry (``mdb.tracing``), under the messaging semantic
+  conventions' names turned into Prometheus ones by the OpenTelemetry exporter
+  (``messaging.process.duration`` → ``messaging_process_duration_seconds``, counters end in
+  ``_total``), which ``mdb.tracing.configure`` reads into ``prometheus_client``'s registry;
+* the gauges an operator pages on, read from the container when the page is asked for
+  (``ContainerMetrics``): readiness, each broker's connection state, and per listener its pool
+  slots, how many hold a delivery, the deliveries in its handlers, the age of the oldest
+  delivery not yet settled, and its counts of outcomes;
+* the process's own (``process_*``, ``python_*``) from ``prometheus_client``.
+
+Under ``mdb run --workers N`` the supervisor serves every worker's page at once, each sample
+labelled ``worker`` (``WorkerMetrics``), and the state and restarts of each worker.
+
+Reading the container happens on its event loop (``HealthServer`` calls ``ContainerMetrics``
+there), so nothing is counted twice or read half-changed; no figure is kept for this page
+alone.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+from mdb.container import Container
+from mdb.health import Health
+
+BROKER_STATES = ("up", "down", "failed", "unknown")
+
+OUTCOMES = ("processed", "redelivered", "to_error_destination", "rolled_back", "damaged",
+            "filtered", "dead_lettered", "kept")
+"""The ``outcome`` label of ``mdb_listener_messages_total``: the counters of
+``mdb.delivery.Stats``."""
+
+
+def exposition(collector: Collector, accept: str) -> tuple[str, bytes]:
+    """``collector``'s page in the format ``accept`` asks for (OpenMetrics when it names it,
+    else the Prometheus text format): (content type, body)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    encode, content_type = choose_encoder(accept)
+    return content_type, encode(registry)
+
+
+class ContainerMetrics(Collector):
+    """One container's page: its gauges and counts, then the OpenTelemetry metrics and the
+    process's (``prometheus_client``'s global registry). Call it on the container's loop."""
+
+    def __init__(self, container: Container) -> None:
+        self._container = container
+
+    def __call__(self, accept: str) -> tuple[str, bytes]:
+        return exposition(self, accept)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from health_families(self._container.health())
+        yield from self._listener_families()
+        yield from REGISTRY.collect()
+
+    def _listener_families(self) -> Iterator[Metric]:
+        slots = GaugeMetricFamily(
+            "mdb_listener_slots", "Pool slots of the listener: its pool times its members.",
+            labels=["listener"])
+        busy = GaugeMetricFamily(
+            "mdb_listener_slots_busy",
+            "Pool slots holding a delivery (handling it, waiting out a redelivery delay, "
+            "settling it); slots_busy / slots is the pool's saturation.", labels=["listener"])
+        oldest = GaugeMetricFamily(
+            "mdb_listener_oldest_unsettled_seconds",
+            "Age of the oldest delivery a pool slot received and has not settled yet; 0 when "
+            "none is held.", labels=["listener"], unit="seconds")
+        outcomes = CounterMetricFamily(
+            "mdb_listener_messages", "Messages of the listener in this process, by outcome.",
+            labels=["listener", "outcome"])
+        now = time.monotonic()
+        running = list(self._container.slots.running)
+        for deployed in self._container.deployed:
+            name = deployed.spec.name
+            held = [s.holding_since for s in running
+                    if s.deployed is deployed and s.holding_since is not None]
+            slots.add_metric([name], deployed.spec.options.pool * len(deployed.planned))
+            busy.add_metric([name], len(held))
+            oldest.add_metric([name], now - min(held) if held else 0.0)
+            for outcome in OUTCOMES:
+                outcomes.add_metric([name, outcome], getattr(deployed.stats, outcome))
+        yield from (slots, busy, oldest, outcomes)
+
+
+def health_families(health: Health) -> Iterator[Metric]:
+    """What a health snapshot says, as metrics (the container's, or one of the supervisor's)."""
+    yield GaugeMetricFamily("mdb_live", "1 while the container's event loop answers.",
+                            value=int(health.live))
+    yield GaugeMetricFamily("mdb_ready", "1 while /health/ready answers 200.",
+                            value=int(health.ready))
+    state = GaugeMetricFamily(
+        "mdb_broker_state", "1 for the broker's current connection state, 0 for the others.",
+        labels=["broker", "state"])
+    since = GaugeMetricFamily(
+        "mdb_broker_state_since_timestamp_seconds",
+        "When the broker's connection state last changed (Unix time).", labels=["broker"])
+    for broker in health.brokers:
+        current = broker.state if broker.state in BROKER_STATES else "unknown"
+        for each in BROKER_STATES:
+            state.add_metric([broker.name, each], int(each == current))
+        since.add_metric([broker.name], broker.since)
+    yield state
+    yield since
+    in_flight = GaugeMetricFamily("mdb_listener_in_flight",
+                                  "Deliveries in the listener's handlers now.",
+                                  labels=["listener"])
+    members = GaugeMetricFamily("mdb_listener_members",
+                                "Members of the listener's destination.", labels=["listener"])
+    subscribed = GaugeMetricFamily("mdb_listener_members_subscribed",
+                                   "Members with a subscribed consumer.", labels=["listener"])
+    for listener in health.listeners:
+        in_flight.add_metric([listener.name], listener.in_flight)
+        members.add_metric([listener.name], listener.members)
+        subscribed.add_metric([listener.name], listener.subscribed)
+    yield from (in_flight, members, subscribed)
+    events = CounterMetricFamily("mdb_events", "Availability events emitted (docs/failover.md).",
+                                 labels=["kind"])
+    for kind, count in sorted(health.events.items()):
+        events.add_metric([kind], count)
+    yield events
+
+
+class WorkerMetrics(Collector):
+    """The supervisor's page: each worker's page, every sample labelled with its ``worker``
+    (the place, 1 to N), then each worker's state and restarts. ``pages`` are the pages the
+    workers answered, by place; ``health`` the supervisor's snapshot (its ``workers``)."""
+
+    def __init__(self, health: Health, pages: dict[int, str]) -> None:
+        self._health = health
+        self._pages = pages
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for index, page in sorted(self._pages.items()):
+            for family in text_string_to_metric_families(page):
+                into = merged.get(family.name)
+                if into is None:
+                    into = merged[family.name] = Metric(family.name, family.documentation,
+                                                        family.type, family.unit)
+                into.samples += [sample._replace(labels={**sample.labels, "worker": str(index)})
+                                 for sample in family.samples]
+        yield from merged.values()
+        yield from worker_families(self._health)
+
+
+def worker_families(health: Health) -> Iterator[Metric]:
+    ready = GaugeMetricFamily("mdb_worker_ready", "1 while the worker runs and is ready.",
+                              labels=["worker"])
+    restarts = CounterMetricFamily("mdb_worker_restarts",
+                                   "Times the supervisor started the worker's place again.",
+                                   labels=["worker"])
+    for worker in health.workers:
+        ready.add_metric([str(worker.index)], int(worker.state == "ready"))
+        restarts.add_metric([str(worker.index)], worker.restarts)
+    yield ready
+    yield restarts
+
+
+def fetch_pages(urls: Iterable[tuple[int, str]], timeout: float) -> dict[int, str]:
+    """GET each worker's ``/metrics`` in the Prometheus text format; blocking. A worker that
+    does not answer is left out (its ``mdb_worker_ready`` says so)."""
+    pages = {}
+    for index, url in urls:
+        try:
+            with urllib.request.urlopen(f"{url.rstrip('/')}/metrics", timeout=timeout) as answer:
+                pages[index] = answer.read().decode()
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+    return pages
+
+
+def supervisor_page(health: Health, pages: dict[int, str], accept: str) -> tuple[str, bytes]:
+    return exposition(WorkerMetrics(health, pages), accept)
