@@ -188,7 +188,7 @@ class BrokerSettings(BaseModel):
     @classmethod
     def _safe_password_file(cls, value: Path | None) -> Path | None:
         if value is not None:
-            check_connect_header(_read_secret(value), "the password in this file")
+            check_connect_header(read_secret(value), "the password in this file")
         return value
 
     @model_validator(mode="after")
@@ -196,11 +196,11 @@ class BrokerSettings(BaseModel):
         if self.password_file is not None:
             if self.password is not None:
                 raise ValueError("give either password or password_file, not both")
-            self.password = SecretStr(_read_secret(self.password_file))
+            self.password = SecretStr(read_secret(self.password_file))
         return self
 
 
-def _read_secret(path: Path) -> str:
+def read_secret(path: Path) -> str:
     """A secret file's text without its one trailing newline; ValueError when it is not a
     regular file (a FIFO would block startup for ever, ``/dev/zero`` fill the memory), is larger
     than ``MAX_SECRET_BYTES`` or cannot be read."""

@@ -12,8 +12,9 @@ PATH, ``-`` for stdin; ``--json`` labels a body that parses as JSON ``applicatio
 as every send is (``OTEL_*`` variables, as ``mdb run``); ``mdb status [--config
 FILE] [--url URL]`` asks a running container's health endpoint (setting ``health_port``) how it
 is; ``mdb asyncapi MODULE... [--config FILE] [--output FILE]`` writes the listeners' AsyncAPI 3.0
-document (``mdb.asyncapi``). ``mdb run`` re-applies the topology of its ``--config`` file when
-the file changes or on SIGHUP.
+document (``mdb.asyncapi``); ``mdb db upgrade [--config FILE]`` creates the tables of
+exactly-once listeners in every database of ``databases`` (docs/exactly-once.md). ``mdb run``
+re-applies the topology of its ``--config`` file when the file changes or on SIGHUP.
 
 Exit status (a failure is one line on stderr, ``mdb: configuration error: ...`` or ``mdb: broker
 error: ...``, never a traceback):
@@ -25,9 +26,10 @@ error: ...``, never a traceback):
 - 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
   a listener module that does not import or raises at import, an invalid selector, a
   ``health_port`` that cannot be bound, a ``--file`` that cannot be read or holds over 64 MiB,
-  ``mdb send`` to the embedded ``memory://`` broker (it lives inside ``mdb run``), a message
-  ``mdb send`` cannot send (a ``--json`` body that is not JSON, a NUL byte in a header, headers
-  beyond the bounds of docs/security.md);
+  ``mdb send`` to the embedded ``memory://`` broker (it lives inside ``mdb run``), a database
+  whose mdb tables are missing or that cannot be reached, a message ``mdb send`` cannot send
+  (a ``--json`` body that is not JSON, a NUL byte in a header, headers beyond the bounds of
+  docs/security.md);
 - 3: a broker error: no broker could be reached at startup, or a broker refused what mdb asked
   (a subscription, ``mdb send``'s message, ...); ``mdb status``: the health endpoint could not
   be reached;
@@ -49,7 +51,9 @@ import anyio
 from mdb import asyncapi, codec, logs, serve, tracing
 from mdb.brokers import Brokers
 from mdb.destinations import Destination, Kind
-from mdb.errors import BrokerError, ConfigurationError, EncodeError, sole
+from mdb.errors import BrokerError, ConfigurationError, DatabaseUnavailable, EncodeError, sole
+from mdb.exactly_once import tables
+from mdb.exactly_once.database import Database, translated
 from mdb.health import NotLive, Unreachable, fetch_status, health_url
 from mdb.links import adapters
 from mdb.message import CONTENT_TYPE, ID, MAX_SEND_FILE_BYTES, addressed
@@ -179,6 +183,27 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if health.ready else 1
 
 
+async def db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
+    """Create mdb's tables where they are missing, in each database of the settings."""
+    if not settings.databases:
+        raise ConfigurationError("no database to upgrade: add [databases.NAME] with its url "
+                                 "(docs/exactly-once.md)")
+    for name, database_settings in settings.databases.items():
+        database = Database(name, database_settings)
+        try:
+            with database.deadline():
+                async with translated(database):
+                    created = await tables.upgrade(database.engine)
+        except DatabaseUnavailable as exc:
+            raise ConfigurationError(f"{exc}; is it running, and is databases.{name}.url "
+                                     "right?") from None
+        finally:
+            await database.close()
+        print(f"database {name} ({database.shown}): "
+              f"{'created ' + ', '.join(created) if created else 'up to date'}")
+    return 0
+
+
 def _body(text: str | None, file: str | None) -> str | bytes:
     """The body of ``mdb send``: BODY as text, or the bytes of ``--file`` (``-``: stdin)."""
     if text is not None and file is None:
@@ -295,6 +320,13 @@ def _parser() -> argparse.ArgumentParser:
     p_status.add_argument("--timeout", type=float, default=5.0,
                           help="seconds to wait for the answer (default: 5)")
     p_status.set_defaults(command=status, app=None, server=None)
+
+    p_db = sub.add_parser("db", help="the databases of exactly-once listeners")
+    db_sub = p_db.add_subparsers(required=True, metavar="ACTION")
+    p_upgrade = db_sub.add_parser("upgrade", help="create mdb's tables (mdb_inbox, mdb_outbox) "
+                                                  "where they are missing")
+    p_upgrade.add_argument("--config", type=Path, help="TOML settings file")
+    p_upgrade.set_defaults(command=db_upgrade, app=None, server=None)
     return parser
 
 

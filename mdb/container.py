@@ -28,6 +28,7 @@ Lifecycle (``run``):
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
@@ -40,6 +41,7 @@ from mdb.broker import Connection
 from mdb.brokers import Brokers
 from mdb.errors import BrokerError, ConnectionFailed
 from mdb.events import BrokerEvent, Callback, EventKind, Events
+from mdb.exactly_once.store import stores_for
 from mdb.health import BrokerHealth, Health, ListenerHealth, StuckHandler
 from mdb.listener import ListenerSpec
 from mdb.planning import plan, plan_listeners, slots_per_broker
@@ -71,6 +73,11 @@ class Container:
             settings, slots_per_broker((d.spec, p) for d in self.deployed for p in d.planned),
             self._client_id, self._members_on))
         self.producer = Producer(self.brokers, client_id=f"{self._client_id}.sends")
+        self.stores = stores_for(settings, (d.spec for d in self.deployed), self.producer,
+                                 owner=f"{self._client_id}.{os.getpid()}")
+        for deployed in self.deployed:
+            if deployed.spec.options.exactly_once is not None:
+                deployed.store = self.stores[deployed.spec.options.exactly_once]
         self.slots = Slots(self.brokers, self.producer)
         self._stop_requested: anyio.Event | None = None
         tracing.watch_brokers(self.brokers)
@@ -100,6 +107,8 @@ class Container:
         raised) are raised."""
         self._stop_requested = anyio.Event()
         try:
+            for store in self.stores.values():
+                await store.check()
             slots = await self._start()
             if before_handlers is not None:
                 await before_handlers()
@@ -108,6 +117,8 @@ class Container:
             task_status.started()
             async with anyio.create_task_group() as work:
                 self.slots.work = work
+                for store in self.stores.values():
+                    work.start_soon(store.upkeep)
                 for slot in slots:
                     self.slots.launch(slot)
                 if self.stopping:
@@ -124,6 +135,8 @@ class Container:
             with anyio.CancelScope(shield=True):
                 await self.brokers.close()
                 await self.producer.close()
+                for store in self.stores.values():
+                    await store.close()
 
     async def apply(self, settings: Settings) -> None:
         """Change the topology (``brokers`` and ``destinations``) while running: slots of

@@ -14,6 +14,8 @@ ever catches ``MdbError`` subclasses::
     ├── HandlerInterrupted          a handler raised CancelledError, SystemExit... of its own
     ├── ReplyTimeout (a TimeoutError) ``Producer.request`` got no reply in time
     ├── HandlerTimeout (a TimeoutError) a handler ran past its listener's ``handler_timeout``
+    ├── DatabaseUnavailable         an exactly-once listener's database cannot be reached in time
+    ├── DispatchPending             an exactly-once run committed; a send waits in the outbox
     └── BrokerError                 anything that went wrong talking to a broker
         ├── ConnectionFailed            could not connect (refused, timed out, TLS, ...)
         │   └── CredentialsRefused          the broker refused the login (user, password, vhost)
@@ -133,6 +135,17 @@ def error_type(exc: BaseException) -> str:
 
 
 UNNAMED = "<unnamed exception type>"
+
+
+class DatabaseUnavailable(MdbError):
+    """The database of an exactly-once listener cannot be reached, or did not answer in time:
+    the delivery stays unsettled and comes back, flagged (docs/exactly-once.md)."""
+
+
+class DispatchPending(MdbError):
+    """An exactly-once run committed, but a send it wrote to the outbox could not be
+    dispatched (its broker is down): the delivery stays unsettled, and its redelivery, or
+    another process's sweep, dispatches the rows (docs/exactly-once.md)."""
 
 
 def sole(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -37,6 +37,9 @@ class ListenerSpec:
     """The annotation of the body parameter (``bytes`` when there is none or no body parameter)."""
     body_parameter: str | None
     context_parameter: str | None
+    session_parameter: str | None = None
+    """The parameter annotated ``AsyncSession`` (SQLAlchemy): the session of an exactly-once
+    listener's database transaction (docs/exactly-once.md)."""
 
     @property
     def is_async(self) -> bool:
@@ -88,13 +91,15 @@ def listener(
     max_messages_per_transaction: int | None = None,
     prefetch: int | None = None,
     handler_timeout: float | None = None,
+    exactly_once: str | None = None,
     name: str | None = None,
 ) -> Callable[[F], F]:
     """Make the decorated function (``def`` or ``async def``) the handler of ``destination``.
 
     The handler's parameters: one body parameter whose annotation chooses the decoding
     (``bytes``, ``str``, ``dict``/``list`` for JSON, a pydantic model), optionally one parameter
-    annotated ``Context``, and any dependencies marked with dependency-injector's ``Provide``.
+    annotated ``Context``, one annotated SQLAlchemy's ``AsyncSession`` (with ``exactly_once``),
+    and any dependencies marked with dependency-injector's ``Provide``.
 
     Every keyword but ``name`` is an option declared, with its bounds, default and meaning, in
     ``mdb.options.ListenerOptions`` (listed in docs/configuration.md). An option left ``None``
@@ -124,11 +129,12 @@ def listener(
                 f"@listener option 'name': {listener_name!r} must be a Python identifier "
                 "(it is a key in settings and environment variables)"
             )
-        body_parameter, body_type, context_parameter = _inspect_handler(func, listener_name)
+        body_parameter, body_type, context_parameter, session_parameter = _inspect_handler(
+            func, listener_name)
         setattr(func, SPEC_ATTRIBUTE, ListenerSpec(
             name=listener_name, destination=dest, options=options, handler=func,
             body_type=body_type, body_parameter=body_parameter,
-            context_parameter=context_parameter,
+            context_parameter=context_parameter, session_parameter=session_parameter,
         ))
         return func
 
@@ -207,7 +213,8 @@ def _not_a_handler(obj: object) -> str | None:
     return f"got {kind}: {_PLAIN}; to use another callable, write a function that calls it"
 
 
-def _inspect_handler(func: Callable[..., Any], name: str) -> tuple[str | None, Any, str | None]:
+def _inspect_handler(func: Callable[..., Any], name: str,
+                     ) -> tuple[str | None, Any, str | None, str | None]:
     try:
         hints = typing.get_type_hints(func)
     except Exception as exc:  # unresolvable annotations are the user's code: report, don't crash
@@ -216,10 +223,13 @@ def _inspect_handler(func: Callable[..., Any], name: str) -> tuple[str | None, A
         ) from None
     body: str | None = None
     context: str | None = None
+    session: str | None = None
     for param in inspect.signature(func).parameters.values():
         annotation = hints.get(param.name, bytes)
         if annotation is Context:
             context = param.name
+        elif _is_session(annotation):
+            session = param.name
         elif _is_injected(param.default):
             continue
         elif body is None and param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
@@ -228,10 +238,18 @@ def _inspect_handler(func: Callable[..., Any], name: str) -> tuple[str | None, A
                                                                   param.VAR_KEYWORD):
             raise ListenerDefinitionError(
                 f"listener {name!r}: parameter {param.name!r} is neither the body, the Context, "
-                "nor a dependency marked Provide[...]: give it a default or remove it"
+                "an AsyncSession nor a dependency marked Provide[...]: give it a default or "
+                "remove it"
             )
     body_type = hints.get(body, bytes) if body else bytes
-    return body, body_type, context
+    return body, body_type, context, session
+
+
+def _is_session(annotation: object) -> bool:
+    """SQLAlchemy's ``AsyncSession`` (or a subclass), told without importing SQLAlchemy."""
+    return isinstance(annotation, type) and any(
+        f"{k.__module__}.{k.__qualname__}" == "sqlalchemy.ext.asyncio.session.AsyncSession"
+        for k in annotation.__mro__)
 
 
 def _is_injected(default: object) -> bool:

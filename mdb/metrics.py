@@ -41,7 +41,7 @@ from mdb.health import Health
 BROKER_STATES = ("up", "down", "failed", "unknown")
 
 OUTCOMES = ("processed", "redelivered", "to_error_destination", "rolled_back", "damaged",
-            "filtered", "dead_lettered", "kept")
+            "filtered", "dead_lettered", "kept", "already_processed")
 """The ``outcome`` label of ``mdb_listener_messages_total``: the counters of
 ``mdb.delivery.Stats``."""
 

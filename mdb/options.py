@@ -139,6 +139,12 @@ class ListenerOptions(BaseModel):
     while every slot of the listener is). Either way the delivery then fails with
     `mdb.errors.HandlerTimeout` and `redelivery` applies (docs/concepts.md#handler-timeouts)"""
 
+    exactly_once: str | None = None
+    """the name of a database (a key of `databases`): the handler's writes through its
+    injected `AsyncSession`, its sends and the message commit together, and a copy already
+    processed is settled without running it again; each message runs in a database
+    transaction of its own (`max_messages_per_transaction` does not apply; docs/exactly-once.md)"""
+
     @field_validator("error_destination")
     @classmethod
     def _destination(cls, value: str | None) -> str | None:

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from mdb.broker_settings import BrokerSettings
+from mdb.database_settings import DatabaseSettings
 from mdb.options import ListenerOptions, Redelivery
 from mdb.settings import DestinationSettings, MemberSettings, Settings
 
@@ -26,6 +27,7 @@ from mdb.settings import DestinationSettings, MemberSettings, Settings
 SECTIONS: list[tuple[str, type[BaseModel], str | None]] = [
     ("Top level", Settings, ""),
     ("`brokers.<name>`", BrokerSettings, "brokers.NAME."),
+    ("`databases.<name>`", DatabaseSettings, "databases.NAME."),
     ("`destinations.\"<queue|topic>:<name>\"`", DestinationSettings, "destinations.DEST."),
     ("`destinations.\"<queue|topic>:<name>\".members[]`", MemberSettings, None),
     ("`defaults` and `listeners.<listener>`", ListenerOptions, "listeners.LISTENER."),

@@ -28,6 +28,7 @@ from pydantic_settings import (
 )
 
 from mdb.broker_settings import BrokerSettings
+from mdb.database_settings import DatabaseSettings
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
 from mdb.options import ListenerOverrides
@@ -97,6 +98,10 @@ class Settings(BaseSettings):
     destinations: dict[str, DestinationSettings] = Field(
         default_factory=dict,
         description="`queue:NAME`/`topic:NAME` → its broker or its members (the topology)")
+    databases: dict[str, DatabaseSettings] = Field(
+        default_factory=dict,
+        description="databases by name, for listeners with `exactly_once` "
+                    "(docs/exactly-once.md)")
     defaults: ListenerOverrides = Field(
         default_factory=ListenerOverrides,
         description="listener options applied where the code does not set them")

@@ -22,6 +22,7 @@ from mdb.brokers import Brokers
 from mdb.delivery import Processor, Stats, Strikes
 from mdb.delivery.timeouts import HandlerThreads
 from mdb.errors import BrokerError, ConnectionFailed, ConnectionLost
+from mdb.exactly_once.store import Store
 from mdb.links import BrokerLink
 from mdb.listener import ListenerSpec
 from mdb.planning import PlannedSubscription
@@ -39,6 +40,8 @@ class Deployed:
     planned: tuple[PlannedSubscription, ...]
     stats: Stats = field(default_factory=Stats)
     strikes: Strikes = field(default_factory=Strikes)
+    store: Store | None = None
+    """The database of an ``exactly_once`` listener (``mdb.exactly_once``)."""
     threads: HandlerThreads = field(init=False)
     """The worker threads of a plain ``def`` handler, one per pool slot."""
 
@@ -150,7 +153,7 @@ class Slots:
         deployed, link = slot.deployed, slot.link
         processor = Processor(deployed.spec, slot.planned, link.system, self.producer,
                               deployed.stats, deployed.strikes, deployed.threads,
-                              stopping=lambda: self._ends(slot))
+                              stopping=lambda: self._ends(slot), store=deployed.store)
         try:
             while not self._ends(slot):
                 try:

@@ -55,6 +55,7 @@ STUCK_EVENT = "mdb.stuck"  # given up on: its OUTCOME says how
 OUTCOME = "mdb.outcome"
 DEAD_LETTERED = "dead-lettered"  # an OUTCOME: handed to the broker's dead-letter queue
 KEPT = "kept"  # an OUTCOME: kept on its own queue, not handled again
+ALREADY_PROCESSED = "mdb.already_processed"  # exactly-once: a copy its inbox knew, not run
 
 
 def _message_counter(name: str, description: str) -> metrics.Counter:
@@ -167,6 +168,10 @@ class Processing:
     def moved(self, target: Destination) -> None:
         _error_moves.add(1, _metric_attributes(self._attributes))
         self.span.add_event(ERROR_DESTINATION_EVENT, {DESTINATION: str(target)})
+
+    def already_processed(self) -> None:
+        """An exactly-once listener's copy of a message already processed, settled unrun."""
+        self.span.set_attribute(ALREADY_PROCESSED, True)
 
     def given_up(self, outcome: str) -> None:
         """A stuck message was ``DEAD_LETTERED`` or ``KEPT`` (``mdb.delivery.decision``)."""

@@ -98,6 +98,12 @@ class Succeeded:
 
 
 @dataclass(frozen=True, slots=True)
+class AlreadyProcessed:
+    """An exactly-once listener's inbox holds the message: a copy of one whose run committed
+    (docs/exactly-once.md). It is settled without running the handler."""
+
+
+@dataclass(frozen=True, slots=True)
 class NotSelected:
     """A topic listener's selector rejects the message: it is settled unseen (see
     ``mdb.planning``)."""
@@ -199,11 +205,12 @@ class Fresh:
 Failure = InDoubt | Undecodable | Unreadable | Raised | Stuck
 Kind = Fresh | NotSelected | InDoubt | Unreadable | Stuck
 """What a delivery is before any handler runs (``classify``)."""
-Happened = Succeeded | NotSelected | Failure
+Happened = Succeeded | AlreadyProcessed | NotSelected | Failure
 """What ``decide`` decides on: the class of a delivery that does not go to the handler, or
 what the handler's run made of one that did."""
 
 SUCCEEDED = Succeeded()
+ALREADY_PROCESSED = AlreadyProcessed()
 FRESH = Fresh()
 STRUCK = Fresh(struck=True)
 NOT_SELECTED = NotSelected()
@@ -231,7 +238,10 @@ def classify(delivery: Delivery, *, selected: bool, strikes: int) -> Kind:
 
 @dataclass(frozen=True, slots=True)
 class Settle:
-    """Acknowledge the delivery (in the handler's transaction when it sent anything)."""
+    """Acknowledge the delivery (in the handler's transaction when it sent anything).
+    ``repeat``: a copy of a message already processed, counted as such."""
+
+    repeat: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,11 +311,12 @@ class Policy:
 
 
 SETTLE = Settle()
+SETTLE_REPEAT = Settle(repeat=True)
 FILTER = Filter()
 
 
 @overload
-def decide(message: Message, happened: Succeeded, policy: Policy,
+def decide(message: Message, happened: Succeeded | AlreadyProcessed, policy: Policy,
            protocol_headers: Set[str] = ...) -> Settle: ...
 @overload
 def decide(message: Message, happened: NotSelected, policy: Policy,
@@ -323,7 +334,8 @@ def decide(message: Message, happened: Happened, policy: Policy,
            protocol_headers: Set[str] = frozenset()) -> Outcome:
     """The outcome of ``message`` after ``happened``.
 
-    A success is settled, a message not selected filtered. A failure (the handler raised, or
+    A success is settled, and so is a copy of a message already processed; a message not
+    selected is filtered. A failure (the handler raised, or
     the delivery is in doubt) is redelivered while ``message.delivery_count`` is at most the
     policy's ``limit`` — after ``delay_before(count)`` seconds for a handler failure, at once
     for a delivery in doubt — and past it, or at once for an undecodable or unreadable
@@ -341,6 +353,8 @@ def decide(message: Message, happened: Happened, policy: Policy,
     match happened:
         case Succeeded():
             return SETTLE
+        case AlreadyProcessed():
+            return SETTLE_REPEAT
         case NotSelected():
             return FILTER
         case Stuck(dead_letter=True) if happened.strikes > MAX_STRIKES:

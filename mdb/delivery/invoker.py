@@ -46,12 +46,14 @@ class Invoker:
             delivery.headers, message.id, message.body, message.delivery_count,
             message.redelivered))
 
-    async def invoke(self, message: Message, body: Any, send: SendFunction) -> None:
-        """Call the handler with ``body`` and a ``Context`` whose sends go to ``send``; what
+    async def invoke(self, message: Message, body: Any, send: SendFunction,
+                     session: object = None) -> None:
+        """Call the handler with ``body``, a ``Context`` whose sends go to ``send`` and, for
+        an exactly-once listener, the ``session`` of its database transaction; what
         it raises is raised, a ``BaseException`` other than the container's cancellation as
         ``HandlerInterrupted``: it fails this delivery, never the container."""
         try:
-            await self._call(message, body, send)
+            await self._call(message, body, send, session)
         except Exception:
             raise
         except BaseException as exc:
@@ -62,13 +64,16 @@ class Invoker:
                                      f"{f' ({said})' if said else ''}, not a stop of the "
                                      "container: it fails this delivery") from exc
 
-    async def _call(self, message: Message, body: Any, send: SendFunction) -> None:
+    async def _call(self, message: Message, body: Any, send: SendFunction,
+                    session: object) -> None:
         spec = self._spec
         kwargs: dict[str, Any] = {}
         if spec.body_parameter:
             kwargs[spec.body_parameter] = body
         if spec.context_parameter:
             kwargs[spec.context_parameter] = Context(message, spec.name, send)
+        if spec.session_parameter:
+            kwargs[spec.session_parameter] = session
         timeout = spec.options.handler_timeout
         if self._is_async:
             if timeout:

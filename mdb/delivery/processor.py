@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import clock, tracing
 from mdb.broker import Connection, Delivery, Subscription
+from mdb.context import SendFunction
 from mdb.delivery.batch import Ready, Step, fall_back, ready_run, run_in_one_transaction
 from mdb.delivery.decision import (
+    ALREADY_PROCESSED,
     NOT_SELECTED,
     SUCCEEDED,
+    AlreadyProcessed,
     DeadLetter,
     Failure,
     Filter,
@@ -37,11 +43,21 @@ from mdb.delivery.stats import Stats
 from mdb.delivery.strikes import Strikes, identity
 from mdb.delivery.timeouts import HandlerThreads
 from mdb.destinations import Destination
-from mdb.errors import BrokerError, DecodeError
+from mdb.errors import (
+    BrokerError,
+    DatabaseUnavailable,
+    DecodeError,
+    DispatchPending,
+    MdbError,
+)
 from mdb.listener import ListenerSpec
 from mdb.message import Message, OutgoingMessage
 from mdb.planning import PlannedSubscription
 from mdb.producer import Producer
+
+if TYPE_CHECKING:  # the exactly-once modules import mdb.delivery's helpers
+    from mdb.exactly_once.guard import Guard
+    from mdb.exactly_once.store import Store
 
 log = logging.getLogger("mdb.delivery")
 
@@ -56,7 +72,7 @@ class Processor:
     def __init__(
         self, spec: ListenerSpec, planned: PlannedSubscription, system: str,
         producer: Producer, stats: Stats, strikes: Strikes, threads: HandlerThreads,
-        stopping: Callable[[], bool],
+        stopping: Callable[[], bool], store: Store | None = None,
     ) -> None:
         self._spec = spec
         self._broker = planned.broker
@@ -68,6 +84,10 @@ class Processor:
         self._stopping = stopping
         self._invoker = Invoker(spec, planned, system, stats, threads)
         self._direct = DirectSends(producer, planned.broker)
+        self._guard: Guard | None = None if store is None else store.guard(
+            listener=spec.name, subscription=planned.request.name or str(
+                planned.member.destination), broker=planned.broker,
+            error_destination=spec.error_destination)
         self._policy: Policy | None = None
         self._policy_of: Subscription | None = None
 
@@ -83,7 +103,7 @@ class Processor:
         steps = [self._step(d) for d in deliveries]
         if len(steps) == 1:  # the usual case
             return await self._process(connection, subscription, steps[0])
-        if not self._spec.options.transacted:
+        if not self._spec.options.transacted or self._guard is not None:
             return await self._one_at_a_time(connection, subscription, steps)
         start = 0
         while start < len(steps):
@@ -169,6 +189,8 @@ class Processor:
             if connection.is_open:  # refused, not lost: it counts against this message
                 self._strikes.strike(identity(delivery))
             return self._not_settled(f"message {message.id}", exc, connection)
+        except (DatabaseUnavailable, DispatchPending) as exc:  # not the message's doing
+            return self._not_settled(f"message {message.id}", exc, connection)
         return True
 
     def _policy_for(self, subscription: Subscription) -> Policy:
@@ -182,7 +204,8 @@ class Processor:
         return self._policy
 
     async def _run(self, delivery: Delivery, message: Message, connection: Connection,
-                   ) -> tuple[Succeeded | Undecodable | Raised, TransactedSends | None]:
+                   ) -> tuple[Succeeded | AlreadyProcessed | Undecodable | Raised,
+                              TransactedSends | None]:
         """Run the handler on a fresh delivery as the listener's options say: what happened,
         and the transacted sends to settle it with (None: settled by a plain ack). A run that
         failed sent nothing in a transaction."""
@@ -190,6 +213,8 @@ class Processor:
             body = self._invoker.decode(message.body)
         except DecodeError as exc:
             return Undecodable(str(exc)), None
+        if self._guard is not None:
+            return await self._run_once(delivery, message, body), None
         if not self._spec.options.transacted:
             try:
                 await self._invoker.invoke(message, body, self._direct.send)
@@ -210,6 +235,24 @@ class Processor:
             return Raised.of(error), None
         return SUCCEEDED, sends
 
+    async def _run_once(self, delivery: Delivery, message: Message, body: object,
+                        ) -> Succeeded | AlreadyProcessed | Raised:
+        """The run of an exactly-once listener (``mdb.exactly_once.guard``); settled by a
+        plain ack once its sends were dispatched. ``DatabaseUnavailable`` and
+        ``DispatchPending`` leave the delivery unsettled."""
+        assert self._guard is not None
+
+        async def handler(session: AsyncSession, send: SendFunction) -> None:
+            await self._invoker.invoke(message, body, send, session)
+
+        try:
+            ran = await self._guard.run(identity(delivery), handler)
+        except (DatabaseUnavailable, DispatchPending):
+            raise
+        except Exception as exc:  # user code, its database writes included
+            return Raised.of(exc)
+        return SUCCEEDED if ran else ALREADY_PROCESSED
+
     async def _carry_out(self, outcome: Outcome, step: Step, connection: Connection,
                          sends: TransactedSends | None, span: tracing.Processing) -> None:
         """Do what ``outcome`` says with ``step``'s delivery: the one place where a decision
@@ -217,6 +260,10 @@ class Processor:
         delivery, message = step.delivery, step.message
         name = self._spec.name
         match outcome:
+            case Settle(repeat=True):
+                await connection.ack(delivery)
+                self._stats.already_processed += 1
+                span.already_processed()
             case Settle():
                 if sends is None:
                     await connection.ack(delivery)
@@ -301,7 +348,7 @@ class Processor:
         with tracing.sending(self._system, target, copy) as traced:
             await commit(tx, [delivery], sends=[(target, traced)])
 
-    def _not_settled(self, what: str, exc: BrokerError, connection: Connection) -> bool:
+    def _not_settled(self, what: str, exc: MdbError, connection: Connection) -> bool:
         self._stats.rolled_back += 1
         # On a lost connection the broker redelivers on its own, perhaps long ago and to
         # another consumer; on a live one only once the subscription is closed (the caller's

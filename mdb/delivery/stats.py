@@ -18,3 +18,4 @@ class Stats:
     filtered: int = 0  # not selected by a topic listener's selector, settled unseen
     dead_lettered: int = 0  # stuck: handed to the broker's own dead-letter queue
     kept: int = 0  # stuck, where the broker has no such queue: times one was kept on its queue
+    already_processed: int = 0  # exactly-once: a copy the inbox knew, settled without the handler

@@ -306,3 +306,32 @@ def test_mdb_run_serves_its_health_to_mdb_status(app: Path) -> None:
 def test_mdb_send_refuses_headers_it_cannot_send_in_one_line(app: Path) -> None:
     huge = mdb("send", "queue:q", "x", "--header", "big=" + "x" * 9000, cwd=app)
     assert huge.returncode == 2 and "cannot send" in one_line(huge.stderr)
+
+
+def test_mdb_db_upgrade_creates_the_tables_a_container_then_finds(app: Path) -> None:
+    (app / "app_listeners.py").write_text(
+        "from sqlalchemy.ext.asyncio import AsyncSession\n"
+        "from mdb import listener\n\n"
+        "@listener('queue:orders', exactly_once='main')\n"
+        "async def on_order(body: bytes, session: AsyncSession) -> None:\n"
+        "    pass\n")
+    (app / "mdb.toml").write_text("[databases.main]\nurl = 'sqlite+aiosqlite:///app.db'\n"
+                                  "[brokers.main]\nurl = 'memory://'\n")
+    missing = mdb("run", "app_listeners", "--config", "mdb.toml", cwd=app)
+    assert missing.returncode == 2
+    assert "mdb_inbox, mdb_outbox missing" in missing.stderr
+    assert "mdb db upgrade" in missing.stderr
+    created = mdb("db", "upgrade", "--config", "mdb.toml", cwd=app)
+    assert created.returncode == 0, created.stderr
+    assert "created mdb_inbox, mdb_outbox" in created.stdout
+    again = mdb("db", "upgrade", "--config", "mdb.toml", cwd=app)
+    assert "up to date" in again.stdout
+    assert mdb("subscriptions", "app_listeners", "--config", "mdb.toml", cwd=app).returncode == 0
+
+
+def test_mdb_db_upgrade_names_a_database_it_cannot_reach(app: Path) -> None:
+    (app / "mdb.toml").write_text(
+        "[databases.main]\nurl = 'sqlite+aiosqlite:////nonexistent/dir/app.db'\n")
+    result = mdb("db", "upgrade", "--config", "mdb.toml", cwd=app)
+    assert result.returncode == 2
+    assert "database main" in result.stderr and "databases.main.url" in result.stderr

@@ -12,6 +12,7 @@ BROKER_LIBRARIES = {"stomp", "pyspark", "py4j"}
 # The seam and the models: everything above them may import them, never the other way round.
 BELOW_THE_CONTAINER = {
     "mdb.broker", "mdb.broker_settings", "mdb.clock", "mdb.codec", "mdb.context",
+    "mdb.database_settings",
     "mdb.destinations", "mdb.errors", "mdb.events", "mdb.jms_names", "mdb.listener",
     "mdb.logs", "mdb.message", "mdb.options", "mdb.redaction", "mdb.selector",
     "mdb.selector_check", "mdb.settings", "mdb.topology", "mdb.tracing",

@@ -32,6 +32,7 @@ SAMPLES: dict[str, Any] = {
     "max_messages_per_transaction": 10,
     "prefetch": 12,
     "handler_timeout": 30.0,
+    "exactly_once": "main",
 }
 
 

@@ -1,0 +1,57 @@
+"""``[databases.NAME]``: a database of exactly-once listeners (docs/exactly-once.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from mdb.broker_settings import read_secret
+
+DAY = 86_400.0
+
+
+class DatabaseSettings(BaseModel):
+    """One database an exactly-once listener keeps its inbox and outbox in, beside its own
+    tables. No number may be inf or nan: an endless timeout hangs a pool slot."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    url: str = Field("sqlite+aiosqlite:///mdb.sqlite3", description=(
+        "SQLAlchemy async URL: `sqlite+aiosqlite:///PATH` (embedded, the default) or "
+        "`postgresql+asyncpg://HOST:PORT/DB`; a password is better given in `password` or "
+        "`password_file`"))
+    username: str | None = Field(None, description="login, if the database wants one")
+    password: SecretStr | None = Field(None, description="never printed or logged")
+    password_file: Path | None = Field(
+        None, description="read the password from this file at startup (a container secret)")
+    pool_size: Annotated[int, Field(ge=1, le=200)] = Field(
+        5, description="connections kept open (PostgreSQL); a pool slot of an exactly-once "
+                       "listener holds one while its handler runs")
+    timeout: Annotated[float, Field(gt=0, le=DAY)] = Field(
+        10.0, description="seconds mdb's own statements (the inbox claim, the commit, the "
+                          "outbox dispatch) may take before the database counts as "
+                          "unavailable: the delivery stays unsettled and comes back")
+    inbox_retention: Annotated[float, Field(gt=0, le=3650 * DAY)] = Field(
+        7 * DAY, description="seconds an inbox row is kept: a copy redelivered later than "
+                             "this would run again (NServiceBus and MassTransit keep 7 days)")
+    outbox_lease: Annotated[float, Field(gt=0, le=DAY)] = Field(
+        30.0, description="seconds a process owns the outbox rows it is dispatching; rows "
+                          "whose lease ran out (their process died) are dispatched by "
+                          "another process of the app")
+
+    @model_validator(mode="after")
+    def _one_password(self) -> DatabaseSettings:
+        if self.password_file is not None:
+            if self.password is not None:
+                raise ValueError("give either password or password_file, not both")
+            self.password = SecretStr(read_secret(self.password_file))
+        try:
+            make_url(self.url)
+        except ArgumentError:
+            raise ValueError("not a SQLAlchemy URL: write e.g. 'sqlite+aiosqlite:///mdb.sqlite3' "
+                             "or 'postgresql+asyncpg://host:5432/db'") from None
+        return self

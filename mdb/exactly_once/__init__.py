@@ -1,0 +1,11 @@
+"""Exactly-once effects: a listener's database work, its sends and the message it consumed
+commit together, without two-phase commit (docs/exactly-once.md).
+
+* ``database``: the ``[databases.NAME]`` settings and one SQLAlchemy async engine per
+  database, whose driver errors become mdb's (``DatabaseUnavailable``) at this edge;
+* ``tables``: mdb's two tables, made by ``mdb db upgrade`` and checked at startup;
+* ``inbox``: the ids of the messages a listener processed, claimed in the handler's own
+  database transaction, so that a redelivered copy is settled without running it again;
+* ``outbox``: the messages a handler sent, written in that same transaction and dispatched
+  once it committed, by this process or, after a crash, by another one holding the lease.
+"""

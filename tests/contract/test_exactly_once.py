@@ -1,0 +1,177 @@
+"""Exactly-once listeners (docs/exactly-once.md), on every broker, with SQLite: the handler's
+writes, its sends and the message commit together, and a copy already processed is settled
+without running the handler."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from mdb import ConfigurationError, Container, Context, Redelivery, listener
+from mdb.broker import ConnectionOptions, broker_for
+from mdb.database_settings import DatabaseSettings
+from mdb.destinations import Destination
+from mdb.exactly_once import tables
+from mdb.exactly_once.database import Database
+from mdb.exactly_once.outbox import Dispatcher, Writer
+from mdb.message import ID, OutgoingMessage
+from mdb.producer import Producer
+from mdb.settings import Settings
+from tests.contract.support import Calls, read, running, settings_for, specs, unique
+
+pytestmark = pytest.mark.anyio
+
+user_tables = MetaData()
+orders = Table("orders", user_tables, Column("id", String(100), primary_key=True),
+               Column("quantity", Integer, nullable=False))
+
+
+@pytest.fixture
+async def database(tmp_path: Path) -> AsyncIterator[Database]:
+    """A SQLite database with mdb's tables (``mdb db upgrade``) and the test's own."""
+    db = Database("main", DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'app.db'}"))
+    await tables.upgrade(db.engine)
+    async with db.engine.begin() as connection:
+        await connection.run_sync(user_tables.create_all)
+    yield db
+    await db.close()
+
+
+def with_database(url: str, database: Database, **values: object) -> Settings:
+    return settings_for(url, databases={"main": database.settings}, **values)
+
+
+async def send_copies(url: str, destination: str, body: bytes, mdb_id: str, copies: int) -> None:
+    """``copies`` messages with one ``mdb_id``, as a redelivered copy arrives."""
+    connection = await broker_for(ConnectionOptions(url=url, client_id=unique("w"))).connect()
+    try:
+        for _ in range(copies):
+            await connection.send(Destination.parse(destination),
+                                  OutgoingMessage(body, {ID: mdb_id, "content-type": "text/plain"}))
+    finally:
+        await connection.close()
+
+
+async def count(database: Database, table: Table) -> int:
+    async with database.session() as session:
+        return int((await session.execute(select(func.count()).select_from(table))).scalar_one())
+
+
+async def test_a_copy_of_a_processed_message_is_settled_without_running_the_handler(
+    broker_url: str, database: Database,
+) -> None:
+    queue, out = f"queue:{unique('eo')}", f"queue:{unique('eo_out')}"
+    calls = Calls()
+
+    @listener(queue, exactly_once="main")
+    async def handler(body: str, ctx: Context, session: AsyncSession) -> None:
+        await session.execute(orders.insert().values(id=body, quantity=1))
+        await ctx.send(out, f"invoice for {body}")
+        calls.add("ran", body)
+
+    await send_copies(broker_url, queue, b"o-1", "m-1", copies=3)
+    await send_copies(broker_url, queue, b"o-after", "m-after", copies=1)
+    async with running(with_database(broker_url, database), handler) as container:
+        sent = await read(broker_url, out, 2)
+        await calls.wait(lambda c: "o-after" in c.of("ran"))  # one slot: in order
+        assert container.deployed[0].stats.already_processed == 2
+    assert calls.of("ran") == ["o-1", "o-after"]
+    assert await count(database, orders) == 2
+    assert [d.body for d in sent] == [b"invoice for o-1", b"invoice for o-after"]
+    assert await count(database, tables.outbox) == 0  # dispatched, then forgotten
+    assert await count(database, tables.inbox) == 2
+
+
+async def test_a_failed_run_keeps_neither_its_writes_nor_its_sends(
+    broker_url: str, database: Database,
+) -> None:
+    queue, out = f"queue:{unique('eo')}", f"queue:{unique('eo_out')}"
+    calls = Calls()
+
+    @listener(queue, exactly_once="main", redelivery=Redelivery(limit=2, delay=0))
+    async def handler(body: str, ctx: Context, session: AsyncSession) -> None:
+        await session.execute(orders.insert().values(id=f"{body}-{ctx.delivery_count}",
+                                                     quantity=1))
+        await ctx.send(out, f"sent by delivery {ctx.delivery_count}")
+        calls.add("ran", ctx.delivery_count)
+        if ctx.delivery_count == 1:
+            raise ValueError("the first run fails after writing and sending")
+
+    await send_copies(broker_url, queue, b"o-2", "m-2", copies=1)
+    async with running(with_database(broker_url, database), handler):
+        sent = await read(broker_url, out, 1)
+        await calls.wait(lambda c: c.of("ran") == [1, 2])
+    assert [d.body for d in sent] == [b"sent by delivery 2"]
+    async with database.session() as session:
+        rows = (await session.execute(select(orders.c.id))).scalars().all()
+    assert rows == ["o-2-2"]
+
+
+async def test_a_write_the_database_refuses_fails_the_delivery_like_an_exception(
+    broker_url: str, database: Database,
+) -> None:
+    queue = f"queue:{unique('eo')}"
+
+    @listener(queue, exactly_once="main", redelivery=Redelivery(limit=1, delay=0))
+    async def handler(body: str, session: AsyncSession) -> None:
+        await session.execute(orders.insert().values(id=body, quantity=None))  # NOT NULL
+
+    await send_copies(broker_url, queue, b"o-3", "m-3", copies=1)
+    async with running(with_database(broker_url, database), handler):
+        moved = await read(broker_url, f"{queue}.DLQ", 1)
+    assert moved[0].headers["mdb_error_type"] == "sqlalchemy.exc.IntegrityError"
+    assert await count(database, orders) == 0
+    assert await count(database, tables.inbox) == 0
+
+
+async def test_rows_a_dead_process_left_are_dispatched_once_their_lease_ran_out(
+    broker_url: str, database: Database,
+) -> None:
+    out = f"queue:{unique('eo_out')}"
+    async with database.session() as session:  # a run that committed, then its process died
+        writer = Writer(session, "dead-process", lease=0.0, error_destination=None)
+        for n in range(3):
+            await writer.send(Destination.parse(out), OutgoingMessage(
+                f"m{n}".encode(), {ID: f"id-{n}"}), None)
+    async with Producer(settings_for(broker_url)) as producer:
+        with anyio.fail_after(30):
+            while await Dispatcher(database, producer, "live-process").sweep() == 0:
+                await anyio.sleep(0.05)  # the lease ends by the clock, no event says so
+    sent = await read(broker_url, out, 3)
+    assert [(d.body, d.headers[ID]) for d in sent] == [(b"m0", "id-0"), (b"m1", "id-1"),
+                                                      (b"m2", "id-2")]
+    assert await count(database, tables.outbox) == 0
+
+
+async def test_a_container_whose_database_lacks_the_tables_says_so(
+    broker_url: str, tmp_path: Path,
+) -> None:
+    empty = DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}")
+
+    @listener(f"queue:{unique('eo')}", exactly_once="main")
+    async def handler(body: str, session: AsyncSession) -> None:
+        pass
+
+    container = Container(settings_for(broker_url, databases={"main": empty}), specs(handler))
+    with pytest.raises(ConfigurationError, match="mdb db upgrade"):
+        await container.run()
+
+
+def test_an_exactly_once_listener_names_a_configured_database() -> None:
+    @listener("queue:q", exactly_once="missing")
+    async def handler(body: str, session: AsyncSession) -> None:
+        pass
+
+    @listener("queue:q")
+    async def unguarded(body: str, session: AsyncSession) -> None:
+        pass
+
+    with pytest.raises(ConfigurationError, match=r"\[databases.missing\]"):
+        Container(settings_for("memory://x"), specs(handler))
+    with pytest.raises(ConfigurationError, match="only an exactly_once listener"):
+        Container(settings_for("memory://x"), specs(unguarded))
