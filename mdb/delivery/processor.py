@@ -361,11 +361,8 @@ class Processor:
 
 
 def _failed(span: tracing.Processing, failure: Failure) -> str:
-    """Tell ``span`` that ``failure`` happened; for the log, where a handler raised, the
-    frames of its traceback (the line beside them already says what was raised), else ""."""
-    if not isinstance(failure, Raised):
-        span.failed(failure.error_type, failure.text)
-        return ""
-    span.failed(failure.error_type, failure.text, failure.traceback)
-    return f"Traceback (most recent call last):\n{failure.frames}".rstrip() if failure.frames \
-        else ""
+    """Tell ``span`` that ``failure`` happened; the traceback of a handler that raised, for
+    the log ("" for a failure without one)."""
+    stacktrace = failure.traceback if isinstance(failure, Raised) else ""
+    span.failed(failure.error_type, failure.text, stacktrace)
+    return stacktrace
