@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import anyio
-from sqlalchemy import ColumnElement, delete, select, update
+from sqlalchemy import ColumnElement, bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import message as headers_
@@ -32,7 +32,7 @@ from mdb.errors import (
     SendOutcomeUnknown,
     error_type,
 )
-from mdb.exactly_once.database import Database
+from mdb.exactly_once.database import Database, translated
 from mdb.exactly_once.tables import outbox
 from mdb.message import ID, OutgoingMessage, ReplyAddress, ReplyTo
 from mdb.producer import Producer
@@ -42,6 +42,10 @@ log = logging.getLogger("mdb.outbox")
 UNSURE = (ConnectionLost, ConnectionFailed, SendOutcomeUnknown)
 """Send failures that say nothing against the message: it is tried again later."""
 SWEEP_BATCH = 100
+
+# Built once: a statement built per call costs its cache key again at every execution.
+_WRITE = outbox.insert()
+_FORGET = delete(outbox).where(outbox.c.seq == bindparam("seq"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +92,7 @@ class Writer:
             "created_at": now, "owner": self._owner, "lease_until": now + self._lease,
             "attempts": 0,
         }
-        result = await self._session.execute(outbox.insert().values(values))
+        result = await self._session.execute(_WRITE, values)
         seq = result.inserted_primary_key[0]  # type: ignore[attr-defined]
         self.rows.append(Row(seq, target, self._reply_broker if reply else None, key, message,
                              errors))
@@ -215,10 +219,11 @@ class Dispatcher:
             ID), row.target, refusal, row.error_destination)
 
     async def _forget(self, seq: int) -> None:
+        # A connection, not a session: an ORM session costs more than the delete.
         database = self._database
-        async with database.session() as session:
+        async with translated(database), database.engine.begin() as connection:
             with database.deadline():
-                await session.execute(delete(outbox).where(outbox.c.seq == seq))
+                await connection.execute(_FORGET, {"seq": seq})
 
     async def _release(self, rows: Sequence[Row], failure: BrokerError) -> None:
         """End the lease of rows that could not be sent, so that the next sweep takes them
