@@ -31,9 +31,7 @@ import argparse
 import cProfile
 import os
 import pstats
-import socket
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -58,7 +56,7 @@ from mdb.listener import ListenerSpec, spec_of
 from mdb.message import ID, OutgoingMessage
 from mdb.producer import Producer
 from mdb.settings import Settings
-from tests.bench.benchmark_activemq import Login, Measured, preload
+from tests.bench.benchmark_activemq import Login, Measured, consume, preload
 from tests.harness.activemq import ActiveMQ
 
 user_tables = MetaData()
@@ -141,33 +139,18 @@ def hand_written(port: int, login: Login, queue: str, count: int, database_url: 
     engine = create_engine(database_url)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", sqlite_pragmas)
-    conn = stomp.Connection12([("127.0.0.1", port)])
-    finished = threading.Event()
-    seen = 0
 
-    class Consumer(stomp.ConnectionListener):
-        def on_message(self, frame: stomp.utils.Frame) -> None:
-            nonlocal seen
-            with engine.begin() as db:
-                db.execute(rows.insert().values(id=frame.headers["message-id"],
-                                                body=frame.body.encode()))
-                conn.send(f"/queue/{queue}.out", frame.body, headers={"persistent": "true"})
-            conn.ack(frame.headers["ack"])
-            seen += 1
-            if seen == count:
-                finished.set()
+    def handle(conn: stomp.Connection12, frame: stomp.utils.Frame) -> None:
+        with engine.begin() as db:
+            db.execute(rows.insert().values(id=frame.headers["message-id"],
+                                            body=frame.body.encode()))
+            conn.send(f"/queue/{queue}.out", frame.body, headers={"persistent": "true"})
+        conn.ack(frame.headers["ack"])
 
-    conn.set_listener("consumer", Consumer())
-    conn.connect(*login, wait=True)
-    conn.transport.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    start, cpu = time.perf_counter(), time.process_time()
-    conn.subscribe(f"/queue/{queue}", id="1", ack="client",
-                   headers={"activemq.prefetchSize": "1"})
-    finished.wait(600)
-    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-    conn.disconnect()
-    engine.dispose()
-    return count / elapsed, cpu / count * 1e6
+    try:
+        return consume(port, login, queue, count, handle)
+    finally:
+        engine.dispose()
 
 
 def sqlite_pragmas(connection: Any, _record: Any) -> None:
