@@ -106,7 +106,7 @@ async def test_messages_wait_while_the_broker_is_down_and_go_in_order_per_key(
     assert [b for b in sent if b[0] == "B"] == ["B1", "B2", "B3"]
 
 
-async def test_a_runs_fresh_rows_wait_behind_rows_of_their_destination_that_could_not_go(
+async def test_a_runs_rows_wait_behind_older_rows_of_their_destination_that_could_not_go(
         settings: Settings) -> None:
     # A listener's run dispatches its own rows at once; older rows of the same destination,
     # released when the broker was down, must go first.
