@@ -85,10 +85,15 @@ class Outbox:
         """Send the messages of this outbox whose transactions committed, and those waiting
         past their lease, in the order they were written; how many were sent. A broker that
         cannot take them is not an error here: they wait in the outbox (logged once per
-        outage) for the next ``dispatch``, ``forward`` or a container's sweep. Raises
-        ``DatabaseUnavailable`` when the database is out of reach."""
+        outage) for the next ``dispatch``, ``forward`` or a container's sweep. While the
+        last attempt failed, a dispatch that finds another under way returns at once: only
+        one caller at a time waits for the broker (``send_wait_for_reconnect``), not every
+        web request. Raises ``DatabaseUnavailable`` when the database is out of reach."""
+        dispatcher = self._store.dispatcher
+        if self._failing and dispatcher.busy:
+            return 0
         try:
-            sent = await self._store.dispatcher.forward()
+            sent = await dispatcher.forward()
         except BrokerError as exc:
             if not self._failing:
                 log.warning("outbox of database %s: messages wait until they can be sent "

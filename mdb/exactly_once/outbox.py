@@ -146,6 +146,11 @@ class Dispatcher:
         async with self._turn:
             await self._send_in_order(await self._claim(outbox.c.source == source))
 
+    @property
+    def busy(self) -> bool:
+        """A sweep or a ``forward`` is under way."""
+        return self._turn.locked()
+
     async def forward(self) -> int:
         """Send the rows this owner wrote (those whose transactions committed) and those
         whose lease ran out, in the order they were written: a producer's outbox after its

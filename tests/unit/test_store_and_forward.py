@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
 
@@ -104,6 +105,32 @@ async def test_messages_wait_while_the_broker_is_down_and_go_in_order_per_key(
     sent = [b.decode() for b in bodies(settings, "queue:events")]
     assert [b for b in sent if b[0] == "A"] == ["A1", "A2", "A3"]
     assert [b for b in sent if b[0] == "B"] == ["B1", "B2", "B3"]
+
+
+async def test_during_an_outage_only_one_caller_at_a_time_waits_for_the_broker(
+        settings: Settings) -> None:
+    # A web app's requests: once the broker is known down, a request whose dispatch finds
+    # another waiting for the broker returns at once; its message waits in the outbox.
+    patient = settings.model_copy(update={"brokers": {"default": settings.brokers[
+        "default"].model_copy(update={"send_wait_for_reconnect": 600.0})}})
+    async with Producer(patient) as producer, Outbox(producer) as outbox:
+
+        async def write(body: str) -> None:
+            async with outbox.database.session() as session:
+                await outbox.send(session, "queue:events", body)
+
+        broker_down(settings)
+        outbox._failing = True  # as after a first dispatch that failed
+        await write("first")
+        async with anyio.create_task_group() as requests:
+            requests.start_soon(outbox.dispatch)  # waits for the broker
+            await anyio.wait_all_tasks_blocked()
+            await write("second")
+            with anyio.fail_after(30):  # a bound against hanging, not a timing
+                assert await outbox.dispatch() == 0
+            broker_down(settings, False)  # the first request's dispatch sends both
+        assert await rows(outbox, tables.outbox) == 0
+    assert bodies(settings, "queue:events") == [b"first", b"second"]
 
 
 async def test_a_runs_rows_wait_behind_older_rows_of_their_destination_that_could_not_go(
