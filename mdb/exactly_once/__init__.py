@@ -7,5 +7,11 @@ commit together, without two-phase commit (docs/exactly-once.md).
 * ``inbox``: the ids of the messages a listener processed, claimed in the handler's own
   database transaction, so that a redelivered copy is settled without running it again;
 * ``outbox``: the messages a handler sent, written in that same transaction and dispatched
-  once it committed, by this process or, after a crash, by another one holding the lease.
+  once it committed, by this process or, after a crash, by another one holding the lease;
+* ``forwarding``: ``Outbox``, the same for a producer outside a handler, in the caller's own
+  transaction (store-and-forward while a destination's brokers are down).
 """
+
+from mdb.exactly_once.forwarding import Outbox
+
+__all__ = ["Outbox"]

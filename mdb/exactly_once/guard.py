@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb.context import SendFunction
@@ -59,15 +60,21 @@ class Guard:
         effects are committed; its redelivery completes the dispatch)."""
         database = self.database
         source = f"{self._listener}/{self._subscription}/{identity}"
-        async with database.session() as session:
-            with database.deadline():
-                fresh = await inbox.claim(session, self._listener, self._subscription,
-                                          identity, time.time())
-            if fresh:
-                writer = Writer(session, self._owner, database.settings.outbox_lease,
-                                error_destination=self._error_destination, source=source,
-                                reply_broker=self._broker)
-                await handler(session, writer.send)
+        failure: Exception | None = None
+        try:
+            async with database.session() as session:
+                with database.deadline():
+                    fresh = await inbox.claim(session, self._listener, self._subscription,
+                                              identity, time.time())
+                if fresh:
+                    writer = Writer(session, self._owner, database.settings.outbox_lease,
+                                    error_destination=self._error_destination, source=source,
+                                    reply_broker=self._broker)
+                    await _handled(handler(session, writer.send))
+        except _Raised as raised:
+            failure = raised.exception
+        if failure is not None:
+            raise failure  # outside the except block: its own cause and context, unchanged
         try:
             if not fresh:
                 await self._dispatcher.dispatch_pending(source)
@@ -77,3 +84,24 @@ class Guard:
             raise DispatchPending(f"sends of message {identity} wait in the outbox of "
                                   f"database {database.name}: {exc}") from exc
         return True
+
+
+class _Raised(Exception):
+    """What the handler raised, carried past the session's translation of driver errors: a
+    handler's own ``TimeoutError`` or ``ConnectionError`` (an ``OSError``, as a dropped
+    database connection is) is its failure, not the database's."""
+
+    def __init__(self, exception: Exception) -> None:
+        super().__init__(exception)
+        self.exception = exception
+
+
+async def _handled(run: Awaitable[None]) -> None:
+    """Await the handler's ``run``: what its own statements raise stays SQLAlchemy's (the
+    session's edge translates it), anything else is carried as ``_Raised``."""
+    try:
+        await run
+    except SQLAlchemyError:
+        raise
+    except Exception as exc:  # user code
+        raise _Raised(exc) from exc

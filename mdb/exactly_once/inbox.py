@@ -17,6 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb.exactly_once.tables import inbox
 
+# Built once: a statement built per call costs its cache key again at every execution.
+_CLAIMS: dict[str, Executable] = {
+    "postgresql": postgresql.insert(inbox).on_conflict_do_nothing(),
+    "sqlite": sqlite.insert(inbox).on_conflict_do_nothing(),
+}
+
 
 async def claim(session: AsyncSession, listener: str, subscription: str, message_id: str,
                 now: float) -> bool:
@@ -25,20 +31,15 @@ async def claim(session: AsyncSession, listener: str, subscription: str, message
     concurrent transaction this one waited for)."""
     values = {"listener": listener, "subscription": subscription, "message_id": message_id,
               "processed_at": now}
-    dialect = session.get_bind().dialect.name
-    statement: Executable
-    if dialect == "postgresql":
-        statement = postgresql.insert(inbox).values(values).on_conflict_do_nothing()
-    elif dialect == "sqlite":
-        statement = sqlite.insert(inbox).values(values).on_conflict_do_nothing()
-    else:  # a database without the clause: the primary key refuses the second row
+    statement = _CLAIMS.get(session.get_bind().dialect.name)
+    if statement is None:  # a database without the clause: the primary key refuses a second
         taken = select(inbox.c.message_id).where(
             inbox.c.listener == listener, inbox.c.subscription == subscription,
             inbox.c.message_id == message_id)
         if (await session.execute(taken)).first() is not None:
             return False
-        statement = inbox.insert().values(values)
-    result = await session.execute(statement)
+        statement = inbox.insert()
+    result = await session.execute(statement, values)
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 

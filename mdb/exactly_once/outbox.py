@@ -18,7 +18,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, delete, select, update
+import anyio
+from sqlalchemy import ColumnElement, bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import message as headers_
@@ -31,7 +32,7 @@ from mdb.errors import (
     SendOutcomeUnknown,
     error_type,
 )
-from mdb.exactly_once.database import Database
+from mdb.exactly_once.database import Database, translated
 from mdb.exactly_once.tables import outbox
 from mdb.message import ID, OutgoingMessage, ReplyAddress, ReplyTo
 from mdb.producer import Producer
@@ -41,6 +42,10 @@ log = logging.getLogger("mdb.outbox")
 UNSURE = (ConnectionLost, ConnectionFailed, SendOutcomeUnknown)
 """Send failures that say nothing against the message: it is tried again later."""
 SWEEP_BATCH = 100
+
+# Built once: a statement built per call costs its cache key again at every execution.
+_WRITE = outbox.insert()
+_FORGET = delete(outbox).where(outbox.c.seq == bindparam("seq"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +92,7 @@ class Writer:
             "created_at": now, "owner": self._owner, "lease_until": now + self._lease,
             "attempts": 0,
         }
-        result = await self._session.execute(outbox.insert().values(values))
+        result = await self._session.execute(_WRITE, values)
         seq = result.inserted_primary_key[0]  # type: ignore[attr-defined]
         self.rows.append(Row(seq, target, self._reply_broker if reply else None, key, message,
                              errors))
@@ -99,18 +104,78 @@ def _default_error_destination(target: ReplyTo) -> Destination:
 
 
 class Dispatcher:
-    """Sends outbox rows of ``database`` through ``producer`` for the process ``owner``."""
+    """Sends outbox rows of ``database`` through ``producer`` for the process ``owner``.
+
+    Order per destination: rows are sent in the order they were written (``seq``), and a send
+    that fails leaves its row and those after it in the outbox. Until a sweep sent them, a
+    fresh run's rows for the same destination wait behind them: sent after them, or left with
+    them when they still cannot go. Rows of another process are another matter: those it left
+    when it died wait for their lease, and a live process's newer rows may overtake them.
+    """
 
     def __init__(self, database: Database, producer: Producer, owner: str) -> None:
         self._database = database
         self._producer = producer
         self._owner = owner
+        self._turn = anyio.Lock()  # one claim-and-send of waiting rows at a time: no row twice
+        # Destinations with rows waiting in the outbox, older than a fresh run's; None until
+        # the first sweep: rows an earlier process left may wait for any destination.
+        self._behind: set[str] | None = None
 
     async def dispatch(self, rows: Sequence[Row]) -> None:
-        """Send ``rows`` in order, deleting each once its broker confirmed it (or once a
-        refused one was moved to its error destination). Raises the ``BrokerError`` of the
-        first that could not be sent: it and those after it stay, their lease ended so that
-        the next sweep takes them."""
+        """Send ``rows`` (committed, leased to this process) in order, after the rows of
+        their destinations that wait in the outbox, deleting each once its broker confirmed
+        it (or once a refused one was moved to its error destination). Raises the
+        ``BrokerError`` of the first that could not be sent: it and those after it stay,
+        their lease ended so that the next sweep takes them."""
+        if self._behind is None or any(str(r.target) in self._behind for r in rows):
+            try:
+                while await self.sweep():
+                    pass
+            except BrokerError as exc:
+                await self._release(rows, exc)
+                raise
+        await self._send_in_order(rows)
+
+    async def dispatch_pending(self, source: str) -> None:
+        """Dispatch the rows a delivery's committed run left undispatched (its process died,
+        or a broker was down): once they are sent, the delivery may be settled. Older rows
+        waiting in the outbox go first."""
+        while await self.sweep():
+            pass
+        async with self._turn:
+            await self._send_in_order(await self._claim(outbox.c.source == source))
+
+    @property
+    def busy(self) -> bool:
+        """A sweep or a ``forward`` is under way."""
+        return self._turn.locked()
+
+    async def forward(self) -> int:
+        """Send the rows this owner wrote (those whose transactions committed) and those
+        whose lease ran out, in the order they were written: a producer's outbox after its
+        commit. How many were sent; raises as ``dispatch``."""
+        sent = 0
+        async with self._turn:
+            while rows := await self._claim(
+                    (outbox.c.owner == self._owner) | (outbox.c.lease_until < time.time())):
+                await self._send_in_order(rows)
+                sent += len(rows)
+            self._behind = set()
+        return sent
+
+    async def sweep(self) -> int:
+        """Take the rows whose lease ran out and dispatch them in the order they were
+        written; how many were sent. Stops at the first that cannot be sent (order)."""
+        async with self._turn:
+            rows = await self._claim(outbox.c.lease_until < time.time())
+            if rows:
+                await self._send_in_order(rows)
+            else:
+                self._behind = set()
+            return len(rows)
+
+    async def _send_in_order(self, rows: Sequence[Row]) -> None:
         for index, row in enumerate(rows):
             try:
                 await self._send(row)
@@ -119,43 +184,20 @@ class Dispatcher:
                 raise
             await self._forget(row.seq)
 
-    async def dispatch_pending(self, source: str) -> None:
-        """Dispatch the rows a delivery's committed run left undispatched (its process died,
-        or a broker was down): once they are sent, the delivery may be settled."""
-        rows = await self._claim(outbox.c.source == source, leased_or_not=True)
-        await self.dispatch(rows)
-
-    async def sweep(self) -> int:
-        """Take the rows whose lease ran out and dispatch them in the order they were
-        written; how many were sent. Stops at the first that cannot be sent (order)."""
-        rows = await self._claim(outbox.c.lease_until < time.time())
-        if rows:
-            await self.dispatch(rows)
-        return len(rows)
-
-    async def _claim(self, which: ColumnElement[bool], *,
-                     leased_or_not: bool = False) -> list[Row]:
+    async def _claim(self, which: ColumnElement[bool]) -> list[Row]:
         """Lease the rows ``which`` selects (at most ``SWEEP_BATCH``, oldest first) to this
-        process; rows another process leased meanwhile are left to it, unless
-        ``leased_or_not``."""
+        process, in one statement: a row another process leased meanwhile no longer matches
+        ``which`` when the update reaches it, and stays with that process."""
         database = self._database
-        now = time.time()
-        stamp = now + database.settings.outbox_lease
+        oldest = select(outbox.c.seq).where(which).order_by(outbox.c.seq).limit(SWEEP_BATCH)
+        claim = (update(outbox).where(outbox.c.seq.in_(oldest.scalar_subquery()), which)
+                 .values(owner=self._owner,
+                         lease_until=time.time() + database.settings.outbox_lease)
+                 .returning(*outbox.c))
         async with database.session() as session:
             with database.deadline():
-                chosen = select(outbox.c.seq).where(which).order_by(outbox.c.seq) \
-                    .limit(SWEEP_BATCH)
-                seqs = list((await session.execute(chosen)).scalars())
-                if not seqs:
-                    return []
-                condition: ColumnElement[bool] = outbox.c.seq.in_(seqs)
-                if not leased_or_not:
-                    condition = condition & (outbox.c.lease_until < now)
-                await session.execute(update(outbox).where(condition).values(
-                    owner=self._owner, lease_until=stamp))
-                mine = select(outbox).where(outbox.c.seq.in_(seqs), outbox.c.owner == self._owner,
-                                            outbox.c.lease_until == stamp).order_by(outbox.c.seq)
-                return [_row(r) for r in (await session.execute(mine)).mappings()]
+                claimed = (await session.execute(claim)).mappings().all()
+        return sorted((_row(r) for r in claimed), key=lambda r: r.seq)
 
     async def _send(self, row: Row) -> None:
         try:
@@ -182,13 +224,17 @@ class Dispatcher:
             ID), row.target, refusal, row.error_destination)
 
     async def _forget(self, seq: int) -> None:
+        # A connection, not a session: an ORM session costs more than the delete.
         database = self._database
-        async with database.session() as session:
+        async with translated(database), database.engine.begin() as connection:
             with database.deadline():
-                await session.execute(delete(outbox).where(outbox.c.seq == seq))
+                await connection.execute(_FORGET, {"seq": seq})
 
     async def _release(self, rows: Sequence[Row], failure: BrokerError) -> None:
-        """End the lease of rows that could not be sent, so that the next sweep takes them."""
+        """End the lease of rows that could not be sent, so that the next sweep takes them
+        (and fresh rows for their destinations wait behind them)."""
+        if self._behind is not None:
+            self._behind.update(str(r.target) for r in rows)
         database = self._database
         async with database.session() as session:
             with database.deadline():

@@ -4,6 +4,7 @@ clock, waits on nothing."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from mdb.container import Container
@@ -26,12 +27,14 @@ def expected_subscriptions(running: Sequence[Container], destination: str) -> se
 
 
 def is_done(tracker: Tracker, running: Sequence[Container], message_id: str) -> bool:
-    """Every running listener of every destination the message was sent to is done with it."""
+    """Every running listener of every destination the message was sent to is done with it
+    (with each copy of it, when it was sent again)."""
     attempts = tracker.attempts.get(message_id, [])
+    copies = tracker.copies.get(message_id, 1)
     for destination in tracker.expected.get(message_id, []):
-        finished = {a.subscription for a in attempts if a.destination == destination
-                    and a.final}
-        if not expected_subscriptions(running, destination) <= finished:
+        finished = Counter(a.subscription for a in attempts if a.destination == destination
+                           and a.final)
+        if any(finished[s] < copies for s in expected_subscriptions(running, destination)):
             return False
     return True
 

@@ -25,12 +25,16 @@ import anyio.lowlevel
 from dependency_injector import containers
 
 from mdb import clock as clocks
+from mdb import codec
 from mdb.broker import ConnectionOptions, SubscriptionRequest, broker_for
 from mdb.broker_settings import BrokerSettings
 from mdb.container import Container
 from mdb.destinations import Destination, Kind
 from mdb.errors import ConfigurationError, sole
+from mdb.exactly_once import tables
+from mdb.exactly_once.database import Database, translated
 from mdb.listener import ListenerSpec
+from mdb.message import ID, OutgoingMessage
 from mdb.producer import Producer
 from mdb.settings import Settings
 from mdb.testing.clock import ManualClock
@@ -82,6 +86,9 @@ class RunningApp:
                    *, key: str | None = None) -> str:
         return await self.runner.send(destination, body, headers, key=key)
 
+    async def send_again(self, message_id: str) -> None:
+        await self.runner.send_again(message_id)
+
     async def settled(self, message_id: str, *, timeout: float = WAIT) -> list[Attempt]:
         return await self.runner.settled(message_id, timeout=timeout)
 
@@ -109,6 +116,7 @@ class Runner:
         self._reported: set[int] = set()  # failures a fail-fast wait raised already
         self._stack: AsyncExitStack | None = None
         self._producer: Producer | None = None
+        self._sent: dict[str, tuple[Destination, OutgoingMessage, str | None]] = {}
 
     # --- running ---------------------------------------------------------------------------
 
@@ -135,6 +143,7 @@ class Runner:
         try:
             async with AsyncExitStack() as stack:
                 await self._start(stack)
+                await _made_tables(settings)
                 if overrides:
                     override(di, overrides, stack)
                 handlers = await stack.enter_async_context(wired(di, modules, specs))
@@ -221,12 +230,32 @@ class Runner:
                    *, key: str | None = None) -> str:
         """Send ``body`` (as ``Producer.send`` would) and return its ``mdb_id``."""
         tracker = self._running_tracker()
+        target, message = Destination.parse(destination), codec.outgoing(body, headers)
+        await self._producer_of_the_test().send_message(target, message, key=key)
+        message_id = message.headers[ID]
+        self._sent[message_id] = (target, message, key)
+        tracker.expect(message_id, str(target))
+        return message_id
+
+    async def send_again(self, message_id: str) -> None:
+        """Send the message ``send`` sent as ``message_id`` once more, as it was (body,
+        headers, ``mdb_id``): the copy a broker redelivers when an acknowledgement was lost,
+        or a producer sends again after ``SendOutcomeUnknown``. The waits then wait for each
+        copy; an exactly-once listener settles the copy without running
+        (``Attempt.outcome == "already processed"``)."""
+        tracker = self._running_tracker()
+        if message_id not in self._sent:
+            raise ConfigurationError(f"send_again: message {message_id} was not sent by this "
+                                     "runner's send")
+        target, message, key = self._sent[message_id]
+        tracker.again(message_id)
+        await self._producer_of_the_test().send_message(target, message, key=key)
+
+    def _producer_of_the_test(self) -> Producer:
         if self._producer is None:
             settings = self.apps[0].settings if self.apps else self._settings(None, "test", "s1")
             self._producer = Producer(settings, client_id=f"mdb-testing-{uuid.uuid4().hex[:8]}")
-        message_id = await self._producer.send(destination, body, headers, key=key)
-        tracker.expect(message_id, str(Destination.parse(destination)))
-        return message_id
+        return self._producer
 
     async def take(self, destination: str, count: int = 1, *,
                    timeout: float = WAIT) -> list[Received]:
@@ -349,3 +378,15 @@ class Runner:
             raise ConfigurationError("nothing ran yet: call this inside `async with "
                                      "runner.run(...)`")
         return self._tracker
+
+
+async def _made_tables(settings: Settings) -> None:
+    """mdb's tables in each database of ``settings``, made as ``mdb db upgrade`` makes them
+    (only in tests: a container never makes them)."""
+    for name, database_settings in settings.databases.items():
+        database = Database(name, database_settings)
+        try:
+            async with translated(database):
+                await tables.upgrade(database.engine)
+        finally:
+            await database.close()

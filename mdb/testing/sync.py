@@ -31,6 +31,9 @@ class SyncApp:
              *, key: str | None = None) -> str:
         return self._portal.call(partial(self.app.send, destination, body, headers, key=key))
 
+    def send_again(self, message_id: str) -> None:
+        self._portal.call(self.app.send_again, message_id)
+
     def settled(self, message_id: str, *, timeout: float = WAIT) -> list[Attempt]:
         return self._portal.call(partial(self.app.settled, message_id, timeout=timeout))
 

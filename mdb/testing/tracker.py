@@ -22,6 +22,7 @@ from mdb import tracing
 from mdb.errors import ConfigurationError
 
 PROCESSED = "processed"
+ALREADY_PROCESSED = "already processed"  # exactly-once: a copy the inbox knew, not run
 REDELIVERED = "redelivered"
 MOVED = "moved to the error destination"
 NOT_SETTLED = "not settled"  # a broker error; the broker redelivers it
@@ -31,8 +32,10 @@ NOT_SETTLED = "not settled"  # a broker error; the broker redelivers it
 class Attempt:
     """One delivery of a message to one listener, as its ``process`` span ended.
 
-    ``outcome`` is ``processed``, ``redelivered``, ``moved to the error destination``,
-    ``dead-lettered`` or ``kept`` (given up to the broker), or ``not settled``. ``exception``
+    ``outcome`` is ``processed``, ``already processed`` (an exactly-once listener's copy of a
+    message it processed before: settled without running), ``redelivered``, ``moved to the
+    error destination``, ``dead-lettered`` or ``kept`` (given up to the broker), or ``not
+    settled``. ``exception``
     is what the handler raised, when it ran in this process."""
 
     destination: str
@@ -44,8 +47,8 @@ class Attempt:
     moved_to: str | None = None
     exception: BaseException | None = None
 
-    FINAL: ClassVar[frozenset[str]] = frozenset({PROCESSED, MOVED, tracing.DEAD_LETTERED,
-                                                 tracing.KEPT})
+    FINAL: ClassVar[frozenset[str]] = frozenset({PROCESSED, ALREADY_PROCESSED, MOVED,
+                                                 tracing.DEAD_LETTERED, tracing.KEPT})
 
     @property
     def final(self) -> bool:
@@ -64,11 +67,13 @@ class Tracker:
 
     ``expected`` maps a message id to the destinations it was sent to for sure (by the kit, by
     code outside any handler, by a handler whose delivery succeeded, or as a copy moved to an
-    error destination). ``on_change`` is called on the event loop after each change."""
+    error destination); ``copies`` how many copies of it were sent, when more than one.
+    ``on_change`` is called on the event loop after each change."""
 
     def __init__(self, on_change: Callable[[], None]) -> None:
         self.attempts: dict[str, list[Attempt]] = {}
         self.expected: dict[str, list[str]] = {}
+        self.copies: dict[str, int] = {}
         self._on_change = on_change
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
@@ -80,6 +85,12 @@ class Tracker:
     def expect(self, message_id: str, destination: str) -> None:
         with self._lock:
             self._expect(message_id, destination)
+        self._changed()
+
+    def again(self, message_id: str) -> None:
+        """One more copy of ``message_id`` was sent: each of its listeners must end it too."""
+        with self._lock:
+            self.copies[message_id] = self.copies.get(message_id, 1) + 1
         self._changed()
 
     def _expect(self, message_id: str, destination: str) -> None:
@@ -151,6 +162,8 @@ def _attempt(span: ReadableSpan, exception: BaseException | None) -> Attempt:
         outcome = REDELIVERED
     elif error_type is not None:
         outcome = NOT_SETTLED
+    elif attributes.get(tracing.ALREADY_PROCESSED):
+        outcome = ALREADY_PROCESSED
     subscription = attributes.get(tracing.SUBSCRIPTION)
     count = attributes.get(tracing.DELIVERY_COUNT, 1)
     return Attempt(

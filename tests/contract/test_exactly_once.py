@@ -129,6 +129,25 @@ async def test_a_write_the_database_refuses_fails_the_delivery_like_an_exception
     assert await count(database, tables.inbox) == 0
 
 
+async def test_a_handlers_own_timeout_error_is_its_failure_not_the_databases(
+    broker_url: str, database: Database,
+) -> None:
+    # TimeoutError is an OSError, as a dropped database connection is: raised by the handler
+    # (a slow warehouse) it fails the delivery, which goes to its error destination.
+    queue = f"queue:{unique('eo')}"
+
+    @listener(queue, exactly_once="main", redelivery=Redelivery(limit=0))
+    async def handler(body: str, session: AsyncSession) -> None:
+        await session.execute(orders.insert().values(id=body, quantity=1))
+        raise TimeoutError("the warehouse did not answer")
+
+    await send_copies(broker_url, queue, b"o-5", "m-5", copies=1)
+    async with running(with_database(broker_url, database), handler):
+        moved = await read(broker_url, f"{queue}.DLQ", 1)
+    assert moved[0].headers["mdb_error_type"] == "TimeoutError"
+    assert await count(database, orders) == 0
+
+
 async def test_rows_a_dead_process_left_are_dispatched_once_their_lease_ran_out(
     broker_url: str, database: Database,
 ) -> None:

@@ -46,6 +46,21 @@ async def test_a_minute_of_redelivery_delays_passes_on_the_clock(mdb_runner: Syn
         assert receipt.text == "receipt for o-1"
 
 
+@listener("queue:kit_copies")
+async def record_copy(body: str, ctx: Context) -> None:
+    await ctx.send("queue:kit_copy_receipts", f"{body} {ctx.id}")
+
+
+async def test_a_message_sent_again_is_settled_once_each_copy_is(mdb_runner: SyncRunner) -> None:
+    async with mdb_runner.run(record_copy) as app:
+        sent = await app.send("queue:kit_copies", "c-1")
+        await app.send_again(sent)
+        attempts = await app.settled(sent)
+        assert [a.outcome for a in attempts] == ["processed", "processed"]  # at least once
+        receipts = await app.take("queue:kit_copy_receipts", 2)
+        assert {r.text for r in receipts} == {f"c-1 {sent}"}  # one mdb_id on both copies
+
+
 async def test_idle_raises_the_handlers_exception_and_take_reads_the_failure(
         mdb_runner: SyncRunner) -> None:
     async with mdb_runner.run(refuse_twice) as app:

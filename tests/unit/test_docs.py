@@ -64,7 +64,7 @@ def test_the_examples_of_the_testing_doc_are_one_test_module_that_passes(tmp_pat
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
         text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
-    assert "7 passed" in result.stdout
+    assert "8 passed" in result.stdout
 
 
 def test_the_quickstart_project_passes_its_own_tests(tmp_path: Path) -> None:

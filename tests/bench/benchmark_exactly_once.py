@@ -1,0 +1,270 @@
+"""Benchmark: exactly-once listeners against the same work done at least once, one run.
+
+    .venv/bin/python -m tests.bench.benchmark_exactly_once [--messages 2000] [--database URL]
+    .venv/bin/python -m tests.bench.benchmark_exactly_once --profile [--messages 200]
+
+The database is SQLite in a temporary folder unless ``--database`` names another (a SQLAlchemy
+async URL such as ``postgresql+asyncpg://user:pw@host/db``; the hand-written loop reaches it
+with SQLAlchemy's default synchronous driver of that database, psycopg2 for PostgreSQL, or
+``--sync-database URL``). Its tables are made first, as ``mdb db upgrade`` would. Prints a
+table, with the consumer's CPU per message (user + system time of this process, the broker's
+and the database's excluded):
+
+* E1, on a private ActiveMQ: a handler that inserts one row and sends one message. mdb with
+  ``exactly_once`` (pool 1 and 4) against a hand-written at-least-once stomp.py loop doing the
+  same work per message: a database transaction with the insert, SEND, COMMIT, ACK;
+* E2, on the memory broker: the cost of exactly-once: that handler with ``exactly_once``
+  against the same handler without it (its insert in a transaction of its own, its send in
+  the broker transaction).
+
+``--profile`` measures nothing by the clock: it runs E2's handler's work one message after
+another under cProfile, through the exactly-once guard and without it, and prints the Python
+calls per message on the event loop's thread (the database driver's own thread is not
+counted), which do not depend on the machine's load.
+
+Not a test: CI never times anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import stomp
+from sqlalchemy import Column, LargeBinary, MetaData, String, Table, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from mdb import Container, Context, listener
+from mdb.broker_settings import BrokerSettings
+from mdb.context import SendFunction
+from mdb.database_settings import DatabaseSettings
+from mdb.destinations import Destination
+from mdb.exactly_once import tables
+from mdb.exactly_once.database import Database
+from mdb.exactly_once.store import Store
+from mdb.listener import ListenerSpec, spec_of
+from mdb.message import ID, OutgoingMessage
+from mdb.producer import Producer
+from mdb.settings import Settings
+from tests.bench.benchmark_activemq import Login, Measured, consume, preload
+from tests.harness.activemq import ActiveMQ
+
+user_tables = MetaData()
+rows = Table("bench_rows", user_tables, Column("id", String(200), primary_key=True),
+             Column("body", LargeBinary, nullable=False))
+
+
+def handler(queue: str, pool: int, exactly_once: bool,
+             database: Database) -> ListenerSpec:
+    """E1's and E2's handler: insert one row, send one message."""
+    out = f"queue:{queue}.out"
+    if exactly_once:
+        @listener(f"queue:{queue}", pool=pool, exactly_once="main", name="bench")
+        async def guarded(body: bytes, ctx: Context, session: AsyncSession) -> None:
+            await session.execute(rows.insert().values(id=ctx.id, body=body))
+            await ctx.send(out, body)
+        spec = spec_of(guarded)
+    else:
+        @listener(f"queue:{queue}", pool=pool, name="bench")
+        async def plain(body: bytes, ctx: Context) -> None:
+            async with database.session() as session:
+                await session.execute(rows.insert().values(id=ctx.id, body=body))
+            await ctx.send(out, body)
+        spec = spec_of(plain)
+    assert spec is not None
+    return spec
+
+
+async def made(url: str) -> None:
+    """mdb's tables (``mdb db upgrade``) and the benchmark's, emptied."""
+    database = Database("main", DatabaseSettings(url=url))
+    try:
+        await tables.upgrade(database.engine)
+        async with database.engine.begin() as connection:
+            await connection.run_sync(user_tables.drop_all)
+            await connection.run_sync(user_tables.create_all)
+    finally:
+        await database.close()
+
+
+async def container_rate(broker_url: str, database_url: str, queue: str, count: int,
+                         pool: int, exactly_once: bool, preload_memory: bool = False,
+                         ) -> Measured:
+    """``count`` messages of ``queue`` (preloaded, or sent here on a memory broker) through
+    the handler in a container."""
+    settings = Settings(app="bench", server="s1", brokers={"default": BrokerSettings(
+        url=broker_url)}, databases={"main": DatabaseSettings(url=database_url)})
+    database = Database("main", settings.databases["main"])
+    container = Container(settings, [handler(queue, pool, exactly_once, database)])
+    try:
+        if preload_memory:
+            async with Producer(settings) as producer:
+                for n in range(count):
+                    await producer.send(f"queue:{queue}", f"message {n}")
+        async with anyio.create_task_group() as tg:
+            await tg.start(container.run)
+            stats = container.deployed[0].stats
+            start, cpu = time.perf_counter(), time.process_time()
+            while stats.processed < count:
+                await anyio.sleep(0.01)
+            elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+            container.request_stop()
+    finally:
+        await database.close()
+    return count / elapsed, cpu / count * 1e6
+
+
+def sync_url(url: str) -> str:
+    """The synchronous driver's URL of the same database, for the hand-written loop."""
+    parsed = make_url(url)
+    return parsed.set(drivername=parsed.get_backend_name()).render_as_string(
+        hide_password=False)
+
+
+def hand_written(port: int, login: Login, queue: str, count: int, database_url: str) -> Measured:
+    """What a user writes with stomp.py and SQLAlchemy alone, at least once: per message on
+    the receiver thread, a database transaction with the insert and the SEND, its COMMIT,
+    then the ACK (a crash between the two repeats both: no inbox). TCP_NODELAY, no receipt
+    waited for (the most favourable baseline); SQLite with mdb's pragmas (WAL, FULL sync)."""
+    engine = create_engine(database_url)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", sqlite_pragmas)
+
+    def handle(conn: stomp.Connection12, frame: stomp.utils.Frame) -> None:
+        with engine.begin() as db:
+            db.execute(rows.insert().values(id=frame.headers["message-id"],
+                                            body=frame.body.encode()))
+            conn.send(f"/queue/{queue}.out", frame.body, headers={"persistent": "true"})
+        conn.ack(frame.headers["ack"])
+
+    try:
+        return consume(port, login, queue, count, handle)
+    finally:
+        engine.dispose()
+
+
+def sqlite_pragmas(connection: Any, _record: Any) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.close()
+
+
+async def calls_per_message(database_url: str, count: int, exactly_once: bool,
+                            ) -> tuple[float, str]:
+    """Python calls per message of the handler's work, one message after another in one
+    task: through ``Guard.run`` (the inbox claim, the insert and the outbox row, the commit,
+    the dispatch and its delete), or without it (a transaction with the insert, then a send
+    through the producer); and the most called functions."""
+    settings = Settings(brokers={"default": BrokerSettings(
+        url=f"memory://calls-{uuid.uuid4().hex[:6]}")},
+        databases={"main": DatabaseSettings(url=database_url)})
+    database = Database("main", settings.databases["main"])
+    out = Destination.parse("queue:calls.out")
+    profile = cProfile.Profile()
+    async with Producer(settings) as producer:
+        guard = Store(database, producer, "calls").guard(
+            listener="calls", subscription="calls", broker="default",
+            error_destination=Destination.parse("queue:calls.DLQ"))
+
+        async def work(session: AsyncSession, send: SendFunction, n: int) -> None:
+            await session.execute(rows.insert().values(id=f"m-{n}", body=b"body"))
+            await send(out, OutgoingMessage(b"body", {ID: f"m-{n}"}), None)
+
+        async def one(n: int) -> None:
+            if exactly_once:
+                await guard.run(f"m-{n}", lambda session, send: work(session, send, n))
+            else:
+                async with database.session() as session:
+                    await session.execute(rows.insert().values(id=f"m-{n}", body=b"body"))
+                await producer.send_message(out, OutgoingMessage(b"body", {ID: f"m-{n}"}))
+
+        for n in range(20):  # warm: connections made, statements compiled and cached
+            await one(n)
+        profile.enable()
+        for n in range(20, 20 + count):
+            await one(n)
+        profile.disable()
+    await database.close()
+    stats = pstats.Stats(profile)
+    total: int = stats.total_calls  # type: ignore[attr-defined]
+    entries = stats.stats  # type: ignore[attr-defined]
+    heaviest = [f"  {calls / count:8.1f}  {Path(path).name}:{line} {name}"
+                for (path, line, name), (_, calls, _, _, _) in sorted(
+                    entries.items(), key=lambda item: -item[1][1])[:12]]
+    return total / count, "\n".join(heaviest)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--database", help="a SQLAlchemy async URL (default: SQLite)")
+    parser.add_argument("--sync-database", help="the hand-written loop's URL of it")
+    parser.add_argument("--profile", action="store_true",
+                        help="print Python calls per message instead of timing")
+    args = parser.parse_args()
+    n = args.messages
+    with tempfile.TemporaryDirectory() as folder:
+        url = args.database or f"sqlite+aiosqlite:///{folder}/bench.sqlite3"
+        if args.profile:
+            for exactly_once in (False, True):
+                anyio.run(made, url)
+                calls, heaviest = anyio.run(calls_per_message, url, n, exactly_once)
+                print(f"{'exactly_once' if exactly_once else 'without exactly_once'}: "
+                      f"{calls:,.0f} calls per message; the most called:\n{heaviest}")
+            return
+        measured: list[tuple[str, str, Measured, str]] = []
+        run: Callable[..., Measured] = anyio.run
+        e2 = "E2 memory broker: insert 1 row, send 1 message"
+        run(made, url)
+        plain = run(container_rate, f"memory://{uuid.uuid4().hex[:6]}", url, "e2p", n, 1,
+                    False, True)
+        measured.append((e2, "mdb pool=1, without exactly_once", plain, ""))
+        run(made, url)
+        guarded = run(container_rate, f"memory://{uuid.uuid4().hex[:6]}", url, "e2g", n, 1,
+                      True, True)
+        measured.append((e2, "mdb pool=1, exactly_once", guarded,
+                         f"{guarded[0] / plain[0]:.2f}x the rate, {guarded[1] / plain[1]:.2f}x "
+                         "the CPU"))
+        with ActiveMQ(heap_mb=1024) as broker:
+            login = (broker.username, broker.password)
+
+            def queue(kind: str) -> str:
+                name = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
+                preload(broker.port, login, name, n)
+                return name
+
+            e1 = "E1 ActiveMQ: insert 1 row, send 1 message"
+            run(made, url)
+            hand = hand_written(broker.port, login, queue("e1h"), n,
+                                args.sync_database or sync_url(url))
+            measured.append((e1, "hand-written: DB BEGIN/INSERT, SEND, DB COMMIT, ACK", hand,
+                             ""))
+            for pool in (1, 4):
+                run(made, url)
+                rate = run(container_rate, broker.url, url, queue(f"e1m{pool}"), n, pool,
+                           True)
+                measured.append((e1, f"mdb pool={pool}, exactly_once", rate,
+                                 f"{rate[0] / hand[0]:.2f}x the rate, {rate[1] / hand[1]:.2f}x "
+                                 "the CPU of the hand-written loop"))
+    print()
+    print(f"{make_url(url).get_backend_name()} database, {n} messages per run, "
+          f"stomp.py {stomp.__version__}, {os.cpu_count()} cores shared with the broker")
+    print("| workload | consumer | msg/s | CPU µs/msg | vs baseline |")
+    print("|---|---|---:|---:|---|")
+    for workload, consumer, (msgs, cpu), ratio in measured:
+        print(f"| {workload} | {consumer} | {msgs:,.0f} | {cpu:,.0f} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()
