@@ -72,40 +72,49 @@ async def _settle_and_kill(node: RabbitMQ, queue_type: str | None, inbound: Dest
 
 
 async def _take(node: RabbitMQ, queue_type: str | None, queue: Destination) -> int:
-    """How many messages ``queue`` holds after the restart; they are taken (acked). A
-    subscription the node does not yet serve (a quorum queue without a leader) is tried
-    again on a new connection until ``WAIT``."""
-    count = node.stored().get(queue.name, 0)
-    if count == 0:
-        return 0
+    """How many messages ``queue`` held after the restart; they are taken. A marker sent to it
+    with a receipt and taken back says where its content ends: a count asked of the node is
+    not to be trusted right after a restart (a quorum queue reports 0 until it has recovered),
+    and an empty receive proves nothing. A connection or subscription the node does not serve
+    yet is tried again on a new connection until ``WAIT``."""
     deadline = time.monotonic() + WAIT
     while True:
         connection = await StompBroker(_options(node, queue_type)).connect()
         try:
-            return await _take_from(connection, queue, count)
-        except BrokerError:
+            return await _take_from(connection, queue)
+        except BrokerError as error:
+            print(f"taking {queue} after the restart: {error}; trying again", flush=True)
             if time.monotonic() > deadline:
                 raise
         finally:
             await connection.close()
 
 
-async def _take_from(connection: StompConnection, queue: Destination, count: int) -> int:
+async def _take_from(connection: StompConnection, queue: Destination) -> int:
+    marker = _message("marker")
+    await connection.send(queue, marker)
     subscription = await connection.subscribe(_request(queue))
+    taken = []
     with anyio.fail_after(WAIT):
-        for _ in range(count):
-            await connection.ack(await subscription.receive())
-    return count
+        while True:
+            delivery = await subscription.receive()
+            taken.append(delivery)
+            if delivery.headers.get(ID) == marker.headers[ID]:
+                break
+    for delivery in taken:
+        await connection.ack(delivery)
+    return sum(1 for d in taken if d.body != b"marker")
 
 
-async def one_round(node: RabbitMQ, queue_type: str | None) -> str:
-    """One round on the running ``node``: its outcome (one of ``OUTCOMES``); the node is
-    running again when it returns."""
-    token = new_id()[:12]
-    inbound = Destination.parse(f"queue:mdbtest-in-{token}")
-    outbound = Destination.parse(f"queue:mdbtest-out-{token}")
+async def one_round(node: RabbitMQ, queue_type: str | None, inbound: Destination,
+                    outbound: Destination) -> str:
+    """One round on the running ``node`` through the empty queues ``inbound`` and
+    ``outbound``: its outcome (one of ``OUTCOMES``); the node is running again and the queues
+    empty when it returns."""
     await _settle_and_kill(node, queue_type, inbound, outbound)
     node.restart()
+    if queue_type == "quorum":
+        node.elect(inbound.name, outbound.name)
     sent_on = await _take(node, queue_type, outbound)
     back = await _take(node, queue_type, inbound)
     if sent_on:
@@ -114,12 +123,23 @@ async def one_round(node: RabbitMQ, queue_type: str | None) -> str:
 
 
 def rounds(node: RabbitMQ, queue_type: str | None, count: int) -> Counter[str]:
-    """``count`` rounds on ``node``: how many had each outcome."""
+    """``count`` rounds on ``node``: how many had each outcome.
+
+    The two queues are declared first, and the node restarted cleanly: RabbitMQ keeps a queue
+    declared moments before a kill -9 no more than the messages in it (measured on 3.10.8:
+    a queue declared by a confirmed SEND and killed at once was gone after the restart, 3
+    times in 3, classic or quorum), which an application's long-lived queues do not meet."""
+    token = new_id()[:12]
+    inbound = Destination.parse(f"queue:mdbtest-in-{token}")
+    outbound = Destination.parse(f"queue:mdbtest-out-{token}")
 
     async def run() -> Counter[str]:
+        for queue in (inbound, outbound):
+            await _take(node, queue_type, queue)
+        node.restart()
         outcomes: Counter[str] = collections.Counter()
         for number in range(1, count + 1):
-            outcome = await one_round(node, queue_type)
+            outcome = await one_round(node, queue_type, inbound, outbound)
             outcomes[outcome] += 1
             print(f"{queue_type or 'classic'} round {number}: {outcome}", flush=True)
         return outcomes
