@@ -240,6 +240,11 @@ class Transaction(abc.ABC):
 
         Raises ``TransactionRolledBack`` when the broker did not confirm (connection lost,
         refused, no receipt in time): then none of it may be relied upon.
+
+        On a broker without atomic, durable transactions the adapter makes the sends first,
+        each confirmed as stored, then the acks: a commit that fails after some sends were
+        confirmed leaves them sent and the deliveries unsettled (they come back, flagged
+        redelivered, and their processing sends again), never acked without its sends.
         """
 
     @abc.abstractmethod

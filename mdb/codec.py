@@ -113,16 +113,18 @@ def encode(body: object) -> tuple[bytes, str]:
         ) from exc
 
 
-def outgoing(body: object, headers: Mapping[str, str] | None = None) -> OutgoingMessage:
+def outgoing(body: object, headers: Mapping[str, str] | None = None,
+             own: Mapping[str, str] | None = None) -> OutgoingMessage:
     """A new message: the encoded body, its content type (``content-type`` and
-    ``mdb_content_type``: the one ``headers`` declare, else the body's), and a fresh ``mdb_id``.
+    ``mdb_content_type``: the one ``headers`` declare, else the body's), and mdb's ``own``
+    headers over ``headers`` (by default a fresh ``mdb_id``).
     Raises ``EncodeError`` for a body ``encode`` refuses, a header holding a NUL byte, or
     headers beyond ``mdb.message``'s bounds; warns (once per name) about a header name a JMS
     selector cannot name (``mdb.jms_names``)."""
     if headers:
         refuse_nul(headers)
     data, content_type = encode(body)
-    merged = {**labelled(headers or {}, content_type), ID: new_id()}
+    merged = {**labelled(headers or {}, content_type), **(own or {ID: new_id()})}
     if headers:
         refuse_oversized(merged)
         warn_unselectable(headers)

@@ -12,7 +12,7 @@ import anyio.from_thread
 from mdb import codec
 from mdb.destinations import Destination
 from mdb.errors import NoReplyTo
-from mdb.message import Message, OutgoingMessage, ReplyTo, addressed
+from mdb.message import ID, MAYBE_REPEAT, Message, OutgoingMessage, ReplyTo, addressed, derived_id
 
 SendFunction = Callable[[ReplyTo, OutgoingMessage, str | None], Coroutine[Any, Any, None]]
 """Sends ``message`` to a destination (with an optional member ``key``) or to a delivery's
@@ -22,10 +22,13 @@ reply address, as part of the delivery being processed."""
 class Context:
     """Handed to a handler that declares a parameter annotated ``Context``."""
 
-    def __init__(self, message: Message, listener: str, send: SendFunction) -> None:
+    def __init__(self, message: Message, listener: str, send: SendFunction,
+                 subscription: str) -> None:
         self.message = message
         self.listener = listener
         self._send = send
+        self._subscription = subscription
+        self._sent = 0
         self._loop_thread = threading.get_ident()
 
     @property
@@ -70,7 +73,8 @@ class Context:
         In an ``async def`` handler, await it. In a plain ``def`` handler the call itself sends
         (blocking until done) and its result need not be awaited.
         """
-        message = addressed(codec.outgoing(body, headers), reply_to, correlation_id)
+        message = addressed(codec.outgoing(body, headers, self._own()), reply_to,
+                            correlation_id)
         return self._sending(Destination.parse(destination), message, key)
 
     def reply(self, body: object, headers: Mapping[str, str] | None = None) -> Awaitable[None]:
@@ -88,9 +92,20 @@ class Context:
                 f"listener {self.listener}: message {self.id} from {self.destination} has no "
                 "reply-to, so there is nowhere to send a reply")
         correlation_id = self.message.correlation_id or self.id
-        message = dataclasses.replace(codec.outgoing(body, headers),
+        message = dataclasses.replace(codec.outgoing(body, headers, self._own()),
                                       correlation_id=correlation_id)
         return self._sending(reply_to, message, None)
+
+    def _own(self) -> dict[str, str]:
+        """mdb's headers on the handler's next send: an ``mdb_id`` derived from this message's,
+        the listener's and the send's place among this processing's sends, so that a
+        processing after a redelivery sends what it sends again under the same ids; and,
+        when this message may have been processed before, ``mdb_maybe_repeat``."""
+        own = {ID: derived_id(self.message.id, self._subscription, self.listener, self._sent)}
+        self._sent += 1
+        if self.message.redelivered:
+            own[MAYBE_REPEAT] = "true"
+        return own
 
     def _sending(self, target: ReplyTo, message: OutgoingMessage,
                  key: str | None) -> Awaitable[None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,9 @@ ERROR_TYPE = "mdb_error_type"
 ERROR_MESSAGE = "mdb_error_message"
 ERROR_LISTENER = "mdb_error_listener"
 HEADERS_DROPPED = "mdb_headers_dropped"  # on a copy: how many of the original's headers it lacks
+# On a handler's send whose message may have been processed before: the send may be a repeat,
+# with the same mdb_id as the earlier one (``derived_id``).
+MAYBE_REPEAT = "mdb_maybe_repeat"
 # The body's content type under two names: STOMP's, which other STOMP clients and RabbitMQ read,
 # and one a JMS selector can name (ActiveMQ makes both properties; ``content-type = 'x'`` in a
 # selector parses as ``content - type = 'x'`` and silently matches nothing). See docs/interop.md.
@@ -28,6 +32,15 @@ CONTENT_TYPE_PROPERTY = "mdb_content_type"
 
 def new_id() -> str:
     return uuid.uuid4().hex
+
+
+def derived_id(incoming: str, subscription: str, listener: str, index: int) -> str:
+    """The ``mdb_id`` of send number ``index`` (from 0) that ``listener``'s handler makes while
+    processing message ``incoming`` from ``subscription``: the same in every processing of that
+    message (a send made again after a redelivery is recognisable as a repeat), another for
+    any other send. Shaped like ``new_id``'s."""
+    key = "\0".join((subscription, listener, incoming, str(index)))
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def content_type_of(headers: Mapping[str, str]) -> str | None:

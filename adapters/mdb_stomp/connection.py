@@ -25,6 +25,7 @@ from mdb.destinations import Destination
 from mdb.errors import BrokerError, SendOutcomeUnknown, SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp import scheduler
+from mdb_stomp.confirmed import ConfirmedTransaction
 from mdb_stomp.dialect import Dialect
 from mdb_stomp.frames import log_outlived, send_frame
 from mdb_stomp.receipts import ReceiptErrors
@@ -78,7 +79,12 @@ class StompConnection(Connection):
         return await StompTemporaryQueue.open(self._wire, self._dialect)
 
     async def begin(self) -> StompTransaction:
-        """BEGIN (no receipt: a refused BEGIN fails the COMMIT). ``ConnectionLost`` when down."""
+        """BEGIN (no receipt: a refused BEGIN fails the COMMIT). ``ConnectionLost`` when down.
+        On a broker without atomic transactions, a ``ConfirmedTransaction``, which writes
+        nothing before its commit (``Dialect.atomic_transactions``)."""
+        if not self._dialect.atomic_transactions:
+            self._wire.check_alive()
+            return ConfirmedTransaction(self._wire, self._dialect, uuid.uuid4().hex)
         transaction = StompTransaction(self._wire, self._dialect, uuid.uuid4().hex)
         self._wire.write("begin", transaction=transaction.id)
         return transaction

@@ -79,11 +79,12 @@ class Dialect(abc.ABC):
     #: True when whether the broker holds a delayed send back depends on its configuration,
     #: which a probe finds out (``mdb_stomp.scheduler``); False when it always does.
     probes_delay: ClassVar[bool] = False
-    #: True when the broker runs each frame of a transaction as it reads it and answers a
-    #: receipt on a transacted SEND at once: then such a SEND waits for its receipt before the
-    #: transaction writes anything more (see ``StompTransaction.send``). False when it runs
-    #: them only at the COMMIT and answers their receipts then (RabbitMQ).
-    confirms_transacted_sends: ClassVar[bool] = True
+    #: True when the broker's STOMP transactions are atomic and durable, and it runs each
+    #: frame of one as it reads it (ActiveMQ): mdb's transactions are STOMP transactions
+    #: (``mdb_stomp.transaction``). False when they only batch frames, replayed at the COMMIT
+    #: with no promise (RabbitMQ): mdb settles with confirmed SENDs outside any transaction,
+    #: then the ACKs (``mdb_stomp.confirmed``).
+    atomic_transactions: ClassVar[bool] = True
     #: The unit the broker counts heart-beat intervals in, and the shortest interval mdb may
     #: promise it so that mdb notices a silent link before the broker does (``heartbeats``).
     heartbeat_unit_ms: ClassVar[int] = 1

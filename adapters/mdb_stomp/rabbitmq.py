@@ -87,8 +87,12 @@ class RabbitMQDialect(Dialect):
       nothing here (a plain header). A copy (``copy``) sends ``priority`` again; its
       ``expiration`` is the time left (``expiry``).
     * A receipt asked on a transacted SEND is answered only at the COMMIT (the frames of a
-      transaction run then): ``confirms_transacted_sends = False``. No header limit was met:
-      a SEND with 2,000 headers, or one of 200 KB, was stored.
+      transaction run then), and neither it nor the COMMIT's proves the SEND was stored: a
+      kill -9 of the node right after them lost it, and kept or lost the transaction's ACK
+      independently of it. A SEND's receipt outside a transaction is a publisher confirm,
+      given once the message is stored (on a quorum queue, by a majority of the nodes):
+      ``atomic_transactions = False``, and mdb settles with those (``mdb_stomp.confirmed``).
+      No header limit was met: a SEND with 2,000 headers, or one of 200 KB, was stored.
     * Heart-beats count in whole seconds, its own at least 1 s, so mdb's tolerance of its
       silence is 2.5 s; it drops a connection after 2 to 3 of mdb's intervals of silence, at
       least one interval after a cut. mdb's interval is therefore at least 4 s here
@@ -125,7 +129,7 @@ class RabbitMQDialect(Dialect):
     has_vhosts = True
     unsubscribe_releases_unacked = False
     subscribes_temporary_queues = False
-    confirms_transacted_sends = False
+    atomic_transactions = False
     heartbeat_unit_ms = 1000
     min_heartbeat_ms = 4000
     queue_types = frozenset({"classic", "quorum"})

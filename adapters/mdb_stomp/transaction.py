@@ -1,6 +1,8 @@
-"""``StompTransaction``: ACKs and SENDs that carry a transaction id, settled by one COMMIT.
+"""``StompTransaction``: ACKs and SENDs that carry a transaction id, settled by one COMMIT,
+for a broker whose STOMP transactions are atomic and durable (``Dialect.atomic_transactions``:
+ActiveMQ; RabbitMQ's are not, see ``mdb_stomp.confirmed``).
 
-On ActiveMQ each SEND waits for its receipt before the transaction writes anything more (see
+Each SEND waits for its receipt before the transaction writes anything more (see
 ``StompTransaction.send``); ACKs and BEGIN are written without one.
 
 Cumulative acks. On a subscription whose ACK settles the earlier deliveries too (``ack:client``,
@@ -18,7 +20,7 @@ from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp.dialect import Dialect
 from mdb_stomp.frames import log_outlived, send_frame
 from mdb_stomp.receipts import ReceiptErrors
-from mdb_stomp.subscription import ack_token
+from mdb_stomp.subscription import AckToken, ack_token
 from mdb_stomp.unsettled import Unsettled
 from mdb_stomp.wire import Wire
 
@@ -45,11 +47,8 @@ class StompTransaction(Transaction):
         earlier delivery of its subscription is neither settled nor acked in this transaction
         (see ``mdb_stomp.unsettled``)."""
         try:
-            token = ack_token(delivery, self._wire)
-            self._check_usable()
+            token = self._claim(delivery)
             unsettled = token.subscription.unsettled
-            unsettled.claim(token.ack_id, self)
-            self._claimed.add(unsettled)
             if unsettled.cumulative:
                 self._last_acks[unsettled] = token.ack_id
             else:
@@ -58,20 +57,27 @@ class StompTransaction(Transaction):
             self._doomed = self._doomed or str(error)
             raise
 
+    def _claim(self, delivery: Delivery) -> AckToken:
+        """The delivery's token, claimed by this transaction (``mdb_stomp.unsettled``); raises
+        as ``ack`` says, writing nothing."""
+        token = ack_token(delivery, self._wire)
+        self._check_usable()
+        token.subscription.unsettled.claim(token.ack_id, self)
+        self._claimed.add(token.subscription.unsettled)
+        return token
+
     async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
         """Transacted SEND. ``EncodeError``, writing nothing, for a header holding a NUL byte
         (or a delay on a send to anything but a queue, ``frames.send_frame``).
         Otherwise any failure dooms the transaction (its commit raises
         ``TransactionRolledBack``): ``ConnectionLost`` when the connection is or went down,
-        and where the dialect ``confirms_transacted_sends``, ``TransactionRolledBack`` when
-        the broker refused the SEND (too many or too long headers on ActiveMQ, ...) or did not
-        answer in time.
+        ``TransactionRolledBack`` when the broker refused the SEND (too many or too long
+        headers on ActiveMQ, ...) or did not answer in time.
 
-        Where the broker confirms it, the SEND waits for its receipt before the transaction
-        writes anything more: after refusing a SEND, ActiveMQ goes on reading the frames
-        written behind it before it closes the connection, so a pipelined ACK and COMMIT could
-        settle the delivery without the refused send (measured: 1 run in 5 lost the message,
-        docs/security.md). Elsewhere the COMMIT's receipt covers it.
+        The SEND waits for its receipt before the transaction writes anything more: after
+        refusing a SEND, ActiveMQ goes on reading the frames written behind it before it
+        closes the connection, so a pipelined ACK and COMMIT could settle the delivery
+        without the refused send (measured: 1 run in 5 lost the message, docs/security.md).
 
         A copy that expires before it could be delivered, where the broker would drop it
         then, is not sent (``Dialect.outlived``): the commit settles its delivery all the
@@ -84,9 +90,6 @@ class StompTransaction(Transaction):
         headers["transaction"] = self.id
         try:
             self._check_usable()
-            if not self._dialect.confirms_transacted_sends:
-                self._wire.write("send", path, message.body, headers=headers)
-                return
             await self._wire.request(
                 "send", path, message.body, headers=headers,
                 errors=ReceiptErrors(

@@ -193,7 +193,7 @@ class Wire:
         which does not run them before this coroutine first suspends.
         """
         receipt = uuid.uuid4().hex
-        if frame == "nack":  # stomp.py's nack takes its headers as keywords
+        if frame in ("ack", "nack"):  # stomp.py's take their headers as keywords
             self.write(frame, *args, **headers, receipt=receipt, **kwargs)
         else:
             self.write(frame, *args, headers=dict(headers, receipt=receipt), **kwargs)

@@ -36,6 +36,7 @@ class Invoker:
         self._is_async = spec.is_async  # asked once: inspect's answer costs several calls
         self._telemetry = tracing.Consumer(spec.name, system, spec.destination,
                                            planned.request.name, planned.shared)
+        self._subscription = planned.name
         self.decode = codec.decoder_for(spec.body_type)
         """The body as the handler's annotation asks; raises ``DecodeError``."""
 
@@ -71,7 +72,8 @@ class Invoker:
         if spec.body_parameter:
             kwargs[spec.body_parameter] = body
         if spec.context_parameter:
-            kwargs[spec.context_parameter] = Context(message, spec.name, send)
+            kwargs[spec.context_parameter] = Context(message, spec.name, send,
+                                                     self._subscription)
         if spec.session_parameter:
             kwargs[spec.session_parameter] = session
         timeout = spec.options.handler_timeout

@@ -10,9 +10,9 @@ message identity, and ``mdb.delivery.decision`` gives up on a message with too m
 * a settlement of the message the broker refused: it raised while the connection stayed open
   (ActiveMQ refuses a SEND with an ERROR frame and keeps the connection);
 * a failed move to the error destination, whatever the error: RabbitMQ refuses such a copy by
-  closing the connection, before or after it answered the COMMIT. If it answered, the message
-  comes back in doubt as the very delivery it confirmed moved (``came_back``); if not, the
-  move fails. A message that moves to the error destination was failing anyway, so a broker
+  closing the connection. Where a broker confirmed a move it then did not apply, the message
+  comes back in doubt as the very delivery it confirmed moved (``came_back``); else the move
+  fails. A message that moves to the error destination was failing anyway, so a broker
   outage during its move costs it at most one strike;
 * each time a stuck message is kept (so that the next pause is longer).
 

@@ -156,6 +156,12 @@ async def test_a_killed_broker_makes_everything_stale_and_redelivers_flagged_aft
     private_broker: BrokerProcess,
 ) -> None:
     queue = unique("queue")
+    # The queue outlives the crash: a broker may lose a queue declared moments before a kill
+    # -9, with what was confirmed into it (docs/failover.md, "Known limits"): RabbitMQ did,
+    # in 2 runs of this test in 20. A clean restart stores it.
+    async with connected(private_broker.url) as declaring:
+        await (await declaring.subscribe(queue_request(queue))).close()
+    await anyio.to_thread.run_sync(private_broker.restart)
     connection = await StompBroker(options(private_broker.url)).connect()
     subscription = await connection.subscribe(queue_request(queue))
     sent = message("in flight")

@@ -19,6 +19,7 @@ from mdb.message import (
     ERROR_MESSAGE,
     ERROR_TYPE,
     ID,
+    MAYBE_REPEAT,
     ORIGINAL_DESTINATION,
 )
 from tests.contract.support import Calls, read, running, settings_for, specs, unique
@@ -132,6 +133,28 @@ async def test_an_undecodable_body_goes_to_the_error_destination_without_retries
     assert moved.headers[ERROR_TYPE] == "mdb.DecodeError"
     assert moved.headers[DELIVERY_COUNT] == "1"
     assert calls.of("called") == []
+
+
+async def test_a_send_made_again_by_a_repeated_processing_keeps_its_id(broker_url: str) -> None:
+    # A non-transacted handler's sends go out at once: failing after them, it has sent, and
+    # its next processing sends again. Both copies carry one id; the second says it may be a
+    # repeat (docs/concepts.md, rule 6).
+    queue, out = f"queue:{unique('again')}", f"queue:{unique('onward')}"
+    calls = Calls()
+
+    @listener(queue, transacted=False, redelivery=Redelivery(limit=2, delay=0))
+    async def handler(body: str, ctx: Context) -> None:
+        await ctx.send(out, f"{body} onward")
+        calls.add("sent", ctx.delivery_count)
+        if ctx.delivery_count == 1:
+            raise RuntimeError("failing after the send")
+
+    await send_all(broker_url, queue, ["m"])
+    async with running(settings_for(broker_url), handler):
+        first, again = await read(broker_url, out, 2)
+    assert calls.of("sent") == [1, 2]
+    assert first.headers[ID] == again.headers[ID]
+    assert MAYBE_REPEAT not in first.headers and again.headers[MAYBE_REPEAT] == "true"
 
 
 async def test_graceful_shutdown_hands_in_flight_work_to_another_process(

@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import private_brokers
 from tests.contract.support import unique
+from tests.faults import kill_after_settle
 from tests.faults.ledger import (
     PER_APP,
     PER_SERVER,
@@ -26,6 +27,7 @@ from tests.faults.ledger import (
     fleet,
 )
 from tests.harness.process import BrokerProcess
+from tests.harness.rabbitmq import RabbitMQ
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -34,6 +36,22 @@ pytestmark = pytest.mark.rabbitmq
 def node() -> Iterator[BrokerProcess]:
     with private_brokers("rabbitmq") as [broker]:
         yield broker
+
+
+SETTLEMENT_KILLS = 2  # per queue type; python -m tests.faults.kill_after_settle runs 100
+
+
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+def test_a_node_killed_as_soon_as_a_settlement_returned_keeps_what_it_sent(
+    node: BrokerProcess, queue_type: str,
+) -> None:
+    # A message sent on and its delivery acked, the node killed the moment the settlement
+    # returned: what was sent on is there after the restart (the original may be back too, a
+    # repeat). Settled in a STOMP transaction, the send was lost in most rounds on a quorum
+    # queue (docs/rabbitmq.md#a-node-killed-right-after-a-settlement).
+    assert isinstance(node, RabbitMQ)
+    outcomes = kill_after_settle.rounds(node, queue_type, SETTLEMENT_KILLS)
+    assert outcomes["settled"] + outcomes["repeat"] == SETTLEMENT_KILLS, outcomes
 
 
 def test_a_rabbitmq_node_killed_and_restarted_under_load(node: BrokerProcess) -> None:

@@ -194,6 +194,14 @@ class RabbitMQ(BrokerProcess):
         return {name: int(count) for name, count in
                 (line.split("\t") for line in listed.splitlines() if line)}
 
+    def elect(self, *queues: str) -> None:
+        """Have this node's member of each quorum queue of ``queues`` (vhost ``/``) stand for
+        leader. A single node's quorum queue has none after a kill -9 and restart (3.10.8:
+        still none after 120 s, while a clean restart elects one at once), and everything sent
+        to it waits unanswered (docs/rabbitmq.md#queue-types)."""
+        members = ", ".join(f"{{'%2F_{queue}', node()}}" for queue in queues)
+        self.ctl("eval", f"[ra:trigger_election(M) || M <- [{members}]].")
+
     def _prepare(self) -> None:
         self.mnesia_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -142,7 +142,7 @@ async def test_a_message_whose_error_copy_is_refused_on_rabbitmq_stays_intact_wi
 ) -> None:
     """RabbitMQ drops a NACKed message unless its queue has a dead-letter exchange, which mdb
     cannot see: the message is kept on its own queue instead. Each refused copy costs a
-    connection (RabbitMQ closes it after the COMMIT): there are at most ``MAX_STRIKES + 1``.
+    connection (RabbitMQ closes it after refusing the SEND): there are at most ``MAX_STRIKES + 1``.
     With several slots, the messages in flight on the connection each loss closes come back in
     doubt too: they are not struck, and all are processed."""
     user = unique("app")
@@ -174,6 +174,13 @@ async def test_a_message_whose_error_copy_is_refused_on_rabbitmq_stays_intact_wi
     assert (dead_lettered, kept_rounds >= 2) == (0, True)
     assert calls.of("body").count("poison") == 2  # the handler never saw it come back
     assert {*(f"good {n}" for n in range(GOOD)), "after"} <= set(calls.of("body"))
-    assert calls.of("log")[0] == logging.WARNING and set(calls.of("log")[1:]) == {logging.DEBUG}
+    # The first keep is logged at WARNING, the later ones at DEBUG. With several slots on one
+    # connection, a retry copy is stored and delivered to another slot before its original's
+    # ack is taken (RabbitMQ settles with confirmed sends, then the acks: docs/rabbitmq.md);
+    # when that slot's refused copy closes the connection, the ack is lost and the message
+    # goes round twice (one id), each round striking it: its first keep may be its second.
+    levels = calls.of("log")
+    assert set(levels[1:]) == {logging.DEBUG}
+    assert levels[0] == logging.WARNING or pool > 1
     [kept] = await read(rabbitmq.url, queue, 1, timeout=WAIT)
     assert kept.body == b"poison" and kept.headers[ID] == poison
