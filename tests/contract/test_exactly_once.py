@@ -1,6 +1,7 @@
-"""Exactly-once listeners (docs/exactly-once.md), on every broker, with SQLite: the handler's
-writes, its sends and the message commit together, and a copy already processed is settled
-without running the handler."""
+"""Exactly-once listeners (docs/exactly-once.md), on every broker, with SQLite and with
+PostgreSQL (a private server, ``tests.harness.postgresql``): the handler's writes, its sends
+and the message commit together, and a copy already processed is settled without running the
+handler."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
+from sqlalchemy import Column, Integer, MetaData, String, Table, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import ConfigurationError, Container, Context, Redelivery, listener
@@ -22,7 +23,8 @@ from mdb.exactly_once.outbox import Dispatcher, Writer
 from mdb.message import ID, OutgoingMessage
 from mdb.producer import Producer
 from mdb.settings import Settings
-from tests.contract.support import Calls, read, running, settings_for, specs, unique
+from tests.contract.support import WAIT, Calls, read, running, settings_for, specs, unique
+from tests.harness.postgresql import PostgreSQL
 
 pytestmark = pytest.mark.anyio
 
@@ -31,15 +33,44 @@ orders = Table("orders", user_tables, Column("id", String(100), primary_key=True
                Column("quantity", Integer, nullable=False))
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    """A database of the test's own, SQLite or PostgreSQL, with mdb's tables (``mdb db
+    upgrade``) and the test's."""
+    db = await prepared(await database_url(request, tmp_path))
+    yield db
+    await db.close()
+
+
 @pytest.fixture
-async def database(tmp_path: Path) -> AsyncIterator[Database]:
-    """A SQLite database with mdb's tables (``mdb db upgrade``) and the test's own."""
-    db = Database("main", DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'app.db'}"))
+async def postgres_database(postgres: PostgreSQL) -> AsyncIterator[Database]:
+    """A PostgreSQL database of the test's own, with mdb's tables and the test's."""
+    db = await prepared(await anyio.to_thread.run_sync(postgres.create_database, unique("eo")))
+    yield db
+    await db.close()
+
+
+async def prepared(url: str) -> Database:
+    db = Database("main", DatabaseSettings(url=url))
     await tables.upgrade(db.engine)
     async with db.engine.begin() as connection:
         await connection.run_sync(user_tables.create_all)
-    yield db
-    await db.close()
+    return db
+
+
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'app.db'}"
+    server: PostgreSQL = request.getfixturevalue("postgres")
+    return await anyio.to_thread.run_sync(server.create_database, unique("eo"))
+
+
+async def lock_waits(database: Database) -> int:
+    """How many of ``database``'s sessions wait for a lock another transaction holds."""
+    async with database.engine.connect() as connection:
+        return int((await connection.execute(text(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"))).scalar_one())
 
 
 def with_database(url: str, database: Database, **values: object) -> Settings:
@@ -127,6 +158,35 @@ async def test_a_write_the_database_refuses_fails_the_delivery_like_an_exception
     assert moved[0].headers["mdb_error_type"] == "sqlalchemy.exc.IntegrityError"
     assert await count(database, orders) == 0
     assert await count(database, tables.inbox) == 0
+
+
+@pytest.mark.postgresql
+async def test_two_copies_processed_at_once_run_the_handler_once(
+    postgres_database: Database,
+) -> None:
+    database, url = postgres_database, f"memory://{unique('m')}"
+    queue = f"queue:{unique('eo')}"
+    calls = Calls()
+    release = anyio.Event()
+
+    @listener(queue, exactly_once="main", pool=2)
+    async def handler(body: str, session: AsyncSession) -> None:
+        await session.execute(orders.insert().values(id=body, quantity=1))
+        calls.add("ran", body)
+        await release.wait()  # the transaction stays open until the test saw both claims
+
+    await send_copies(url, queue, b"o-4", "m-4", copies=2)
+    async with running(with_database(url, database), handler) as container:
+        await calls.wait(lambda c: bool(c.of("ran")))
+        with anyio.fail_after(WAIT):  # the second copy's claim waits on the inbox's key
+            while await lock_waits(database) == 0:
+                await anyio.sleep(0.02)  # PostgreSQL tells only when asked
+        release.set()
+    stats = container.deployed[0].stats
+    assert calls.of("ran") == ["o-4"]
+    assert (stats.processed, stats.already_processed, stats.rolled_back) == (1, 1, 0)
+    assert await count(database, orders) == 1
+    assert await count(database, tables.inbox) == 1
 
 
 async def test_rows_a_dead_process_left_are_dispatched_once_their_lease_ran_out(

@@ -19,6 +19,7 @@ log goes to ``<base>/console.log``; ``log_tail()`` shows it when a start fails.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pwd
 import shutil
@@ -172,10 +173,8 @@ class PostgreSQL:
         process = self._process
         if process is not None and process.poll() is None:
             process.send_signal(signum)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
         # The postmaster's children end with it; a straggler would hold the port.
         self.kill()
 
