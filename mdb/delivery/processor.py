@@ -189,7 +189,9 @@ class Processor:
             if connection.is_open:  # refused, not lost: it counts against this message
                 self._strikes.strike(identity(delivery))
             return self._not_settled(f"message {message.id}", exc, connection)
-        except (DatabaseUnavailable, DispatchPending) as exc:  # not the message's doing
+        except DatabaseUnavailable as exc:  # the database logs its outage once
+            return self._not_settled(f"message {message.id}", exc, connection, logging.DEBUG)
+        except DispatchPending as exc:  # not the message's doing
             return self._not_settled(f"message {message.id}", exc, connection)
         return True
 
@@ -348,7 +350,8 @@ class Processor:
         with tracing.sending(self._system, target, copy) as traced:
             await commit(tx, [delivery], sends=[(target, traced)])
 
-    def _not_settled(self, what: str, exc: MdbError, connection: Connection) -> bool:
+    def _not_settled(self, what: str, exc: MdbError, connection: Connection,
+                     level: int = logging.WARNING) -> bool:
         self._stats.rolled_back += 1
         # On a lost connection the broker redelivers on its own, perhaps long ago and to
         # another consumer; on a live one only once the subscription is closed (the caller's
@@ -356,7 +359,7 @@ class Processor:
         fate = ("the connection is lost: the broker redelivers it, flagged, to this or another "
                 "consumer (it may have done so already)" if not connection.is_open
                 else "its subscription is closed: the broker redelivers it, flagged")
-        log.warning("listener %s: %s not settled (%s); %s", self._spec.name, what, exc, fate)
+        log.log(level, "listener %s: %s not settled (%s); %s", self._spec.name, what, exc, fate)
         return False
 
 

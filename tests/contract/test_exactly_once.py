@@ -5,7 +5,8 @@ handler."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
@@ -23,6 +24,7 @@ from mdb.exactly_once.outbox import Dispatcher, Writer
 from mdb.message import ID, OutgoingMessage
 from mdb.producer import Producer
 from mdb.settings import Settings
+from mdb_memory.state import BrokerState, broker_state
 from tests.contract.support import WAIT, Calls, read, running, settings_for, specs, unique
 from tests.harness.postgresql import PostgreSQL
 
@@ -50,8 +52,8 @@ async def postgres_database(postgres: PostgreSQL) -> AsyncIterator[Database]:
     await db.close()
 
 
-async def prepared(url: str) -> Database:
-    db = Database("main", DatabaseSettings(url=url))
+async def prepared(url: str, **settings: float) -> Database:
+    db = Database("main", DatabaseSettings(url=url, **settings))
     await tables.upgrade(db.engine)
     async with db.engine.begin() as connection:
         await connection.run_sync(user_tables.create_all)
@@ -187,6 +189,80 @@ async def test_two_copies_processed_at_once_run_the_handler_once(
     assert (stats.processed, stats.already_processed, stats.rolled_back) == (1, 1, 0)
     assert await count(database, orders) == 1
     assert await count(database, tables.inbox) == 1
+
+
+@pytest.mark.postgresql
+async def test_an_outage_of_postgresql_leaves_deliveries_unsettled_and_the_container_unready(
+    postgres: PostgreSQL, caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = await anyio.to_thread.run_sync(postgres.create_database, unique("eo"))
+    # A short lease: the upkeep, which notices the outage's end, runs every half second.
+    database = await prepared(url, timeout=3.0, outbox_lease=1.5)
+    name = unique("m")
+    broker, state = f"memory://{name}", broker_state(name)
+    queue, out = f"queue:{unique('eo')}", f"queue:{unique('eo_out')}"
+
+    @listener(queue, exactly_once="main", pool=2, redelivery=Redelivery(limit=20, delay=0))
+    async def handler(body: str, ctx: Context, session: AsyncSession) -> None:
+        await session.execute(orders.insert().values(id=body, quantity=1))
+        await ctx.send(out, body)
+
+    def settled(count: int) -> Callable[[BrokerState], bool]:
+        # In-doubt copies (their deliveries came back flagged) count among the settled.
+        def condition(s: BrokerState) -> bool:
+            stats = s.stats(queue)
+            return (stats is not None and stats.dequeued >= count and s.held_count == 0
+                    and (stats.depth, stats.in_flight) == (0, 0))
+        return condition
+
+    caplog.set_level(logging.WARNING, "mdb.database")
+    caplog.set_level(logging.INFO, "mdb.delivery")
+    async with running(with_database(broker, database), handler) as container:
+        await send_bodies(broker, queue, [f"o-{n}" for n in range(10)])
+        with anyio.fail_after(WAIT):
+            await state.wait_until(settled(10))
+        await anyio.to_thread.run_sync(postgres.stop_immediately)
+        try:
+            await send_bodies(broker, queue, [f"o-{n}" for n in range(10, 20)])
+            await until(lambda: not container.health().ready)
+            assert container.health().unready()["databases_down"] == ["main"]
+        finally:
+            await anyio.to_thread.run_sync(postgres.start)
+        await until(lambda: container.health().ready)
+        with anyio.fail_after(WAIT):
+            await state.wait_until(settled(20))
+        [health] = container.health().databases
+        assert health.state == "up"
+    async with database.session() as session:
+        effects = (await session.execute(select(orders.c.id))).scalars().all()
+    assert sorted(effects) == sorted(f"o-{n}" for n in range(20))
+    assert await count(database, tables.inbox) == 20
+    assert await count(database, tables.outbox) == 0
+    # A row sent and not yet deleted when the database went is sent again, with its id.
+    assert {d.body for d in state.browse(out)} == {f"o-{n}".encode() for n in range(20)}
+    # Not one delivery failed for the outage: a server starting up is not the message's fault.
+    assert not [r for r in caplog.records if r.name == "mdb.delivery"
+                and "sqlalchemy" in r.getMessage()]
+    outage = [r.getMessage() for r in caplog.records if r.name == "mdb.database"]
+    assert len(outage) == 2, outage  # one line as it began, one as it ended
+    assert "stay unsettled" in outage[0] and "answers again" in outage[1]
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait until ``condition()`` holds: a container's health is known only when asked."""
+    with anyio.fail_after(WAIT):
+        while not condition():
+            await anyio.sleep(0.05)
+
+
+async def send_bodies(url: str, destination: str, bodies: list[str]) -> None:
+    connection = await broker_for(ConnectionOptions(url=url, client_id=unique("w"))).connect()
+    try:
+        for body in bodies:
+            await connection.send(Destination.parse(destination), OutgoingMessage(
+                body.encode(), {ID: f"id-{body}", "content-type": "text/plain"}))
+    finally:
+        await connection.close()
 
 
 async def test_rows_a_dead_process_left_are_dispatched_once_their_lease_ran_out(
