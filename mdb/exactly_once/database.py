@@ -111,9 +111,11 @@ async def translated(database: Database) -> AsyncIterator[None]:
             raise DatabaseUnavailable(
                 f"database {database.name} ({database.shown}): {_first_line(exc)}") from None
         raise
-    except OSError as exc:
+    except OSError as exc:  # TimeoutError among them: the driver's own timeout, which says nothing
+        why = (f"no answer in {database.settings.timeout:g} s" if isinstance(exc, TimeoutError)
+               else str(exc) or type(exc).__name__)
         raise DatabaseUnavailable(
-            f"database {database.name} ({database.shown}): {exc}") from None
+            f"database {database.name} ({database.shown}): {why}") from None
 
 
 @contextmanager

@@ -6,6 +6,7 @@ cluster of ``pg_createcluster``, no service; the machine's own server on 5432 is
     server = PostgreSQL().start()        # blocks until it accepts connections
     server.create_database("orders")     # 'postgresql+asyncpg://mdb@127.0.0.1:PORT/orders'
     server.stop_immediately()            # `pg_ctl stop -m immediate`: a crash, recovered at start
+    server.pause(); server.resume()      # SIGSTOP / SIGCONT of its processes: a hung server
     server.start()                       # same port and data directory
     server.close()                       # stop and delete the temporary directory
 
@@ -150,6 +151,31 @@ class PostgreSQL:
         checkpoint; the next ``start`` recovers from the WAL, as after a crash."""
         self._end(signal.SIGQUIT, 30.0)
 
+    def pause(self) -> None:
+        """SIGSTOP to every server process: a hung server, whose port still accepts
+        connections (the kernel's backlog) and answers nothing, not even on the connections
+        it had."""
+        for pid in self._server_pids():
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause``."""
+        for pid in self._server_pids():
+            os.kill(pid, signal.SIGCONT)
+
+    def _server_pids(self) -> list[int]:
+        """The postmaster and its children: each child is a process group of its own (it
+        calls setsid), so the postmaster's group holds only itself."""
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:  # it ended meanwhile
+                continue
+            if int(fields[1]) == self.pid:  # its parent
+                children.append(int(stat.parent.name))
+        return [self.pid, *children]
+
     def kill(self) -> None:
         """SIGKILL the postmaster's process group: nothing is left running."""
         process = self._process
@@ -172,6 +198,7 @@ class PostgreSQL:
     def _end(self, signum: int, timeout: float) -> None:
         process = self._process
         if process is not None and process.poll() is None:
+            self.resume()  # a paused server could not stop
             process.send_signal(signum)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout)

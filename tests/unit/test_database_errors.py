@@ -47,3 +47,10 @@ async def test_a_statement_the_database_refuses_stays_the_handlers_failure() -> 
     with pytest.raises(DBAPIError):
         async with translated(database):
             raise failure("23505", "duplicate key value violates unique constraint")
+
+
+async def test_the_drivers_own_timeout_says_what_happened() -> None:
+    database = Database("main", DatabaseSettings(url="sqlite+aiosqlite:///unused.db", timeout=4))
+    with pytest.raises(DatabaseUnavailable, match="no answer in 4 s"):
+        async with translated(database):
+            raise TimeoutError  # asyncpg's command_timeout, which has no message
