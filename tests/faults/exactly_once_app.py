@@ -9,9 +9,10 @@ unique key: a run that happened twice would leave two rows, which the test count
 that a fault finds work in flight and still to come.
 
 With ``$EO_FREEZE`` set, the process stops itself (SIGSTOP) after the commit of the
-``$EO_FREEZE``-th run of ``first`` and before its sends are dispatched and the message acked,
-printing ``{"event": "frozen"}`` first: the test kills it there, in the window an exactly-once
-listener exists for.
+``$EO_FREEZE``-th run of ``first``, printing ``{"event": "frozen", "id": ID}`` (the id of the
+message it ran) first: before its sends are dispatched (``$EO_FREEZE_BEFORE=dispatch``, the
+default) or once they were, before the message is acked (``ack``). The test kills it there,
+in the window an exactly-once listener exists for.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from mdb.exactly_once.outbox import Dispatcher, Row
 QUEUE = os.environ.get("EO_QUEUE", "eo")
 FREEZE = int(os.environ.get("EO_FREEZE", "0"))
 DELAY = float(os.environ.get("EO_DELAY", "0"))
+BEFORE = os.environ.get("EO_FREEZE_BEFORE", "dispatch")
 
 ledger_tables = MetaData()
 effects = Table("effects", ledger_tables,
@@ -65,10 +67,17 @@ if FREEZE:
         # Called once a run committed, before its sends and its ack (mdb.exactly_once.guard).
         global runs
         runs += bool(rows)  # the second stage's runs send nothing
-        if rows and runs == FREEZE:
-            sys.stdout.flush()
-            os.write(sys.stdout.fileno(), (json.dumps({"event": "frozen"}) + "\n").encode())
-            os.kill(os.getpid(), signal.SIGSTOP)
+        freeze = bool(rows) and runs == FREEZE
+        if freeze and BEFORE == "dispatch":
+            stop(rows)
         await dispatch(self, rows)
+        if freeze and BEFORE == "ack":
+            stop(rows)
+
+    def stop(rows: Sequence[Row]) -> None:
+        line = {"event": "frozen", "id": rows[0].message.body.decode()}  # first's message
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), (json.dumps(line) + "\n").encode())
+        os.kill(os.getpid(), signal.SIGSTOP)
 
     Dispatcher.dispatch = dispatch_or_freeze  # type: ignore[method-assign]
