@@ -2,13 +2,14 @@
 async engine.
 
 Driver errors are translated here: a database that cannot be reached, or does not answer in
-``timeout`` seconds, is ``DatabaseUnavailable`` (the delivery stays unsettled and comes back);
+``timeout`` seconds, is ``DatabaseUnavailable`` (the delivery is held until it answers);
 anything else the database says about a statement (a constraint, a value too large) is the
 handler's failure and stays as SQLAlchemy raised it.
 
 Each database knows whether its last session reached it (``down``): the first
 ``DatabaseUnavailable`` of an outage is logged, and so is the first success after it; one line
-each, however many deliveries met the outage. The container is not ready meanwhile.
+each, however many deliveries met the outage. The container is not ready meanwhile, and
+deliveries wait for its end (``reachable``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Database:
         """Why the last session could not reach the database; None once one did."""
         self.since = time.time()
         """``time.time()`` of the last change of ``down``."""
+        self._answered: anyio.Event | None = None  # made by the first task that waits
 
     @property
     def shown(self) -> str:
@@ -76,9 +78,8 @@ class Database:
         """The database was out of reach: the first time of an outage, say so."""
         if self.down is None:
             self.since = time.time()
-            log.warning("%s; the deliveries of its exactly-once listeners stay unsettled "
-                        "(redelivered, flagged) and the container is not ready until it "
-                        "answers", why)
+            log.warning("%s; its exactly-once listeners hold their deliveries and the "
+                        "container is not ready until it answers", why)
         self.down = why
 
     def answered(self) -> None:
@@ -88,6 +89,17 @@ class Database:
                         time.time() - self.since)
             self.down = None
             self.since = time.time()
+        if self._answered is not None:
+            self._answered.set()
+            self._answered = None
+
+    async def reachable(self) -> None:
+        """Return once a session reached the database (at once when it is not down)."""
+        if self.down is None:
+            return
+        if self._answered is None:
+            self._answered = anyio.Event()
+        await self._answered.wait()
 
     def deadline(self) -> AbstractContextManager[anyio.CancelScope]:
         """Around one of mdb's own statements: ``DatabaseUnavailable`` past ``timeout``."""

@@ -4,7 +4,8 @@ The upkeep runs beside the pool slots: it sweeps the outbox (rows whose lease ra
 process died, or their broker was down), purges inbox rows past ``inbox_retention``, a
 small batch at a time so that it never holds up a delivery's claim for long, and counts the
 outbox for ``/status`` (``health``: counted once a round, never per request). Its statements
-also notice an outage, and its end, when no delivery comes.
+also notice an outage, and its end, when no delivery comes: the deliveries held meanwhile
+wait for it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from mdb.settings import Settings
 log = logging.getLogger("mdb.outbox")
 
 PURGE_BATCH = 500
+OUTAGE_PROBE = 1.0
+"""Seconds between the upkeep's tries while its database is down, at most."""
 
 
 class Store:
@@ -92,7 +95,9 @@ class Store:
                 if failing is not None:
                     log.warning("outbox of database %s: dispatching again", self.database.name)
                 failing = None
-            await anyio.sleep(settings.outbox_lease / 3)
+            # While it is down, deliveries wait for this loop to find it answering again.
+            await anyio.sleep(settings.outbox_lease / 3 if self.database.down is None
+                              else min(settings.outbox_lease / 3, OUTAGE_PROBE))
 
     async def _count(self) -> None:
         async with self.database.session() as session:
