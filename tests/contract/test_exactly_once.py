@@ -254,6 +254,36 @@ async def test_an_outage_of_postgresql_holds_deliveries_and_the_container_unread
     assert "hold their deliveries" in outage[0] and "answers again" in outage[1]
 
 
+@pytest.mark.postgresql
+async def test_a_delivery_held_for_a_database_that_is_down_is_left_unsettled_at_a_stop(
+    postgres: PostgreSQL,
+) -> None:
+    url = await anyio.to_thread.run_sync(postgres.create_database, unique("eo"))
+    database = await prepared(url, timeout=3.0)
+    name = unique("m")
+    broker, state = f"memory://{name}", broker_state(name)
+    queue = f"queue:{unique('eo')}"
+
+    @listener(queue, exactly_once="main")
+    async def handler(body: str, session: AsyncSession) -> None:
+        await session.execute(orders.insert().values(id=body, quantity=1))
+
+    settings = with_database(broker, database, shutdown_grace_period=0.5)
+    try:
+        async with running(settings, handler) as container:
+            await anyio.to_thread.run_sync(postgres.stop_immediately)
+            await send_bodies(broker, queue, ["o-held"])
+            await until(lambda: not container.health().ready)
+        stats = container.deployed[0].stats
+        assert (stats.processed, stats.rolled_back) == (0, 1)
+        queued = state.stats(queue)
+        assert queued is not None and (queued.depth, queued.in_flight) == (1, 0)  # back
+        assert [d.broker_redelivered for d in state.browse(queue)] == [True]
+    finally:
+        await anyio.to_thread.run_sync(postgres.start)
+    assert await count(database, orders) == 0
+
+
 async def until(condition: Callable[[], bool]) -> None:
     """Wait until ``condition()`` holds: a container's health is known only when asked."""
     with anyio.fail_after(WAIT):
