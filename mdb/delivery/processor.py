@@ -240,32 +240,37 @@ class Processor:
     async def _run_once(self, delivery: Delivery, message: Message, body: object,
                         ) -> Succeeded | AlreadyProcessed | Raised:
         """The run of an exactly-once listener (``mdb.exactly_once.guard``); settled by a
-        plain ack once its sends were dispatched. While the database is out of reach the
-        delivery is held, and run again once it answers; ``DispatchPending``, and
-        ``DatabaseUnavailable`` once stopping, leave it unsettled."""
+        plain ack once its sends were dispatched. When the database is out of reach the
+        delivery is held until it answers, and run once more; ``DispatchPending``, and
+        ``DatabaseUnavailable`` at a stop or in that second run, leave it unsettled."""
         guard = self._guard
         assert guard is not None
 
         async def handler(session: AsyncSession, send: SendFunction) -> None:
             await self._invoker.invoke(message, body, send, session)
 
-        while True:
+        async def run() -> Succeeded | AlreadyProcessed | Raised:
             try:
                 ran = await guard.run(identity(delivery), handler)
-            except DatabaseUnavailable:
-                if self._stopping():
-                    raise
-                # Sent back, it would come back flagged, each time one more of its
-                # deliveries: an outage longer than its redeliveries would move it to the
-                # error destination. Its run rolled back; a commit in doubt is found out by
-                # the claim of the next run.
-                await guard.database.reachable()
-                continue
-            except DispatchPending:
+            except (DatabaseUnavailable, DispatchPending):
                 raise
             except Exception as exc:  # user code, its database writes included
                 return Raised.of(exc)
             return SUCCEEDED if ran else ALREADY_PROCESSED
+
+        try:
+            return await run()
+        except DatabaseUnavailable:
+            if self._stopping():
+                raise
+        # Sent back, the delivery would come back flagged, each time one more of its
+        # deliveries: an outage longer than its redeliveries would move it to the error
+        # destination. Held once only: a run that fails again once the database answered
+        # others (a statement of its own that always takes longer than ``timeout``) is sent
+        # back, so that its redeliveries bound it. A commit in doubt is found out by the
+        # claim of the next run.
+        await guard.database.reachable()
+        return await run()
 
     async def _carry_out(self, outcome: Outcome, step: Step, connection: Connection,
                          sends: TransactedSends | None, span: tracing.Processing) -> None:

@@ -52,7 +52,9 @@ class Database:
         """Why the last session could not reach the database; None once one did."""
         self.since = time.time()
         """``time.time()`` of the last change of ``down``."""
-        self._answered: anyio.Event | None = None  # made by the first task that waits
+        # Made by the first task that waits for an outage's end, or its start.
+        self._answered: anyio.Event | None = None
+        self._failed: anyio.Event | None = None
 
     @property
     def shown(self) -> str:
@@ -67,7 +69,7 @@ class Database:
         try:
             async with translated(self), self._sessions() as session, session.begin():
                 yield session
-                with _deadline(self):  # a commit in doubt: the redelivery finds out which
+                with _deadline(self):  # in doubt then: the message's next claim finds out
                     await session.commit()
         except DatabaseUnavailable as exc:
             self.unavailable(exc)
@@ -81,6 +83,9 @@ class Database:
             log.warning("%s; its exactly-once listeners hold their deliveries and the "
                         "container is not ready until it answers", why)
         self.down = why
+        if self._failed is not None:
+            self._failed.set()
+            self._failed = None
 
     def answered(self) -> None:
         """The database answered: the end of an outage, if one was going on."""
@@ -100,6 +105,14 @@ class Database:
         if self._answered is None:
             self._answered = anyio.Event()
         await self._answered.wait()
+
+    async def unreachable(self) -> None:
+        """Return once a session could not reach the database (at once when it is down)."""
+        if self.down is not None:
+            return
+        if self._failed is None:
+            self._failed = anyio.Event()
+        await self._failed.wait()
 
     def deadline(self) -> AbstractContextManager[anyio.CancelScope]:
         """Around one of mdb's own statements: ``DatabaseUnavailable`` past ``timeout``."""

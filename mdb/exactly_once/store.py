@@ -70,8 +70,9 @@ class Store:
 
     async def upkeep(self) -> None:
         """Sweep the outbox, purge the inbox and count the outbox for ever, every third of the
-        outbox lease. An unavailable database or broker is tried again next time (the
-        database logs its outages; a broker's is logged here, once)."""
+        outbox lease, and every second during an outage of the database. An unavailable
+        database or broker is tried again next time (the database logs its outages; a
+        broker's is logged here, once)."""
         settings = self.database.settings
         failing: str | None = None
         while True:
@@ -95,9 +96,13 @@ class Store:
                 if failing is not None:
                     log.warning("outbox of database %s: dispatching again", self.database.name)
                 failing = None
-            # While it is down, deliveries wait for this loop to find it answering again.
-            await anyio.sleep(settings.outbox_lease / 3 if self.database.down is None
-                              else min(settings.outbox_lease / 3, OUTAGE_PROBE))
+            # Deliveries held while the database is down wait for this loop to find it
+            # answering again: from an outage's start it tries every second.
+            if self.database.down is None:
+                with anyio.move_on_after(settings.outbox_lease / 3):
+                    await self.database.unreachable()
+            else:
+                await anyio.sleep(min(settings.outbox_lease / 3, OUTAGE_PROBE))
 
     async def _count(self) -> None:
         async with self.database.session() as session:
