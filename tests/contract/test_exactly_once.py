@@ -308,6 +308,25 @@ async def test_a_statement_of_the_handler_that_never_ends_in_time_is_bounded_by_
     assert await count(postgres_database, tables.inbox) == 0
 
 
+async def test_the_status_shows_each_databases_outbox(database: Database) -> None:
+    async with database.session() as session:  # sends another process is dispatching
+        writer = Writer(session, "another-process", lease=3600.0, error_destination=None)
+        for n in range(3):
+            await writer.send(Destination.parse("queue:elsewhere"),
+                              OutgoingMessage(b"x", {ID: f"id-{n}"}), None)
+
+    @listener(f"queue:{unique('eo')}", exactly_once="main")
+    async def handler(body: str, session: AsyncSession) -> None:
+        pass
+
+    async with running(with_database(f"memory://{unique('m')}", database),
+                       handler) as container:
+        await until(lambda: container.health().databases[0].outbox == 3)
+        [shown] = container.health().databases
+    assert (shown.name, shown.state) == ("main", "up")
+    assert shown.oldest is not None and shown.oldest >= 0
+
+
 async def until(condition: Callable[[], bool]) -> None:
     """Wait until ``condition()`` holds: a container's health is known only when asked."""
     with anyio.fail_after(WAIT):
