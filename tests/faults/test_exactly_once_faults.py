@@ -166,24 +166,32 @@ def test_a_container_killed_between_the_commit_and_the_ack(
 
 
 def test_a_broker_killed_mid_stream(broker: BrokerProcess, postgres_up: PostgreSQL) -> None:
-    with ExitStack() as stack:
-        stages = Stages(broker, postgres_up, stack)
-        process = stages.start("s1", EO_DELAY=SLOW)
-        sent = stages.send(0)
-        stages.midway()
+    def kill_broker(stages: Stages) -> list[str]:
         broker.kill()
         broker.start()  # same port and data: what it stored comes back
-        sent += stages.send(HALF)
-        stages.settle(sent, process)
+        return stages.send(HALF)
+
+    mid_stream(broker, postgres_up, kill_broker)
 
 
 def test_postgresql_stopped_mid_stream(broker: BrokerProcess, postgres_up: PostgreSQL) -> None:
+    def stop_postgresql(stages: Stages) -> list[str]:
+        postgres_up.stop_immediately()
+        sent = stages.send(HALF)  # arriving while it is down
+        postgres_up.start()
+        return sent
+
+    mid_stream(broker, postgres_up, stop_postgresql)
+
+
+def mid_stream(broker: BrokerProcess, postgres: PostgreSQL,
+               fault: Callable[[Stages], list[str]]) -> None:
+    """Both stages in one process, ``fault`` once the first stage is midway through the first
+    ``HALF`` (it sends the second half, returning their ids), then the checks of ``settle``."""
     with ExitStack() as stack:
-        stages = Stages(broker, postgres_up, stack)
+        stages = Stages(broker, postgres, stack)
         process = stages.start("s1", EO_DELAY=SLOW)
         sent = stages.send(0)
         stages.midway()
-        postgres_up.stop_immediately()
-        sent += stages.send(HALF)  # arriving while it is down
-        postgres_up.start()
+        sent += fault(stages)
         stages.settle(sent, process)
