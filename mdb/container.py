@@ -200,8 +200,8 @@ class Container:
     def health(self) -> Health:
         """A snapshot for the health endpoint; call it on the container's event loop. Live
         whenever it is called (the loop answered: a slow start is not a dead process); ready
-        when running, not stopping, every broker up, every member subscribed and every
-        listener with a pool slot not stuck (``mdb.delivery.timeouts``)."""
+        when running, not stopping, every broker and database up, every member subscribed and
+        every listener with a pool slot not stuck (``mdb.delivery.timeouts``)."""
         now = time.monotonic()
         listeners = tuple(
             ListenerHealth(d.spec.name, len(d.planned), self.slots.subscribed(d),
@@ -215,7 +215,8 @@ class Container:
         running = self.slots.work is not None and not self.stopping
         events = {str(kind): count for kind, count in self.events.counts.items()}
         snapshot = Health(live=True, ready=running, brokers=brokers, listeners=listeners,
-                          events=events)
+                          events=events, databases=tuple(
+                              store.health(time.time()) for store in self.stores.values()))
         if running and any(snapshot.unready().values()):
             snapshot = replace(snapshot, ready=False)
         return snapshot

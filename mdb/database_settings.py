@@ -34,7 +34,7 @@ class DatabaseSettings(BaseModel):
     timeout: Annotated[float, Field(gt=0, le=DAY)] = Field(
         10.0, description="seconds mdb's own statements (the inbox claim, the commit, the "
                           "outbox dispatch) may take before the database counts as "
-                          "unavailable: the delivery stays unsettled and comes back")
+                          "unavailable: the delivery is held until it answers")
     inbox_retention: Annotated[float, Field(gt=0, le=3650 * DAY)] = Field(
         7 * DAY, description="seconds an inbox row is kept: a copy redelivered later than "
                              "this would run again (NServiceBus and MassTransit keep 7 days)")

@@ -139,7 +139,8 @@ UNNAMED = "<unnamed exception type>"
 
 class DatabaseUnavailable(MdbError):
     """The database of an exactly-once listener cannot be reached, or did not answer in time:
-    the delivery stays unsettled and comes back, flagged (docs/exactly-once.md)."""
+    the delivery is held until it answers, or, at a stop, left unsettled
+    (docs/exactly-once.md)."""
 
 
 class DispatchPending(MdbError):

@@ -7,9 +7,10 @@ Off by default; setting ``health_port`` turns it on. Three routes, all ``GET``, 
     not live or its loop has stopped. A wedged loop does not answer at all, so the probe times
     out: the snapshot is taken *on the event loop*, never in the server's thread.
 ``/health/ready``
-    200 when every broker is up, every listener has a subscribed consumer on each member and
-    a pool slot not stuck in a handler past its ``handler_timeout``; 503 otherwise, with the
-    reason (the brokers that are down, the listeners that are short, those all stuck).
+    200 when every broker and every database of exactly-once listeners is up, every listener
+    has a subscribed consumer on each member and a pool slot not stuck in a handler past its
+    ``handler_timeout``; 503 otherwise, with the reason (the brokers and databases that are
+    down, the listeners that are short, those all stuck).
 ``/status``
     200 with :meth:`Health.to_json`, which :meth:`Health.from_json` rebuilds
     (:func:`fetch_status`, for ``mdb status``).
@@ -57,6 +58,22 @@ class BrokerHealth:
     address: str = ""
     """The address (redacted URL) the broker's connections are on, or were last on: one of
     its ``url`` list; "" from a container that did not say."""
+
+
+@dataclass(frozen=True)
+class DatabaseHealth:
+    """A database of exactly-once listeners (docs/exactly-once.md)."""
+
+    name: str
+    state: str
+    """``"up"``, or ``"down"``: the last statement could not reach it, or had no answer in
+    ``timeout``."""
+    since: float
+    """``time.time()`` of the last change of ``state``."""
+    outbox: int
+    """Sends waiting in its outbox, as last counted (every third of ``outbox_lease``)."""
+    oldest: float | None
+    """Seconds the oldest of them has waited; None when none waits."""
 
 
 @dataclass(frozen=True)
@@ -118,12 +135,16 @@ class Health:
     """How many availability events of each kind (``EventKind`` value) were emitted."""
     workers: tuple[WorkerHealth, ...] = ()
     """The worker processes (``mdb run --workers N``); empty for a single process."""
+    databases: tuple[DatabaseHealth, ...] = ()
+    """The databases of exactly-once listeners."""
 
     def unready(self) -> dict[str, object]:
-        """Why the container is not ready: the brokers not up, the listeners short of members,
-        the listeners whose every slot is stuck in a handler past its ``handler_timeout``."""
+        """Why the container is not ready: the brokers and databases not up, the listeners
+        short of members, the listeners whose every slot is stuck in a handler past its
+        ``handler_timeout``."""
         return {
             "brokers_down": [b.name for b in self.brokers if b.state != "up"],
+            "databases_down": [d.name for d in self.databases if d.state != "up"],
             "listeners_short": [
                 {"name": lh.name, "subscribed": lh.subscribed, "members": lh.members}
                 for lh in self.listeners if lh.subscribed < lh.members
@@ -149,6 +170,9 @@ class Health:
                 for lh in self.listeners
             ],
             "events": dict(self.events),
+            "databases": [
+                {"name": d.name, "state": d.state, "since": d.since, "outbox": d.outbox,
+                 "oldest": d.oldest} for d in self.databases],
             **({"workers": [{"index": w.index, "pid": w.pid, "state": w.state,
                              "restarts": w.restarts} for w in self.workers]}
                if self.workers else {}),
@@ -181,6 +205,14 @@ class Health:
                     WorkerHealth(_typed(w["index"], int), _typed(w["pid"], int),
                                  _typed(w["state"], str), _typed(w["restarts"], int))
                     for w in data.get("workers", ())
+                ),
+                databases=tuple(
+                    DatabaseHealth(_typed(d["name"], str), _typed(d["state"], str),
+                                   float(_typed(d["since"], int | float)),
+                                   _typed(d["outbox"], int),
+                                   None if d["oldest"] is None
+                                   else float(_typed(d["oldest"], int | float)))
+                    for d in data.get("databases", ())
                 ),
             )
         except (KeyError, TypeError, AttributeError) as exc:

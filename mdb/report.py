@@ -66,13 +66,15 @@ def status_line(stats: Iterable[Stats]) -> str:
 
 
 def status_report(health: Health, url: str, now: float | None = None) -> str:
-    """What ``mdb status`` prints: a headline and why, then brokers, listeners, the handlers
-    stuck past their ``handler_timeout``, the workers (``mdb run --workers N``), event
+    """What ``mdb status`` prints: a headline and why, then brokers, listeners, the databases
+    of exactly-once listeners (their outbox), the handlers stuck past their
+    ``handler_timeout``, the workers (``mdb run --workers N``), event
     counts."""
     now = time.time() if now is None else now
     lines = [f"mdb at {url}: {'live' if health.live else 'NOT LIVE'}, "
              f"{'ready' if health.ready else 'NOT READY'}"]
     reasons = [f"broker {b.name} is {b.state}" for b in health.brokers if b.state != "up"]
+    reasons += [f"database {d.name} is {d.state}" for d in health.databases if d.state != "up"]
     reasons += [f"listener {lh.name} has {lh.subscribed} of {lh.members} members subscribed"
                 for lh in health.listeners if lh.subscribed < lh.members]
     reasons += [f"listener {lh.name} has all {lh.slots} slots stuck in handlers past their "
@@ -89,6 +91,11 @@ def status_report(health: Health, url: str, now: float | None = None) -> str:
         for lh in health.listeners]
     events = ", ".join(f"{kind} {count}" for kind, count in sorted(health.events.items()))
     parts = [_table(brokers), _table(listeners)]
+    if health.databases:
+        parts.append(_table([("database", "state", "since", "outbox", "oldest waits")] + [
+            (d.name, d.state, f"{_ago(now - d.since)} ago", str(d.outbox),
+             "-" if d.oldest is None else _ago(d.oldest))
+            for d in health.databases]))
     stuck = [(lh.name, h.message_id, _ago(h.running_for)) for lh in health.listeners
              for h in lh.stuck]
     if stuck:

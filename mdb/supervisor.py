@@ -45,6 +45,7 @@ from mdb import logs, tracing
 from mdb.errors import ConfigurationError
 from mdb.health import (
     BrokerHealth,
+    DatabaseHealth,
     Health,
     HealthServer,
     ListenerHealth,
@@ -270,8 +271,8 @@ class Supervisor:
 def server_health(places: Sequence[Place], answers: dict[int, Health | None],
                   stopping: bool) -> Health:
     """One snapshot for the server from its workers' (``answers`` by place index; None: no
-    answer). Counts are summed over the workers that answered; a broker is as up as its worst
-    worker sees it."""
+    answer). Counts are summed over the workers that answered; a broker, and a database, is as
+    up as its worst worker sees it."""
     workers = []
     for place in places:
         state = place.state
@@ -293,11 +294,17 @@ def server_health(places: Sequence[Place], answers: dict[int, Health | None],
             lh.name, total.members + lh.members, total.subscribed + lh.subscribed,
             total.in_flight + lh.in_flight, total.processed + lh.processed,
             total.slots + lh.slots, total.stuck + lh.stuck)
+    databases: dict[str, DatabaseHealth] = {}  # one database: as the worst worker sees it
+    for database in sorted((d for h in found for d in h.databases),
+                           key=lambda d: (d.state == "up", -d.outbox)):
+        databases.setdefault(database.name, database)
     events: dict[str, int] = {}
     for kind, count in ((k, c) for h in found for k, c in h.events.items()):
         events[kind] = events.get(kind, 0) + count
     live = all(w.state != "no answer" for w in workers)
     ready = not stopping and all(w.state == "ready" for w in workers) and all(
-        b.state == "up" for b in brokers.values())
+        b.state == "up" for b in brokers.values()) and all(
+        d.state == "up" for d in databases.values())
     return Health(live=live, ready=ready, brokers=tuple(brokers.values()),
-                  listeners=tuple(listeners.values()), events=events, workers=tuple(workers))
+                  listeners=tuple(listeners.values()), events=events, workers=tuple(workers),
+                  databases=tuple(databases.values()))

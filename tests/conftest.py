@@ -1,6 +1,6 @@
-"""Fixtures shared by every test: the anyio backend and the real brokers.
+"""Fixtures shared by every test: the anyio backend, the real brokers and PostgreSQL.
 
-Broker tests may skip when a broker is absent on a developer's machine, never in CI
+Broker (and PostgreSQL) tests may skip when one is absent on a developer's machine, never in CI
 (``CI=true``): there the missing broker is a failure.
 """
 
@@ -19,6 +19,7 @@ from tests.harness.process import BrokerProcess, started_together
 if TYPE_CHECKING:
     from tests.harness.activemq import ActiveMQ
     from tests.harness.certificates import Certificates
+    from tests.harness.postgresql import PostgreSQL
     from tests.harness.rabbitmq import RabbitMQ
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
@@ -70,6 +71,18 @@ def activemq_trio() -> Iterator[list[BrokerProcess]]:
 def rabbitmq() -> Iterator[BrokerProcess]:
     with private_brokers("rabbitmq") as [broker]:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgreSQL]:
+    """A private PostgreSQL server (``tests.harness.postgresql``): a test makes a database of
+    its own on it (``create_database``)."""
+    from tests.harness.postgresql import PostgreSQL, postgresql_available
+
+    if not postgresql_available():
+        missing("PostgreSQL")
+    with PostgreSQL() as server:
+        yield server
 
 
 @pytest.fixture(

@@ -189,7 +189,9 @@ class Processor:
             if connection.is_open:  # refused, not lost: it counts against this message
                 self._strikes.strike(identity(delivery))
             return self._not_settled(f"message {message.id}", exc, connection)
-        except (DatabaseUnavailable, DispatchPending) as exc:  # not the message's doing
+        except DatabaseUnavailable as exc:  # the database logs its outage once
+            return self._not_settled(f"message {message.id}", exc, connection, logging.DEBUG)
+        except DispatchPending as exc:  # not the message's doing
             return self._not_settled(f"message {message.id}", exc, connection)
         return True
 
@@ -238,20 +240,37 @@ class Processor:
     async def _run_once(self, delivery: Delivery, message: Message, body: object,
                         ) -> Succeeded | AlreadyProcessed | Raised:
         """The run of an exactly-once listener (``mdb.exactly_once.guard``); settled by a
-        plain ack once its sends were dispatched. ``DatabaseUnavailable`` and
-        ``DispatchPending`` leave the delivery unsettled."""
-        assert self._guard is not None
+        plain ack once its sends were dispatched. When the database is out of reach the
+        delivery is held until it answers, and run once more; ``DispatchPending``, and
+        ``DatabaseUnavailable`` at a stop or in that second run, leave it unsettled."""
+        guard = self._guard
+        assert guard is not None
 
         async def handler(session: AsyncSession, send: SendFunction) -> None:
             await self._invoker.invoke(message, body, send, session)
 
+        async def run() -> Succeeded | AlreadyProcessed | Raised:
+            try:
+                ran = await guard.run(identity(delivery), handler)
+            except (DatabaseUnavailable, DispatchPending):
+                raise
+            except Exception as exc:  # user code, its database writes included
+                return Raised.of(exc)
+            return SUCCEEDED if ran else ALREADY_PROCESSED
+
         try:
-            ran = await self._guard.run(identity(delivery), handler)
-        except (DatabaseUnavailable, DispatchPending):
-            raise
-        except Exception as exc:  # user code, its database writes included
-            return Raised.of(exc)
-        return SUCCEEDED if ran else ALREADY_PROCESSED
+            return await run()
+        except DatabaseUnavailable:
+            if self._stopping():
+                raise
+        # Sent back, the delivery would come back flagged, each time one more of its
+        # deliveries: an outage longer than its redeliveries would move it to the error
+        # destination. Held once only: a run that fails again once the database answered
+        # others (a statement of its own that always takes longer than ``timeout``) is sent
+        # back, so that its redeliveries bound it. A commit in doubt is found out by the
+        # claim of the next run.
+        await guard.database.reachable()
+        return await run()
 
     async def _carry_out(self, outcome: Outcome, step: Step, connection: Connection,
                          sends: TransactedSends | None, span: tracing.Processing) -> None:
@@ -348,7 +367,8 @@ class Processor:
         with tracing.sending(self._system, target, copy) as traced:
             await commit(tx, [delivery], sends=[(target, traced)])
 
-    def _not_settled(self, what: str, exc: MdbError, connection: Connection) -> bool:
+    def _not_settled(self, what: str, exc: MdbError, connection: Connection,
+                     level: int = logging.WARNING) -> bool:
         self._stats.rolled_back += 1
         # On a lost connection the broker redelivers on its own, perhaps long ago and to
         # another consumer; on a live one only once the subscription is closed (the caller's
@@ -356,7 +376,7 @@ class Processor:
         fate = ("the connection is lost: the broker redelivers it, flagged, to this or another "
                 "consumer (it may have done so already)" if not connection.is_open
                 else "its subscription is closed: the broker redelivers it, flagged")
-        log.warning("listener %s: %s not settled (%s); %s", self._spec.name, what, exc, fate)
+        log.log(level, "listener %s: %s not settled (%s); %s", self._spec.name, what, exc, fate)
         return False
 
 

@@ -2,13 +2,20 @@
 async engine.
 
 Driver errors are translated here: a database that cannot be reached, or does not answer in
-``timeout`` seconds, is ``DatabaseUnavailable`` (the delivery stays unsettled and comes back);
+``timeout`` seconds, is ``DatabaseUnavailable`` (the delivery is held until it answers);
 anything else the database says about a statement (a constraint, a value too large) is the
 handler's failure and stays as SQLAlchemy raised it.
+
+Each database knows whether its last session reached it (``down``): the first
+``DatabaseUnavailable`` of an outage is logged, and so is the first success after it; one line
+each, however many deliveries met the outage. The container is not ready meanwhile, and
+deliveries wait for its end (``reachable``).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from typing import Any
@@ -29,6 +36,8 @@ from mdb.database_settings import DatabaseSettings
 from mdb.errors import ConfigurationError, DatabaseUnavailable
 from mdb.redaction import redact_url
 
+log = logging.getLogger("mdb.database")
+
 
 class Database:
     """One configured database: its engine and the sessions of exactly-once listeners.
@@ -39,6 +48,13 @@ class Database:
         self.settings = settings
         self.engine = _engine(settings)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+        self.down: DatabaseUnavailable | None = None
+        """Why the last session could not reach the database; None once one did."""
+        self.since = time.time()
+        """``time.time()`` of the last change of ``down``."""
+        # Made by the first task that waits for an outage's end, or its start.
+        self._answered: anyio.Event | None = None
+        self._failed: anyio.Event | None = None
 
     @property
     def shown(self) -> str:
@@ -48,10 +64,55 @@ class Database:
     @asynccontextmanager
     async def session(self) -> AsyncIterator[AsyncSession]:
         """A session in a transaction: committed when the block ends, rolled back when it
-        raises. A driver error saying the database cannot be reached becomes
-        ``DatabaseUnavailable``."""
-        async with translated(self), self._sessions() as session, session.begin():
-            yield session
+        raises. A driver error saying the database cannot be reached, or a commit that takes
+        longer than ``timeout``, becomes ``DatabaseUnavailable``."""
+        try:
+            async with translated(self), self._sessions() as session, session.begin():
+                yield session
+                with _deadline(self):  # in doubt then: the message's next claim finds out
+                    await session.commit()
+        except DatabaseUnavailable as exc:
+            self.unavailable(exc)
+            raise
+        self.answered()
+
+    def unavailable(self, why: DatabaseUnavailable) -> None:
+        """The database was out of reach: the first time of an outage, say so."""
+        if self.down is None:
+            self.since = time.time()
+            log.warning("%s; its exactly-once listeners hold their deliveries and the "
+                        "container is not ready until it answers", why)
+        self.down = why
+        if self._failed is not None:
+            self._failed.set()
+            self._failed = None
+
+    def answered(self) -> None:
+        """The database answered: the end of an outage, if one was going on."""
+        if self.down is not None:
+            log.warning("database %s (%s) answers again, after %.1f s", self.name, self.shown,
+                        time.time() - self.since)
+            self.down = None
+            self.since = time.time()
+        if self._answered is not None:
+            self._answered.set()
+            self._answered = None
+
+    async def reachable(self) -> None:
+        """Return once a session reached the database (at once when it is not down)."""
+        if self.down is None:
+            return
+        if self._answered is None:
+            self._answered = anyio.Event()
+        await self._answered.wait()
+
+    async def unreachable(self) -> None:
+        """Return once a session could not reach the database (at once when it is down)."""
+        if self.down is not None:
+            return
+        if self._failed is None:
+            self._failed = anyio.Event()
+        await self._failed.wait()
 
     def deadline(self) -> AbstractContextManager[anyio.CancelScope]:
         """Around one of mdb's own statements: ``DatabaseUnavailable`` past ``timeout``."""
@@ -71,13 +132,15 @@ async def translated(database: Database) -> AsyncIterator[None]:
         raise DatabaseUnavailable(
             f"database {database.name} ({database.shown}): {_first_line(exc)}") from None
     except DBAPIError as exc:
-        if exc.connection_invalidated:
+        if exc.connection_invalidated or _unavailable_state(exc):
             raise DatabaseUnavailable(
                 f"database {database.name} ({database.shown}): {_first_line(exc)}") from None
         raise
-    except OSError as exc:
+    except OSError as exc:  # TimeoutError among them: the driver's own timeout, which says nothing
+        why = (f"no answer in {database.settings.timeout:g} s" if isinstance(exc, TimeoutError)
+               else str(exc) or type(exc).__name__)
         raise DatabaseUnavailable(
-            f"database {database.name} ({database.shown}): {exc}") from None
+            f"database {database.name} ({database.shown}): {why}") from None
 
 
 @contextmanager
@@ -87,6 +150,18 @@ def _deadline(database: Database) -> Iterator[anyio.CancelScope]:
     if scope.cancelled_caught:
         raise DatabaseUnavailable(f"database {database.name} ({database.shown}): no answer in "
                                   f"{database.settings.timeout:g} s")
+
+
+# SQLSTATE classes that say the server cannot take the statement now, not that it is wrong: a
+# connection exception (08), the server shutting down, crashed or still starting (57P01 to
+# 57P03: asyncpg raises them as plain errors), insufficient resources (53: too many
+# connections, a full disk).
+_UNAVAILABLE_STATES = ("08", "57P0", "53")
+
+
+def _unavailable_state(exc: DBAPIError) -> bool:
+    state = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    return isinstance(state, str) and state.startswith(_UNAVAILABLE_STATES)
 
 
 def _first_line(exc: BaseException) -> str:

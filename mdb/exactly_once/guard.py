@@ -55,9 +55,10 @@ class Guard:
         already; False when it was (its pending sends are dispatched now).
 
         What the handler raises is raised, its transaction rolled back. Raises
-        ``DatabaseUnavailable`` when the database is out of reach, and ``DispatchPending``
-        when a send could not be dispatched: the delivery must then stay unsettled (its
-        effects are committed; its redelivery completes the dispatch)."""
+        ``DatabaseUnavailable`` when the database is out of reach (the run may be made again:
+        its claim finds out whether it committed), and ``DispatchPending`` when a send could
+        not be dispatched: the delivery must then stay unsettled (its effects are committed;
+        its redelivery completes the dispatch)."""
         database = self.database
         source = f"{self._listener}/{self._subscription}/{identity}"
         failure: Exception | None = None

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import anyio
-from sqlalchemy import ColumnElement, bindparam, delete, select, update
+from sqlalchemy import ColumnElement, bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import message as headers_
@@ -96,6 +96,13 @@ class Writer:
         seq = result.inserted_primary_key[0]  # type: ignore[attr-defined]
         self.rows.append(Row(seq, target, self._reply_broker if reply else None, key, message,
                              errors))
+
+
+async def backlog(session: AsyncSession) -> tuple[int, float | None]:
+    """How many rows wait in the outbox, and the ``created_at`` of the oldest (None: none)."""
+    rows, oldest = (await session.execute(
+        select(func.count(), func.min(outbox.c.created_at)))).one()
+    return int(rows), None if oldest is None else float(oldest)
 
 
 def _default_error_destination(target: ReplyTo) -> Destination:

@@ -1,8 +1,11 @@
 """``Store``: one database of a container's exactly-once listeners, with its upkeep.
 
 The upkeep runs beside the pool slots: it sweeps the outbox (rows whose lease ran out: their
-process died, or their broker was down) and purges inbox rows past ``inbox_retention``, a
-small batch at a time so that it never holds up a delivery's claim for long.
+process died, or their broker was down), purges inbox rows past ``inbox_retention``, a
+small batch at a time so that it never holds up a delivery's claim for long, and counts the
+outbox for ``/status`` (``health``: counted once a round, never per request). Its statements
+also notice an outage, and its end, when no delivery comes: the deliveries held meanwhile
+wait for it.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from mdb.errors import BrokerError, ConfigurationError, DatabaseUnavailable
 from mdb.exactly_once import inbox, tables
 from mdb.exactly_once.database import Database
 from mdb.exactly_once.guard import Guard
-from mdb.exactly_once.outbox import Dispatcher
+from mdb.exactly_once.outbox import Dispatcher, backlog
+from mdb.health import DatabaseHealth
 from mdb.listener import ListenerSpec
 from mdb.producer import Producer
 from mdb.settings import Settings
@@ -26,6 +30,8 @@ from mdb.settings import Settings
 log = logging.getLogger("mdb.outbox")
 
 PURGE_BATCH = 500
+OUTAGE_PROBE = 1.0
+"""Seconds between the upkeep's tries while its database is down, at most."""
 
 
 class Store:
@@ -36,6 +42,7 @@ class Store:
         self.database = database
         self.owner = owner
         self.dispatcher = Dispatcher(database, producer, owner)
+        self._backlog: tuple[int, float | None] = (0, None)
 
     def guard(self, *, listener: str, subscription: str, broker: str,
               error_destination: Destination) -> Guard:
@@ -54,31 +61,53 @@ class Store:
             raise ConfigurationError(f"{exc}; is the database running, and is "
                                      f"databases.{self.database.name}.url right?") from None
 
+    def health(self, now: float) -> DatabaseHealth:
+        """The database for ``/status``: reached or not, and the outbox as last counted."""
+        database = self.database
+        rows, oldest = self._backlog
+        return DatabaseHealth(database.name, "up" if database.down is None else "down",
+                              database.since, rows, None if oldest is None else now - oldest)
+
     async def upkeep(self) -> None:
-        """Sweep the outbox and purge the inbox for ever, every third of the outbox lease.
-        An unavailable database or broker is tried again next time (logged once per
-        outage)."""
+        """Sweep the outbox, purge the inbox and count the outbox for ever, every third of the
+        outbox lease, and every second during an outage of the database. An unavailable
+        database or broker is tried again next time (the database logs its outages; a
+        broker's is logged here, once)."""
         settings = self.database.settings
         failing: str | None = None
         while True:
             try:
+                await self._count()  # first: a broker that is down must not keep it stale
                 while await self.dispatcher.sweep():
                     pass
                 async with self.database.session() as session:
                     with self.database.deadline():
                         await inbox.purge(session, time.time() - settings.inbox_retention,
                                           PURGE_BATCH)
-            except (DatabaseUnavailable, BrokerError) as exc:
+            except DatabaseUnavailable:
+                pass
+            except BrokerError as exc:
                 if failing is None:
-                    log.warning("outbox of database %s: cannot dispatch or purge now (%s); "
-                                "trying again every %.0f s", self.database.name, exc,
+                    log.warning("outbox of database %s: cannot dispatch now (%s); trying again "
+                                "every %.0f s", self.database.name, exc,
                                 settings.outbox_lease / 3)
                 failing = str(exc)
             else:
                 if failing is not None:
                     log.warning("outbox of database %s: dispatching again", self.database.name)
                 failing = None
-            await anyio.sleep(settings.outbox_lease / 3)
+            # Deliveries held while the database is down wait for this loop to find it
+            # answering again: from an outage's start it tries every second.
+            if self.database.down is None:
+                with anyio.move_on_after(settings.outbox_lease / 3):
+                    await self.database.unreachable()
+            else:
+                await anyio.sleep(min(settings.outbox_lease / 3, OUTAGE_PROBE))
+
+    async def _count(self) -> None:
+        async with self.database.session() as session:
+            with self.database.deadline():
+                self._backlog = await backlog(session)
 
     async def close(self) -> None:
         await self.database.close()

@@ -1,15 +1,17 @@
-"""Exactly-once listeners (docs/exactly-once.md), on every broker, with SQLite: the handler's
-writes, its sends and the message commit together, and a copy already processed is settled
-without running the handler."""
+"""Exactly-once listeners (docs/exactly-once.md), on every broker, with SQLite and with
+PostgreSQL (a private server, ``tests.harness.postgresql``): the handler's writes, its sends
+and the message commit together, and a copy already processed is settled without running the
+handler."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
 import pytest
-from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
+from sqlalchemy import Column, Integer, MetaData, String, Table, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import ConfigurationError, Container, Context, Redelivery, listener
@@ -22,7 +24,9 @@ from mdb.exactly_once.outbox import Dispatcher, Writer
 from mdb.message import ID, OutgoingMessage
 from mdb.producer import Producer
 from mdb.settings import Settings
-from tests.contract.support import Calls, read, running, settings_for, specs, unique
+from mdb_memory.state import BrokerState, broker_state
+from tests.contract.support import WAIT, Calls, read, running, settings_for, specs, unique
+from tests.harness.postgresql import PostgreSQL
 
 pytestmark = pytest.mark.anyio
 
@@ -31,15 +35,44 @@ orders = Table("orders", user_tables, Column("id", String(100), primary_key=True
                Column("quantity", Integer, nullable=False))
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    """A database of the test's own, SQLite or PostgreSQL, with mdb's tables (``mdb db
+    upgrade``) and the test's."""
+    db = await prepared(await database_url(request, tmp_path))
+    yield db
+    await db.close()
+
+
 @pytest.fixture
-async def database(tmp_path: Path) -> AsyncIterator[Database]:
-    """A SQLite database with mdb's tables (``mdb db upgrade``) and the test's own."""
-    db = Database("main", DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'app.db'}"))
+async def postgres_database(postgres: PostgreSQL) -> AsyncIterator[Database]:
+    """A PostgreSQL database of the test's own, with mdb's tables and the test's."""
+    db = await prepared(await anyio.to_thread.run_sync(postgres.create_database, unique("eo")))
+    yield db
+    await db.close()
+
+
+async def prepared(url: str, **settings: float) -> Database:
+    db = Database("main", DatabaseSettings(url=url, **settings))
     await tables.upgrade(db.engine)
     async with db.engine.begin() as connection:
         await connection.run_sync(user_tables.create_all)
-    yield db
-    await db.close()
+    return db
+
+
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'app.db'}"
+    server: PostgreSQL = request.getfixturevalue("postgres")
+    return await anyio.to_thread.run_sync(server.create_database, unique("eo"))
+
+
+async def lock_waits(database: Database) -> int:
+    """How many of ``database``'s sessions wait for a lock another transaction holds."""
+    async with database.engine.connect() as connection:
+        return int((await connection.execute(text(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"))).scalar_one())
 
 
 def with_database(url: str, database: Database, **values: object) -> Settings:
@@ -146,6 +179,188 @@ async def test_a_handlers_own_timeout_error_is_its_failure_not_the_databases(
         moved = await read(broker_url, f"{queue}.DLQ", 1)
     assert moved[0].headers["mdb_error_type"] == "TimeoutError"
     assert await count(database, orders) == 0
+
+
+@pytest.mark.postgresql
+async def test_two_copies_processed_at_once_run_the_handler_once(
+    postgres_database: Database,
+) -> None:
+    database, url = postgres_database, f"memory://{unique('m')}"
+    queue = f"queue:{unique('eo')}"
+    calls = Calls()
+    release = anyio.Event()
+
+    @listener(queue, exactly_once="main", pool=2)
+    async def handler(body: str, session: AsyncSession) -> None:
+        await session.execute(orders.insert().values(id=body, quantity=1))
+        calls.add("ran", body)
+        await release.wait()  # the transaction stays open until the test saw both claims
+
+    await send_copies(url, queue, b"o-4", "m-4", copies=2)
+    async with running(with_database(url, database), handler) as container:
+        await calls.wait(lambda c: bool(c.of("ran")))
+        with anyio.fail_after(WAIT):  # the second copy's claim waits on the inbox's key
+            while await lock_waits(database) == 0:
+                await anyio.sleep(0.02)  # PostgreSQL tells only when asked
+        release.set()
+    stats = container.deployed[0].stats
+    assert calls.of("ran") == ["o-4"]
+    assert (stats.processed, stats.already_processed, stats.rolled_back) == (1, 1, 0)
+    assert await count(database, orders) == 1
+    assert await count(database, tables.inbox) == 1
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize(("fault", "recovery"), [("stop_immediately", "start"),
+                                                 ("pause", "resume")],
+                         ids=["stopped_and_started", "hung_and_resumed"])
+async def test_an_outage_of_postgresql_holds_deliveries_and_the_container_unready(
+    postgres: PostgreSQL, caplog: pytest.LogCaptureFixture, fault: str, recovery: str,
+) -> None:
+    url = await anyio.to_thread.run_sync(postgres.create_database, unique("eo"))
+    # A short lease: the upkeep, which notices the outage's end, runs every half second.
+    database = await prepared(url, timeout=3.0, outbox_lease=1.5)
+    name = unique("m")
+    broker, state = f"memory://{name}", broker_state(name)
+    queue, out = f"queue:{unique('eo')}", f"queue:{unique('eo_out')}"
+
+    @listener(queue, exactly_once="main", pool=2)
+    async def handler(body: str, ctx: Context, session: AsyncSession) -> None:
+        await session.execute(orders.insert().values(id=body, quantity=1))
+        await ctx.send(out, body)
+
+    def settled(count: int) -> Callable[[BrokerState], bool]:
+        def condition(s: BrokerState) -> bool:
+            stats = s.stats(queue)
+            return stats is not None and (stats.dequeued, stats.depth, stats.in_flight) == (
+                count, 0, 0)
+        return condition
+
+    caplog.set_level(logging.WARNING, "mdb.database")
+    caplog.set_level(logging.INFO, "mdb.delivery")
+    async with running(with_database(broker, database), handler) as container:
+        await send_bodies(broker, queue, [f"o-{n}" for n in range(10)])
+        with anyio.fail_after(WAIT):
+            await state.wait_until(settled(10))
+        await anyio.to_thread.run_sync(getattr(postgres, fault))
+        try:
+            await send_bodies(broker, queue, [f"o-{n}" for n in range(10, 20)])
+            await until(lambda: not container.health().ready)
+            assert container.health().unready()["databases_down"] == ["main"]
+        finally:
+            await anyio.to_thread.run_sync(getattr(postgres, recovery))
+        await until(lambda: container.health().ready)
+        with anyio.fail_after(WAIT):
+            await state.wait_until(settled(20))
+        [health] = container.health().databases
+        assert health.state == "up"
+    # Held while the database was out of reach, not sent back: not one delivery was used up.
+    stats = container.deployed[0].stats
+    assert (stats.processed, stats.redelivered, stats.rolled_back) == (20, 0, 0)
+    async with database.session() as session:
+        effects = (await session.execute(select(orders.c.id))).scalars().all()
+    assert sorted(effects) == sorted(f"o-{n}" for n in range(20))
+    assert await count(database, tables.inbox) == 20
+    assert await count(database, tables.outbox) == 0
+    # A row sent and not yet deleted when the database went is sent again, with its id.
+    assert {d.body for d in state.browse(out)} == {f"o-{n}".encode() for n in range(20)}
+    # Not one delivery failed for the outage (a server starting up is not the message's
+    # fault), and none was logged as a warning of its own: the outage is, once.
+    assert not [r for r in caplog.records if r.name == "mdb.delivery"
+                and ("sqlalchemy" in r.getMessage() or r.levelno >= logging.WARNING)]
+    outage = [r.getMessage() for r in caplog.records if r.name == "mdb.database"]
+    assert len(outage) == 2, outage  # one line as it began, one as it ended
+    assert "hold their deliveries" in outage[0] and "answers again" in outage[1]
+
+
+@pytest.mark.postgresql
+async def test_a_delivery_held_for_a_database_that_is_down_is_left_unsettled_at_a_stop(
+    postgres: PostgreSQL,
+) -> None:
+    url = await anyio.to_thread.run_sync(postgres.create_database, unique("eo"))
+    database = await prepared(url, timeout=3.0)
+    name = unique("m")
+    broker, state = f"memory://{name}", broker_state(name)
+    queue = f"queue:{unique('eo')}"
+
+    @listener(queue, exactly_once="main")
+    async def handler(body: str, session: AsyncSession) -> None:
+        await session.execute(orders.insert().values(id=body, quantity=1))
+
+    settings = with_database(broker, database, shutdown_grace_period=0.5)
+    try:
+        async with running(settings, handler) as container:
+            await anyio.to_thread.run_sync(postgres.stop_immediately)
+            await send_bodies(broker, queue, ["o-held"])
+            await until(lambda: not container.health().ready)
+        assert container.deployed[0].stats.processed == 0
+        queued = state.stats(queue)
+        assert queued is not None and (queued.depth, queued.in_flight) == (1, 0)  # back
+        assert [d.broker_redelivered for d in state.browse(queue)] == [True]
+    finally:
+        await anyio.to_thread.run_sync(postgres.start)
+    assert await count(database, orders) == 0
+
+
+@pytest.mark.postgresql
+async def test_a_statement_of_the_handler_that_never_ends_in_time_is_bounded_by_redeliveries(
+    postgres_database: Database,
+) -> None:
+    database = await prepared(postgres_database.settings.url, timeout=1.0)
+    name = unique("m")
+    broker, state = f"memory://{name}", broker_state(name)
+    queue = f"queue:{unique('eo')}"
+    calls = Calls()
+
+    @listener(queue, exactly_once="main", redelivery=Redelivery(limit=1, delay=0))
+    async def handler(body: str, session: AsyncSession) -> None:
+        calls.add("ran", body)
+        await session.execute(text("SELECT pg_sleep(30)"))  # past timeout, every time
+
+    async with running(with_database(broker, database), handler):
+        await send_bodies(broker, queue, ["o-slow"])
+        with anyio.fail_after(WAIT):
+            await state.wait_until(lambda s: s.queue_depth(f"{queue}.DLQ") == 1)
+    await database.close()
+    # Held once for the database, run once more, then sent back: two runs per delivery.
+    assert len(calls.of("ran")) == 4
+    assert await count(postgres_database, tables.inbox) == 0
+
+
+async def test_the_status_shows_each_databases_outbox(database: Database) -> None:
+    async with database.session() as session:  # sends another process is dispatching
+        writer = Writer(session, "another-process", lease=3600.0, error_destination=None)
+        for n in range(3):
+            await writer.send(Destination.parse("queue:elsewhere"),
+                              OutgoingMessage(b"x", {ID: f"id-{n}"}), None)
+
+    @listener(f"queue:{unique('eo')}", exactly_once="main")
+    async def handler(body: str, session: AsyncSession) -> None:
+        pass
+
+    async with running(with_database(f"memory://{unique('m')}", database),
+                       handler) as container:
+        await until(lambda: container.health().databases[0].outbox == 3)
+        [shown] = container.health().databases
+    assert (shown.name, shown.state) == ("main", "up")
+    assert shown.oldest is not None and shown.oldest >= 0
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait until ``condition()`` holds: a container's health is known only when asked."""
+    with anyio.fail_after(WAIT):
+        while not condition():
+            await anyio.sleep(0.05)
+
+
+async def send_bodies(url: str, destination: str, bodies: list[str]) -> None:
+    connection = await broker_for(ConnectionOptions(url=url, client_id=unique("w"))).connect()
+    try:
+        for body in bodies:
+            await connection.send(Destination.parse(destination), OutgoingMessage(
+                body.encode(), {ID: f"id-{body}", "content-type": "text/plain"}))
+    finally:
+        await connection.close()
 
 
 async def test_rows_a_dead_process_left_are_dispatched_once_their_lease_ran_out(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import socket
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from mdb.health import BrokerHealth, Health, HealthServer, ListenerHealth
+from mdb.health import BrokerHealth, DatabaseHealth, Health, HealthServer, ListenerHealth
 
 NOW = time.time()
 READY = Health(
@@ -27,12 +28,14 @@ READY = Health(
     brokers=(BrokerHealth("main", "up", NOW - 90, "stomp+activemq://u:***@standby:61613"),),
     listeners=(ListenerHealth("on_order", members=3, subscribed=3, in_flight=1, processed=42),),
     events={"connection-lost": 1, "connection-restored": 1},
+    databases=(DatabaseHealth("main", "up", NOW - 90, outbox=0, oldest=None),),
 )
 NOT_READY = Health(
     live=True, ready=False,
     brokers=(BrokerHealth("main", "up", NOW - 90), BrokerHealth("backup", "failed", NOW - 30)),
     listeners=(ListenerHealth("on_order", members=3, subscribed=2, in_flight=0, processed=7),),
     events={"broker-failed": 1},
+    databases=(DatabaseHealth("orders", "down", NOW - 20, outbox=12, oldest=75.0),),
 )
 
 
@@ -62,15 +65,15 @@ async def test_probes_answer_from_the_event_loop() -> None:
         assert server.port != 0
         assert await anyio.to_thread.run_sync(get, f"{base}/health/live") == (200, {"live": True})
         assert await anyio.to_thread.run_sync(get, f"{base}/health/ready") == (
-            200, {"ready": True, "brokers_down": [], "listeners_short": [],
-                  "listeners_stuck": []})
+            200, {"ready": True, "brokers_down": [], "databases_down": [],
+                  "listeners_short": [], "listeners_stuck": []})
         status, body = await anyio.to_thread.run_sync(get, f"{base}/status")
         assert status == 200 and Health.from_json(body) == READY
 
         current[0] = NOT_READY
         assert await anyio.to_thread.run_sync(get, f"{base}/health/live") == (200, {"live": True})
         assert await anyio.to_thread.run_sync(get, f"{base}/health/ready") == (503, {
-            "ready": False, "brokers_down": ["backup"],
+            "ready": False, "brokers_down": ["backup"], "databases_down": ["orders"],
             "listeners_short": [{"name": "on_order", "subscribed": 2, "members": 3}],
             "listeners_stuck": []})
         status, body = await anyio.to_thread.run_sync(get, f"{base}/status")
@@ -157,6 +160,8 @@ def test_mdb_status_exits_1_when_not_ready_and_says_why(tmp_path: Path) -> None:
     assert "live, NOT READY" in result.stdout
     assert "broker backup is failed" in result.stdout
     assert "listener on_order has 2 of 3 members subscribed" in result.stdout
+    assert "database orders is down" in result.stdout
+    assert re.search(r"orders\s+down\s+\S+ ago\s+12\s+1m15s", result.stdout), result.stdout
 
 
 def test_mdb_status_exits_3_when_nothing_answers(tmp_path: Path) -> None:

@@ -8,8 +8,16 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
-from mdb.health import BrokerHealth, Health, ListenerHealth, StuckHandler, WorkerHealth
+from mdb.health import (
+    BrokerHealth,
+    DatabaseHealth,
+    Health,
+    ListenerHealth,
+    StuckHandler,
+    WorkerHealth,
+)
 from mdb.report import status_report
 from mdb.supervisor import START_ATTEMPTS, Place, server_health
 from tests.contract.test_crash import ROOT
@@ -99,3 +107,17 @@ def test_the_server_is_ready_when_every_worker_is() -> None:
     wedged = server_health(places, {1: worker(), 2: None}, False)
     assert not wedged.live and not wedged.ready
     assert not server_health(places, {1: worker(), 2: worker()}, True).ready  # stopping
+
+
+def test_a_database_is_as_up_as_its_worst_worker_sees_it() -> None:
+    places = [Place(1, state="ready"), Place(2, state="ready")]
+
+    def seeing(state: str, outbox: int) -> Health:
+        # A worker's readiness already counts its databases; the server checks them again.
+        return replace(worker(), databases=(DatabaseHealth("main", state, NOW, outbox, None),))
+
+    both_up = server_health(places, {1: seeing("up", 2), 2: seeing("up", 5)}, False)
+    assert both_up.ready and both_up.databases[0].outbox == 5  # one outbox, counted twice
+    one_down = server_health(places, {1: seeing("up", 2), 2: seeing("down", 1)}, False)
+    assert not one_down.ready and one_down.unready()["databases_down"] == ["main"]
+    assert Health.from_json(one_down.to_json()) == one_down

@@ -1,0 +1,56 @@
+"""Driver errors at the edge of ``mdb.exactly_once.database``: what says the database is out of
+reach becomes ``DatabaseUnavailable`` (the delivery stays unsettled, never a strike against the
+message); what says the statement is wrong stays the handler's failure."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.exc import DBAPIError
+
+from mdb.database_settings import DatabaseSettings
+from mdb.errors import DatabaseUnavailable
+from mdb.exactly_once.database import Database, translated
+
+pytestmark = pytest.mark.anyio
+
+
+class DriverError(Exception):
+    """A driver's error carrying a SQLSTATE, as SQLAlchemy's asyncpg and psycopg adapters
+    give it."""
+
+    def __init__(self, message: str, sqlstate: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+def failure(sqlstate: str, message: str) -> DBAPIError:
+    return DBAPIError("INSERT INTO mdb_inbox ...", None, DriverError(message, sqlstate))
+
+
+@pytest.mark.parametrize(("sqlstate", "message"), [
+    ("57P03", "the database system is starting up"),
+    ("57P01", "terminating connection due to administrator command"),
+    ("08006", "connection failure"),
+    ("53300", "sorry, too many clients already"),
+])
+async def test_a_server_that_cannot_take_statements_now_is_unavailable(
+    sqlstate: str, message: str,
+) -> None:
+    database = Database("main", DatabaseSettings(url="sqlite+aiosqlite:///unused.db"))
+    with pytest.raises(DatabaseUnavailable, match=message):
+        async with translated(database):
+            raise failure(sqlstate, message)
+
+
+async def test_a_statement_the_database_refuses_stays_the_handlers_failure() -> None:
+    database = Database("main", DatabaseSettings(url="sqlite+aiosqlite:///unused.db"))
+    with pytest.raises(DBAPIError):
+        async with translated(database):
+            raise failure("23505", "duplicate key value violates unique constraint")
+
+
+async def test_the_drivers_own_timeout_says_what_happened() -> None:
+    database = Database("main", DatabaseSettings(url="sqlite+aiosqlite:///unused.db", timeout=4))
+    with pytest.raises(DatabaseUnavailable, match="no answer in 4 s"):
+        async with translated(database):
+            raise TimeoutError  # asyncpg's command_timeout, which has no message
