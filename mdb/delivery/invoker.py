@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import math
-from contextlib import AbstractContextManager
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -35,7 +34,7 @@ class Invoker:
         self._threads = threads
         self._is_async = spec.is_async  # asked once: inspect's answer costs several calls
         self._telemetry = tracing.Consumer(spec.name, system, spec.destination,
-                                           planned.request.name, planned.shared)
+                                           planned.request.name, planned.shared, stats)
         self.decode = codec.decoder_for(spec.body_type)
         """The body as the handler's annotation asks; raises ``DecodeError``."""
 
@@ -108,7 +107,7 @@ class Handling:
 
     __slots__ = ("_span", "_stats")
 
-    def __init__(self, stats: Stats, span: AbstractContextManager[tracing.Processing]) -> None:
+    def __init__(self, stats: Stats, span: tracing.Processing) -> None:
         self._stats = stats
         self._span = span
 
