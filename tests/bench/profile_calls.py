@@ -157,7 +157,8 @@ def main() -> None:
     parser.add_argument("--unprofiled", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
-        print(json.dumps(one(*args.case, args.messages, not args.unprofiled)))
+        broker, tracing = args.case
+        print(json.dumps(one(broker, tracing, args.messages, not args.unprofiled)))
         return
     header = "| broker | tracing | " + " | ".join(KINDS) + " | calls/msg |"
     if args.callgrind:
