@@ -233,7 +233,8 @@ class Processor:
         if error is not None:
             await sends.abort()
             return Raised.of(error), None
-        return SUCCEEDED, sends
+        # Nothing sent in a transaction: settled by a plain ack, as ``sends.settle`` would.
+        return SUCCEEDED, sends if sends.begun else None
 
     async def _run_once(self, delivery: Delivery, message: Message, body: object,
                         ) -> Succeeded | AlreadyProcessed | Raised:

@@ -15,9 +15,10 @@ function lives: the broker adapter (``adapters/``, stomp.py), the core (``mdb/``
 ``mdb/tracing.py``), telemetry (``mdb/tracing.py``, OpenTelemetry), the event loop and the
 rest of the standard library, and functions written in C.
 
-``--callgrind`` counts instructions instead: each case runs twice under ``valgrind
---tool=callgrind`` (the second time with twice the messages), and the difference over the
-extra messages is the instructions per message, startup and imports cancelled out.
+``--callgrind`` counts instructions too: each case runs twice more under ``valgrind
+--tool=callgrind``, consuming ``--messages`` and then twice as many of the same preloaded
+queue, and the difference over the extra messages is the instructions per message (startup,
+imports and preloading cancelled out). Slow: about a minute per run on the memory broker.
 """
 
 from __future__ import annotations
@@ -98,21 +99,22 @@ async def preload_memory(url: str, queue: str, count: int) -> None:
             await producer.send(f"queue:{queue}", f"message {n}".encode())
 
 
-def one(broker: str, tracing: str, count: int, profiled: bool) -> dict[str, Any]:
-    """One case in this process: calls per message by kind (profiled), else nothing."""
+def one(broker: str, tracing: str, count: int, profiled: bool, preload_count: int,
+        ) -> dict[str, Any]:
+    """One case in this process, ``count`` of ``preload_count`` messages consumed: calls per
+    message by kind (profiled), else nothing."""
     queue = f"profile-{uuid.uuid4().hex[:6]}"
     activemq = None
     if broker == "memory":
         url = f"memory://{queue}"
-        anyio.run(preload_memory, url, queue, count)
+        anyio.run(preload_memory, url, queue, preload_count)
     else:
         from tests.bench.benchmark_activemq import preload
         from tests.harness.activemq import ActiveMQ
 
         activemq = ActiveMQ(heap_mb=1024).start()
         url = activemq.url
-        preload(activemq.port, (activemq.username, activemq.password), queue, count)
-        count += 1  # preload's last message
+        preload(activemq.port, (activemq.username, activemq.password), queue, preload_count)
     if tracing == "on":
         turn_tracing_on()
     profile = cProfile.Profile() if profiled else None
@@ -132,7 +134,7 @@ def one(broker: str, tracing: str, count: int, profiled: bool) -> dict[str, Any]
 
 def instructions(broker: str, tracing: str, count: int) -> float:
     """Instructions per message: callgrind's total with ``2 * count`` messages less that with
-    ``count``, over ``count``."""
+    ``count``, over ``count``; both preload ``2 * count``, so that the preloading cancels out."""
     totals = []
     for n in (count, 2 * count):
         with tempfile.TemporaryDirectory() as scratch:
@@ -140,7 +142,7 @@ def instructions(broker: str, tracing: str, count: int) -> float:
             subprocess.run(
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                  sys.executable, "-m", "tests.bench.profile_calls", "--case", broker, tracing,
-                 "--messages", str(n), "--unprofiled"],
+                 "--messages", str(n), "--preload", str(2 * count), "--unprofiled"],
                 cwd=ROOT, check=True, capture_output=True,
                 env={**os.environ, "PYTHONHASHSEED": "0"})
             totals.append(next(int(line.split()[1]) for line in out.read_text().splitlines()
@@ -155,10 +157,12 @@ def main() -> None:
     parser.add_argument("--callgrind", action="store_true", help="instructions too")
     parser.add_argument("--case", nargs=2, metavar=("BROKER", "TRACING"), help=argparse.SUPPRESS)
     parser.add_argument("--unprofiled", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--preload", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
         broker, tracing = args.case
-        print(json.dumps(one(broker, tracing, args.messages, not args.unprofiled)))
+        print(json.dumps(one(broker, tracing, args.messages, not args.unprofiled,
+                             args.preload or args.messages)))
         return
     header = "| broker | tracing | " + " | ".join(KINDS) + " | calls/msg |"
     if args.callgrind:
