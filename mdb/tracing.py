@@ -309,15 +309,15 @@ class Consumer:
             if not _metrics_on():  # the fast path: nobody is listening
                 return UNSEEN
             return _Recorded(self, INVALID_SPAN)
-        # The attributes a sampler may use at the start, the delivery's own once it records.
-        span = _tracer.start_span(self._span_name, context=_parent(headers),
-                                  kind=SpanKind.CONSUMER, attributes=self._attributes)
-        if span.is_recording():
-            span.set_attributes({
-                MESSAGE_ID: message_id, "messaging.message.body.size": len(body),
-                DELIVERY_COUNT: delivery_count, "mdb.redelivered": redelivered})
-            if self._record_bodies:
-                span.set_attribute("mdb.message.body", body.decode(errors="replace"))
+        # All the attributes at the start: set later, on a span that records, they would cost
+        # a second pass through the SDK (a sampled-out span never looks at them).
+        span = _tracer.start_span(
+            self._span_name, context=_parent(headers), kind=SpanKind.CONSUMER,
+            attributes={**self._attributes, MESSAGE_ID: message_id,
+                        "messaging.message.body.size": len(body),
+                        DELIVERY_COUNT: delivery_count, "mdb.redelivered": redelivered})
+        if self._record_bodies:
+            span.set_attribute("mdb.message.body", body.decode(errors="replace"))
         return _Recorded(self, span)
 
     def failures(self, error_type: str) -> tuple[_Count, dict[str, str | int | bool]]:
