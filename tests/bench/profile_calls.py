@@ -1,12 +1,13 @@
 """Work per message that does not depend on the machine's load: Python calls (cProfile) and,
 with ``--callgrind``, CPU instructions (valgrind), for W1 (an empty handler, pool=1).
 
-    .venv/bin/python -m tests.bench.profile_calls [--messages 2000] [--activemq] [--callgrind]
+    .venv/bin/python -m tests.bench.profile_calls [--messages 2000] [--brokers memory activemq]
+                                                  [--callgrind]
 
 Each case runs in a process of its own (OpenTelemetry's providers can be set once per process):
 a queue preloaded with ``--messages`` messages, then a container with one empty listener
 (``async def handler(body: bytes, ctx: Context)``, as the benchmark's W1) consumes them, on the
-memory broker and, with ``--activemq``, on a private ActiveMQ (reference config). *Tracing
+memory broker and/or (``--brokers``) on a private ActiveMQ (reference config). *Tracing
 off*: no provider set; *tracing on*: the SDK's tracer provider (every span recorded, none
 exported) and meter provider (with a reader that is never read) set. The profiler runs from
 the container's ready to its last message, on the event loop's thread, which does everything
@@ -153,7 +154,8 @@ def instructions(broker: str, tracing: str, count: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=2000)
-    parser.add_argument("--activemq", action="store_true", help="ActiveMQ too (a private one)")
+    parser.add_argument("--brokers", nargs="+", choices=("memory", "activemq"),
+                        default=["memory"], help="memory (default) and/or a private ActiveMQ")
     parser.add_argument("--callgrind", action="store_true", help="instructions too")
     parser.add_argument("--case", nargs=2, metavar=("BROKER", "TRACING"), help=argparse.SUPPRESS)
     parser.add_argument("--unprofiled", action="store_true", help=argparse.SUPPRESS)
@@ -170,7 +172,7 @@ def main() -> None:
     print(header)
     print("|---|---|" + "---:|" * (len(KINDS) + 1 + args.callgrind))
     for broker, tracing in CASES:
-        if broker == "activemq" and not args.activemq:
+        if broker not in args.brokers:
             continue
         child = subprocess.run(
             [sys.executable, "-m", "tests.bench.profile_calls", "--case", broker, tracing,
