@@ -23,6 +23,7 @@ import dataclasses
 import importlib
 import logging
 import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -217,8 +218,8 @@ UNSEEN = Processing()
 
 
 class _Recorded(Processing):
-    """The ``process`` span of one delivery of ``consumer`` while a provider is set: counted
-    in the listener's ``mdb.pool.usage`` (its ``in_flight``) and timed while it is open."""
+    """The ``process`` span of one delivery of ``consumer`` while a provider is set: timed
+    while it is open, and counted in ``messaging.client.consumed.messages`` once closed."""
 
     __slots__ = ("_consumer", "_scope", "_start", "error_type", "span")
 
@@ -298,7 +299,8 @@ class Consumer:
         self._record_bodies = record_bodies()
         self.listener = listener
         self.stats = stats
-        _consumers.add(self)
+        with _consumers_lock:
+            _consumers.add(self)
 
     def processing(self, headers: Mapping[str, str], message_id: str, body: bytes,
                    delivery_count: int, redelivered: bool) -> Processing:
@@ -331,11 +333,15 @@ class Consumer:
 
 
 _consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
+# A WeakSet must not be added to while the metric reader's thread copies it.
+_consumers_lock = threading.Lock()
 
 
 def _observe_pool_usage(options: CallbackOptions) -> Iterable[Observation]:
     in_flight: dict[str, dict[int, int]] = {}  # listener → its Stats (by id) → in flight
-    for consumer in list(_consumers):
+    with _consumers_lock:
+        consumers = list(_consumers)
+    for consumer in consumers:
         in_flight.setdefault(consumer.listener, {})[id(consumer.stats)] = \
             consumer.stats.in_flight
     return [Observation(sum(counts.values()), {"mdb.listener": listener})
