@@ -23,13 +23,16 @@ import dataclasses
 import importlib
 import logging
 import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
+from types import TracebackType
 from typing import Any, Protocol
 
 from opentelemetry import metrics, propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.metrics import _internal as metrics_internal
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
@@ -58,26 +61,54 @@ KEPT = "kept"  # an OUTCOME: kept on its own queue, not handled again
 ALREADY_PROCESSED = "mdb.already_processed"  # exactly-once: a copy its inbox knew, not run
 
 
-def _message_counter(name: str, description: str) -> metrics.Counter:
-    return _meter.create_counter(name, unit="{message}", description=description)
+class _Count:
+    """A counter's value for one set of attributes: the code that counts adds to ``value``
+    (no call: a message's counting costs nothing), the instrument's callback reads it when the
+    metrics are collected."""
+
+    __slots__ = ("attributes", "value")
+
+    def __init__(self, attributes: Mapping[str, str | int | bool]) -> None:
+        self.attributes = dict(attributes)
+        self.value = 0
+
+
+class _Counter:
+    """A counter that mdb keeps itself, one ``_Count`` per set of attributes, reported by an
+    observable counter at collection time: an SDK ``Counter.add`` per message would cost more
+    than the rest of the message's telemetry."""
+
+    def __init__(self, name: str, description: str) -> None:
+        self._counts: dict[tuple[tuple[str, str | int | bool], ...], _Count] = {}
+        _meter.create_observable_counter(name, [self._observe], unit="{message}",
+                                         description=description)
+
+    def of(self, attributes: Mapping[str, str | int | bool]) -> _Count:
+        """The count of ``attributes``: look it up once and keep it where it is added to."""
+        key = tuple(sorted(attributes.items()))
+        count = self._counts.get(key)
+        if count is None:
+            count = self._counts[key] = _Count(attributes)
+        return count
+
+    def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(count.value, count.attributes)
+                for count in list(self._counts.values()) if count.value]
 
 
 _process_duration = _meter.create_histogram(
     "messaging.process.duration", unit="s", description="Duration of processing operation.")
-_consumed = _message_counter("messaging.client.consumed.messages",
-                             "Number of messages that were delivered to the application.")
-_sent = _message_counter("messaging.client.sent.messages",
-                         "Number of messages producer attempted to send to the broker.")
-_redeliveries = _message_counter("mdb.redeliveries",
-                                 "Failed deliveries re-sent for another attempt.")
-_error_moves = _message_counter("mdb.error_destination.moves",
-                                "Messages moved to their listener's error destination.")
-_given_up = _message_counter("mdb.stuck.messages",
-                            "Messages whose settlement kept failing outside the handler, handed "
-                            "to the broker's dead-letter queue or kept on their own queue.")
-_pool_usage = _meter.create_up_down_counter(
-    "mdb.pool.usage", unit="{delivery}",
-    description="Deliveries being handled now, per listener (the pool slots in use).")
+_consumed = _Counter("messaging.client.consumed.messages",
+                     "Number of messages that were delivered to the application.")
+_sent = _Counter("messaging.client.sent.messages",
+                 "Number of messages producer attempted to send to the broker.")
+_sent_to: dict[tuple[str, ReplyTo], _Count] = {}  # (system, destination): its count in _sent
+_redeliveries = _Counter("mdb.redeliveries", "Failed deliveries re-sent for another attempt.")
+_error_moves = _Counter("mdb.error_destination.moves",
+                        "Messages moved to their listener's error destination.")
+_given_up = _Counter("mdb.stuck.messages",
+                     "Messages whose settlement kept failing outside the handler, handed to the "
+                     "broker's dead-letter queue or kept on their own queue.")
 
 
 # Whether a provider is set is asked for every message. The API's getters read an environment
@@ -119,8 +150,7 @@ def sending(system: str, destination: ReplyTo, message: OutgoingMessage,
     span's trace context in its headers, which is what must be sent."""
     if not _tracing_on():  # the fast path: nothing would record the span
         yield message
-        if _metrics_on():
-            _sent.add(1, _metric_attributes(_attributes(system, destination, "send")))
+        _sent_count(system, destination).value += 1
         return
     attributes = _attributes(system, destination, "send")
     attributes[MESSAGE_ID] = message.headers.get("mdb_id", "")
@@ -136,23 +166,89 @@ def sending(system: str, destination: ReplyTo, message: OutgoingMessage,
         except Exception as exc:
             span.set_attribute(ERROR_TYPE, error_type(exc))
             raise
-        _sent.add(1, _metric_attributes(attributes))
+        _sent_count(system, destination).value += 1
+
+
+def _sent_count(system: str, destination: ReplyTo) -> _Count:
+    count = _sent_to.get((system, destination))
+    if count is None:
+        count = _sent_to[system, destination] = _sent.of(
+            _metric_attributes(_attributes(system, destination, "send")))
+    return count
 
 
 class Processing:
-    """What the delivery code tells the ``process`` span about its outcome. ``attributes``
-    (the consumer's, shared by its spans) are read only."""
+    """What the delivery code tells the ``process`` span of a delivery about its outcome, and
+    the span itself as a context manager. This one records nothing: the delivery of a
+    consumer nobody listens to (no provider set), or one settled unseen (not selected)."""
 
-    def __init__(self, span: Span, attributes: Mapping[str, str | int | bool]) -> None:
-        self.span = span
-        self._attributes = attributes
-        self.error_type: str | None = None
+    __slots__ = ()
+
+    span: Span = INVALID_SPAN
+    error_type: str | None = None
+
+    def __enter__(self) -> Processing:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> bool | None:
+        return None
 
     def failed(self, error_type: str, text: str, stacktrace: str = "") -> None:
         """The handler (or decoding) failed: the span gets ``error.type``, an error status and,
         when the handler raised (``stacktrace``), an ``exception`` event as
         ``record_exception`` makes it, but with ``text`` (what may be shown of the exception:
         docs/security.md) in place of the exception's own text."""
+
+    def redelivery(self, count: int) -> None:
+        """Re-sent for delivery ``count``."""
+
+    def moved(self, target: Destination) -> None:
+        """Moved to the error destination ``target``."""
+
+    def already_processed(self) -> None:
+        """An exactly-once listener's copy of a message already processed, settled unrun."""
+
+    def given_up(self, outcome: str) -> None:
+        """A stuck message was ``DEAD_LETTERED`` or ``KEPT`` (``mdb.delivery.decision``)."""
+
+
+UNSEEN = Processing()
+"""The ``process`` span of a delivery settled unseen, or that nothing records: none."""
+
+
+class _Recorded(Processing):
+    """The ``process`` span of one delivery of ``consumer`` while a provider is set: timed
+    while it is open, and counted in ``messaging.client.consumed.messages`` once closed."""
+
+    __slots__ = ("_consumer", "_scope", "_start", "error_type", "span")
+
+    def __init__(self, consumer: Consumer, span: Span) -> None:
+        self._consumer = consumer
+        self.span = span
+        self.error_type = None
+        self._scope = trace.use_span(span, end_on_exit=True)
+
+    def __enter__(self) -> Processing:
+        self._scope.__enter__()
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> bool | None:
+        consumer = self._consumer
+        if exc is not None:
+            self.error_type = self.error_type or error_type(exc)
+            self.span.set_attribute(ERROR_TYPE, self.error_type)
+        if self.error_type:
+            count, attributes = consumer.failures(self.error_type)
+        else:
+            count, attributes = consumer.consumed, consumer.metric
+        _process_duration.record(time.perf_counter() - self._start, attributes)
+        count.value += 1
+        return self._scope.__exit__(exc_type, exc, traceback)
+
+    def failed(self, error_type: str, text: str, stacktrace: str = "") -> None:
         self.error_type = error_type
         self.span.set_attribute(ERROR_TYPE, error_type)
         self.span.set_status(Status(StatusCode.ERROR, text[:300]))
@@ -162,85 +258,116 @@ class Processing:
                 "exception.stacktrace": stacktrace})
 
     def redelivery(self, count: int) -> None:
-        _redeliveries.add(1, _metric_attributes(self._attributes))
+        _redeliveries.of(self._consumer.metric).value += 1
         self.span.add_event(REDELIVERY_EVENT, {DELIVERY_COUNT: count})
 
     def moved(self, target: Destination) -> None:
-        _error_moves.add(1, _metric_attributes(self._attributes))
+        _error_moves.of(self._consumer.metric).value += 1
         self.span.add_event(ERROR_DESTINATION_EVENT, {DESTINATION: str(target)})
 
     def already_processed(self) -> None:
-        """An exactly-once listener's copy of a message already processed, settled unrun."""
         self.span.set_attribute(ALREADY_PROCESSED, True)
 
     def given_up(self, outcome: str) -> None:
-        """A stuck message was ``DEAD_LETTERED`` or ``KEPT`` (``mdb.delivery.decision``)."""
-        _given_up.add(1, _metric_attributes(self._attributes) | {OUTCOME: outcome})
+        _given_up.of(self._consumer.metric | {OUTCOME: outcome}).value += 1
         self.span.add_event(STUCK_EVENT, {OUTCOME: outcome})
 
 
-UNSEEN: AbstractContextManager[Processing] = nullcontext(Processing(INVALID_SPAN, {}))
-"""The ``process`` span of a delivery settled unseen (not selected): none."""
+class InFlight(Protocol):
+    """A listener's count of the deliveries in its handlers (``mdb.delivery.Stats``)."""
+
+    in_flight: int
 
 
 class Consumer:
-    """The telemetry of one listener's consumer: its subscription on one broker. What every
-    ``process`` span and data point of its deliveries shares is worked out once, here."""
+    """The telemetry of one listener's consumer: its subscription on one broker, for one pool
+    slot. What every ``process`` span and data point of its deliveries shares is worked out
+    once, here. ``stats`` is the listener's: ``mdb.pool.usage`` reads its ``in_flight``."""
 
     def __init__(self, listener: str, system: str, destination: Destination,
-                 subscription: str | None, shared: bool) -> None:
+                 subscription: str | None, shared: bool, stats: InFlight) -> None:
         attributes = _attributes(system, destination, "process")
         if subscription:
             attributes[SUBSCRIPTION] = subscription
             if shared:
                 attributes["messaging.consumer.group.name"] = subscription
         self._attributes = attributes
-        self._metric = _metric_attributes(attributes)
+        self.metric = _metric_attributes(attributes)
+        self.consumed = _consumed.of(self.metric)
+        self._failures: dict[str, tuple[_Count, dict[str, str | int | bool]]] = {}
         self._span_name = f"{PROCESS} {destination}"
-        self._listener = {"mdb.listener": listener}
+        self._record_bodies = record_bodies()
+        self.listener = listener
+        self.stats = stats
+        with _consumers_lock:
+            _consumers.add(self)
 
     def processing(self, headers: Mapping[str, str], message_id: str, body: bytes,
-                   delivery_count: int, redelivered: bool,
-                   ) -> AbstractContextManager[Processing]:
-        """A ``process <destination>`` CONSUMER span, child of the context in ``headers``,
-        counted in the listener's ``mdb.pool.usage`` while it is open."""
+                   delivery_count: int, redelivered: bool) -> Processing:
+        """A ``process <destination>`` CONSUMER span, child of the context in ``headers``; to
+        be entered."""
         tracing_on = _tracing_on()
-        if not tracing_on and not _metrics_on():  # the fast path: nobody is listening
-            return nullcontext(Processing(INVALID_SPAN, {}))
-        return self._recorded(tracing_on, headers, message_id, body, delivery_count,
-                              redelivered)
+        if not tracing_on:
+            if not _metrics_on():  # the fast path: nobody is listening
+                return UNSEEN
+            return _Recorded(self, INVALID_SPAN)
+        # All the attributes at the start: set later, on a span that records, they would cost
+        # a second pass through the SDK (a sampled-out span never looks at them).
+        span = _tracer.start_span(
+            self._span_name, context=_parent(headers), kind=SpanKind.CONSUMER,
+            attributes={**self._attributes, MESSAGE_ID: message_id,
+                        "messaging.message.body.size": len(body),
+                        DELIVERY_COUNT: delivery_count, "mdb.redelivered": redelivered})
+        if self._record_bodies:
+            span.set_attribute("mdb.message.body", body.decode(errors="replace"))
+        return _Recorded(self, span)
 
-    @contextmanager
-    def _recorded(self, tracing_on: bool, headers: Mapping[str, str], message_id: str,
-                  body: bytes, delivery_count: int, redelivered: bool) -> Iterator[Processing]:
-        _pool_usage.add(1, self._listener)
-        start = time.perf_counter()
-        span_attributes = dict(self._attributes)
-        span_attributes.update({
-            MESSAGE_ID: message_id, "messaging.message.body.size": len(body),
-            DELIVERY_COUNT: delivery_count, "mdb.redelivered": redelivered})
-        try:
-            with _tracer.start_as_current_span(
-                    self._span_name,
-                    context=propagate.extract(dict(headers)) if tracing_on else None,
-                    kind=SpanKind.CONSUMER, attributes=span_attributes) as span:
-                if tracing_on and record_bodies():
-                    span.set_attribute("mdb.message.body", body.decode(errors="replace"))
-                outcome = Processing(span, self._attributes)
-                try:
-                    yield outcome
-                except BaseException as exc:
-                    outcome.error_type = outcome.error_type or error_type(exc)
-                    span.set_attribute(ERROR_TYPE, outcome.error_type)
-                    raise
-                finally:
-                    metric = dict(self._metric)
-                    if outcome.error_type:
-                        metric[ERROR_TYPE] = outcome.error_type
-                    _process_duration.record(time.perf_counter() - start, metric)
-                    _consumed.add(1, metric)
-        finally:
-            _pool_usage.add(-1, self._listener)
+    def failures(self, error_type: str) -> tuple[_Count, dict[str, str | int | bool]]:
+        """The count and the data points' attributes of deliveries that failed with
+        ``error_type``."""
+        found = self._failures.get(error_type)
+        if found is None:
+            attributes = self.metric | {ERROR_TYPE: error_type}
+            found = self._failures[error_type] = (_consumed.of(attributes), attributes)
+        return found
+
+
+_consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
+# A WeakSet must not be added to while the metric reader's thread copies it.
+_consumers_lock = threading.Lock()
+
+
+def _observe_pool_usage(options: CallbackOptions) -> Iterable[Observation]:
+    in_flight: dict[str, dict[int, int]] = {}  # listener → its Stats (by id) → in flight
+    with _consumers_lock:
+        consumers = list(_consumers)
+    for consumer in consumers:
+        in_flight.setdefault(consumer.listener, {})[id(consumer.stats)] = \
+            consumer.stats.in_flight
+    return [Observation(sum(counts.values()), {"mdb.listener": listener})
+            for listener, counts in in_flight.items()]
+
+
+_meter.create_observable_up_down_counter(
+    "mdb.pool.usage", [_observe_pool_usage], unit="{delivery}",
+    description="Deliveries being handled now, per listener (the pool slots in use).")
+
+
+def _parent(headers: Mapping[str, str]) -> Context:
+    """The context ``headers`` carry. A message that carries none of the propagator's fields
+    (sent by a client that does not trace) has none: extracting would find nothing, at the
+    cost of a look-up per propagator and field."""
+    propagator = propagate.get_global_textmap()
+    global _fields_of
+    if _fields_of[0] is not propagator:
+        _fields_of = (propagator, frozenset(propagator.fields))
+    if _fields_of[1].isdisjoint(headers):
+        return _EMPTY
+    return propagate.extract(headers)
+
+
+_EMPTY = Context()
+_fields_of: tuple[object, frozenset[str]] = (None, frozenset())
 
 
 class BrokerStates(Protocol):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import math
-from contextlib import AbstractContextManager
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -35,7 +34,7 @@ class Invoker:
         self._threads = threads
         self._is_async = spec.is_async  # asked once: inspect's answer costs several calls
         self._telemetry = tracing.Consumer(spec.name, system, spec.destination,
-                                           planned.request.name, planned.shared)
+                                           planned.request.name, planned.shared, stats)
         self._subscription = planned.name
         self.decode = codec.decoder_for(spec.body_type)
         """The body as the handler's annotation asks; raises ``DecodeError``."""
@@ -53,8 +52,24 @@ class Invoker:
         an exactly-once listener, the ``session`` of its database transaction; what
         it raises is raised, a ``BaseException`` other than the container's cancellation as
         ``HandlerInterrupted``: it fails this delivery, never the container."""
+        spec = self._spec
+        kwargs: dict[str, Any] = {}
+        if spec.body_parameter:
+            kwargs[spec.body_parameter] = body
+        if spec.context_parameter:
+            kwargs[spec.context_parameter] = Context(message, spec.name, send,
+                                                     self._subscription)
+        if spec.session_parameter:
+            kwargs[spec.session_parameter] = session
         try:
-            await self._call(message, body, send, session)
+            if self._is_async:  # on the event loop: one coroutine less per message than a helper
+                timeout = spec.options.handler_timeout
+                if timeout:
+                    await cancelled_past(timeout, spec.handler(**kwargs))
+                else:
+                    await spec.handler(**kwargs)
+            else:
+                await self._in_thread(message, kwargs)
         except Exception:
             raise
         except BaseException as exc:
@@ -65,25 +80,10 @@ class Invoker:
                                      f"{f' ({said})' if said else ''}, not a stop of the "
                                      "container: it fails this delivery") from exc
 
-    async def _call(self, message: Message, body: Any, send: SendFunction,
-                    session: object) -> None:
+    async def _in_thread(self, message: Message, kwargs: dict[str, Any]) -> None:
         spec = self._spec
-        kwargs: dict[str, Any] = {}
-        if spec.body_parameter:
-            kwargs[spec.body_parameter] = body
-        if spec.context_parameter:
-            kwargs[spec.context_parameter] = Context(message, spec.name, send,
-                                                     self._subscription)
-        if spec.session_parameter:
-            kwargs[spec.session_parameter] = session
-        timeout = spec.options.handler_timeout
-        if self._is_async:
-            if timeout:
-                await cancelled_past(timeout, spec.handler(**kwargs))
-            else:
-                await spec.handler(**kwargs)
-            return
-        result = await self._threads.run(partial(spec.handler, **kwargs), message.id, timeout)
+        result = await self._threads.run(partial(spec.handler, **kwargs), message.id,
+                                         spec.options.handler_timeout)
         if inspect.isawaitable(result) or inspect.isgenerator(result) or inspect.isasyncgen(result):
             # A plain def that hands back work instead of doing it (a sync decorator around an
             # async def, say): settling the message as processed would lose it unprocessed.
@@ -110,7 +110,7 @@ class Handling:
 
     __slots__ = ("_span", "_stats")
 
-    def __init__(self, stats: Stats, span: AbstractContextManager[tracing.Processing]) -> None:
+    def __init__(self, stats: Stats, span: tracing.Processing) -> None:
         self._stats = stats
         self._span = span
 

@@ -100,9 +100,9 @@ class Processor:
         or on its own when the connection was lost (perhaps already, elsewhere). Once
         ``stopping()`` is true no further message goes to the handler; the unprocessed ones stay
         unsettled too. Raises only BaseExceptions such as cancellation."""
+        if len(deliveries) == 1:  # the usual case
+            return await self._process(connection, subscription, self._step(deliveries[0]))
         steps = [self._step(d) for d in deliveries]
-        if len(steps) == 1:  # the usual case
-            return await self._process(connection, subscription, steps[0])
         if not self._spec.options.transacted or self._guard is not None:
             return await self._one_at_a_time(connection, subscription, steps)
         start = 0
@@ -235,7 +235,8 @@ class Processor:
         if error is not None:
             await sends.abort()
             return Raised.of(error), None
-        return SUCCEEDED, sends
+        # Nothing sent in a transaction: settled by a plain ack, as ``sends.settle`` would.
+        return SUCCEEDED, sends if sends.begun else None
 
     async def _run_once(self, delivery: Delivery, message: Message, body: object,
                         ) -> Succeeded | AlreadyProcessed | Raised:

@@ -55,6 +55,11 @@ class TransactedSends:
         with tracing.sending(self._system, logical, message) as traced:
             await self._begun.send(physical, traced)
 
+    @property
+    def begun(self) -> bool:
+        """Whether a send began the transaction."""
+        return self._begun is not None
+
     async def flushed(self) -> BrokerError | None:
         """Make the held sends of a handler that succeeded; return the error of one that was
         surely or maybe not sent (it fails the run, as if the handler had raised)."""

@@ -166,6 +166,11 @@ async def test_metrics_count_a_known_workload(url: str) -> None:
     assert points["mdb.error_destination.moves"] == 1
     assert "mdb.redeliveries" not in points
     assert _points(f"{queue}.DLQ")["messaging.client.sent.messages"] == 1
+    # One series per destination: the per-message attributes of a span are not a counter's.
+    system = "memory" if url.startswith("memory") else "activemq"
+    assert _series("messaging.client.sent.messages", queue) == [{
+        "messaging.system": system, "messaging.destination.name": queue,
+        "messaging.operation.name": "send"}]
     errors = _points(queue, error_type="RuntimeError")
     assert errors["messaging.client.consumed.messages"] == 1
     assert _usage("counted") == 0  # every pool slot given back
@@ -190,6 +195,16 @@ def _points(destination: str, error_type: str | None = None) -> dict[str, int]:
                         int(getattr(point, "count", 0))
                     totals[metric.name] = totals.get(metric.name, 0) + value
     return totals
+
+
+def _series(name: str, destination: str) -> list[dict[str, object]]:
+    """The attributes of each data point of metric ``name`` about ``destination``."""
+    data = _METRICS.get_metrics_data()
+    assert data is not None
+    return [dict(point.attributes or {}) for resource in data.resource_metrics
+            for scope in resource.scope_metrics for metric in scope.metrics
+            if metric.name == name for point in metric.data.data_points
+            if dict(point.attributes or {}).get("messaging.destination.name") == destination]
 
 
 def _usage(listener_name: str) -> int:

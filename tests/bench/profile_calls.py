@@ -1,0 +1,190 @@
+"""Work per message that does not depend on the machine's load: Python calls (cProfile) and,
+with ``--callgrind``, CPU instructions (valgrind), for W1 (an empty handler, pool=1).
+
+    .venv/bin/python -m tests.bench.profile_calls [--messages 2000] [--brokers memory activemq]
+                                                  [--callgrind]
+
+Each case runs in a process of its own (OpenTelemetry's providers can be set once per process):
+a queue preloaded with ``--messages`` messages, then a container with one empty listener
+(``async def handler(body: bytes, ctx: Context)``, as the benchmark's W1) consumes them, on the
+memory broker and/or (``--brokers``) on a private ActiveMQ (reference config). *Tracing
+off*: no provider set; *tracing on*: the SDK's tracer provider (every span recorded, none
+exported) and meter provider (with a reader that is never read) set. The profiler runs from
+the container's ready to its last message, on the event loop's thread, which does everything
+per message (the STOMP socket is read on the loop). Calls are split by where the called
+function lives: the broker adapter (``adapters/``, stomp.py), the core (``mdb/`` but
+``mdb/tracing.py``), telemetry (``mdb/tracing.py``, OpenTelemetry), the event loop and the
+rest of the standard library, and functions written in C.
+
+``--callgrind`` counts instructions too: each case runs twice more under ``valgrind
+--tool=callgrind``, consuming ``--messages`` and then twice as many of the same preloaded
+queue, and the difference over the extra messages is the instructions per message (startup,
+imports and preloading cancelled out). Slow: about a minute per run on the memory broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from mdb import Container, Context, Producer, listener
+from mdb.broker_settings import BrokerSettings
+from mdb.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+KINDS = ("adapter", "core", "telemetry", "loop/stdlib", "C")
+CASES = [(broker, tracing) for broker in ("memory", "activemq") for tracing in ("off", "on")]
+
+
+def kind_of(filename: str) -> str:
+    if filename.startswith("~") or filename.startswith("<"):
+        return "C"
+    path = filename.replace(os.sep, "/")
+    if "/mdb/tracing.py" in path or "/opentelemetry/" in path:
+        return "telemetry"
+    if "/adapters/" in path or "/stomp/" in path:
+        return "adapter"
+    if "/mdb/" in path:
+        return "core"
+    return "loop/stdlib"
+
+
+def turn_tracing_on() -> None:
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    trace.set_tracer_provider(TracerProvider())
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+
+
+async def consume(url: str, queue: str, count: int, profile: cProfile.Profile | None) -> None:
+    done = anyio.Event()
+    seen = 0
+
+    @listener(f"queue:{queue}", name="w1")
+    async def handler(body: bytes, ctx: Context) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == count:
+            done.set()
+
+    settings = Settings(app="profile", server="s1", brokers={"default": BrokerSettings(url=url)})
+    container = Container(settings, [handler.__mdb_listener__])  # type: ignore[attr-defined]
+    async with anyio.create_task_group() as tg:
+        await tg.start(container.run)
+        if profile is not None:
+            profile.enable()
+        await done.wait()
+        if profile is not None:
+            profile.disable()
+        container.request_stop()
+
+
+async def preload_memory(url: str, queue: str, count: int) -> None:
+    settings = Settings(app="profile", server="s0", brokers={"default": BrokerSettings(url=url)})
+    async with Producer(settings) as producer:
+        for n in range(count):
+            await producer.send(f"queue:{queue}", f"message {n}".encode())
+
+
+def one(broker: str, tracing: str, count: int, profiled: bool, preload_count: int,
+        ) -> dict[str, Any]:
+    """One case in this process, ``count`` of ``preload_count`` messages consumed: calls per
+    message by kind (profiled), else nothing."""
+    queue = f"profile-{uuid.uuid4().hex[:6]}"
+    activemq = None
+    if broker == "memory":
+        url = f"memory://{queue}"
+        anyio.run(preload_memory, url, queue, preload_count)
+    else:
+        from tests.bench.benchmark_activemq import preload
+        from tests.harness.activemq import ActiveMQ
+
+        activemq = ActiveMQ(heap_mb=1024).start()
+        url = activemq.url
+        preload(activemq.port, (activemq.username, activemq.password), queue, preload_count)
+    if tracing == "on":
+        turn_tracing_on()
+    profile = cProfile.Profile() if profiled else None
+    try:
+        anyio.run(consume, url, queue, count, profile)
+    finally:
+        if activemq is not None:
+            activemq.close()
+    if profile is None:
+        return {}
+    calls = dict.fromkeys(KINDS, 0)
+    stats: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    for (filename, _, _), (_, ncalls, *_) in stats.items():
+        calls[kind_of(filename)] += ncalls
+    return {kind: n / count for kind, n in calls.items()}
+
+
+def instructions(broker: str, tracing: str, count: int) -> float:
+    """Instructions per message: callgrind's total with ``2 * count`` messages less that with
+    ``count``, over ``count``; both preload ``2 * count``, so that the preloading cancels out."""
+    totals = []
+    for n in (count, 2 * count):
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch) / "callgrind.out"
+            subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                 sys.executable, "-m", "tests.bench.profile_calls", "--case", broker, tracing,
+                 "--messages", str(n), "--preload", str(2 * count), "--unprofiled"],
+                cwd=ROOT, check=True, capture_output=True,
+                env={**os.environ, "PYTHONHASHSEED": "0"})
+            totals.append(next(int(line.split()[1]) for line in out.read_text().splitlines()
+                               if line.startswith("totals:")))
+    return (totals[1] - totals[0]) / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--brokers", nargs="+", choices=("memory", "activemq"),
+                        default=["memory"], help="memory (default) and/or a private ActiveMQ")
+    parser.add_argument("--callgrind", action="store_true", help="instructions too")
+    parser.add_argument("--case", nargs=2, metavar=("BROKER", "TRACING"), help=argparse.SUPPRESS)
+    parser.add_argument("--unprofiled", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--preload", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.case:
+        broker, tracing = args.case
+        print(json.dumps(one(broker, tracing, args.messages, not args.unprofiled,
+                             args.preload or args.messages)))
+        return
+    header = "| broker | tracing | " + " | ".join(KINDS) + " | calls/msg |"
+    if args.callgrind:
+        header += " instructions/msg |"
+    print(header)
+    print("|---|---|" + "---:|" * (len(KINDS) + 1 + args.callgrind))
+    for broker, tracing in CASES:
+        if broker not in args.brokers:
+            continue
+        child = subprocess.run(
+            [sys.executable, "-m", "tests.bench.profile_calls", "--case", broker, tracing,
+             "--messages", str(args.messages)],
+            cwd=ROOT, check=True, capture_output=True, text=True)
+        calls = json.loads(child.stdout.strip().splitlines()[-1])
+        row = f"| {broker} | {tracing} | " + " | ".join(f"{calls[k]:.1f}" for k in KINDS)
+        row += f" | {sum(calls.values()):.1f} |"
+        if args.callgrind:
+            row += f" {instructions(broker, tracing, args.messages):,.0f} |"
+        print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
