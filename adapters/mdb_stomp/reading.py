@@ -19,6 +19,10 @@ timeout) only shuts the socket down, which ends any read or write blocked
 on it, and asks the loop to close it: the loop stops watching a socket before it is closed, or
 its number, free again, could be another connection's while the loop still watched it.
 
+Held frames. A frame that surely has another written right behind it (a BEGIN, its first SEND;
+a transacted ACK, its COMMIT or ABORT) is kept back while ``hold`` is set and written with the
+next frame: half the system calls and TCP segments of a settlement, in the same order.
+
 Sockets. Plain sockets stay blocking: a read the loop was told is ready never blocks, and a
 write to a broker that stopped reading blocks the loop until the heart-beat thread shuts the
 socket down (as writes did before). stomp.py makes TLS sockets non-blocking and writes them
@@ -72,6 +76,10 @@ class LoopReading:
         self._transport = transport
         self._reader = reader
         self._watched: int | None = None  # the socket's number while the loop watches it
+        #: Set by the writer around a frame that another follows at once: the frame is kept
+        #: back and written with the next one, in one system call and one TCP segment.
+        self.hold = False
+        self._held: list[bytes] = []
         self._disconnect = transport.disconnect_socket
         transport.override_threading(self._connected)
         transport.disconnect_socket = self._disconnect_socket
@@ -129,6 +137,12 @@ class LoopReading:
             sock = self._transport.socket
             if sock is None:
                 raise stomp.exception.NotConnectedException()
+            if self.hold:
+                self._held.append(encoded_frame)
+                return
+            if self._held:
+                encoded_frame = b"".join((*self._held, encoded_frame))
+                self._held.clear()
             sock.sendall(encoded_frame)
             return
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads any more

@@ -541,9 +541,14 @@ async def test_receivers_waiting_on_one_inbox_each_take_one_delivery_then_wait_a
 
 
 class QuickAcks(socket.socket):
-    """A client socket that records each ``TCP_QUICKACK`` set on it."""
+    """A client socket that records each ``TCP_QUICKACK`` set on it, and each write."""
 
     quickacks = 0
+    writes: list[bytes]
+
+    def sendall(self, data: Any, *args: Any) -> None:
+        self.writes.append(bytes(data))
+        super().sendall(data, *args)
 
     def setsockopt(self, level: int, option: int, value: Any, *args: Any) -> None:
         if (level, option) == (socket.IPPROTO_TCP, getattr(socket, "TCP_QUICKACK", -1)):
@@ -590,3 +595,31 @@ def test_each_read_asks_the_kernel_to_ack_at_once() -> None:
 
     asyncio.run(read_twice())
     assert b"".join(chunks) == b"RECEIPT\n\n\0MESSAGE\n\n\0"
+
+
+def test_a_held_frame_is_written_with_the_next_one_in_order() -> None:
+    """A BEGIN and a transacted ACK are held back (``mdb_stomp.reading``, "Held frames"): one
+    write for BEGIN and SEND, one for ACK and COMMIT."""
+
+    async def write() -> list[bytes]:
+        loop = asyncio.get_running_loop()
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            plain = socket.create_connection(server.getsockname())
+            client = QuickAcks(fileno=plain.detach())
+            client.writes = []
+            broker, _ = server.accept()
+            transport = types.SimpleNamespace(
+                socket=client, running=True, blocking=True, disconnect_socket=client.close,
+                override_threading=lambda connected: None, send=None)
+            reading = LoopReading(loop, transport,
+                                  types.SimpleNamespace(read=print))  # type: ignore[arg-type]
+            for frame, held in ((b"BEGIN", True), (b"SEND", False), (b"ACK", True),
+                                (b"COMMIT", False)):
+                reading.hold = held
+                transport.send(frame)
+            reading.hold = False
+            broker.close()
+            client.close()
+            return client.writes
+
+    assert asyncio.run(write()) == [b"BEGINSEND", b"ACKCOMMIT"]
