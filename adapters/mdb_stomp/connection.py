@@ -86,7 +86,8 @@ class StompConnection(Connection):
             self._wire.check_alive()
             return ConfirmedTransaction(self._wire, self._dialect, uuid.uuid4().hex)
         transaction = StompTransaction(self._wire, self._dialect, uuid.uuid4().hex)
-        self._wire.write("begin", transaction=transaction.id)
+        # Held: its first SEND or ACK, or its COMMIT or ABORT, takes it along.
+        self._wire.write("begin", transaction=transaction.id, held=True)
         return transaction
 
     async def ack(self, delivery: Delivery) -> None:

@@ -15,8 +15,6 @@ import asyncio
 from dataclasses import dataclass
 from typing import Literal
 
-import anyio
-
 from mdb.errors import BrokerError, ConnectionLost
 
 Why = Literal["refused", "lost", "timeout"]
@@ -89,12 +87,13 @@ class Receipts:
         connection is lost or ``request.timeout`` seconds pass first."""
         answered: asyncio.Future[None] = self._loop.create_future()
         self._awaited[receipt] = (request, answered)
+        # A timer on the future, not a cancel scope: one of each per SEND and COMMIT, and the
+        # scope cost several times the rest of the wait (docs/performance.md).
+        timer = self._loop.call_later(request.timeout, _time_out, answered, request)
         try:
-            with anyio.fail_after(request.timeout):
-                await answered
-        except TimeoutError:
-            raise Unanswered("timeout", request) from None
+            await answered
         finally:
+            timer.cancel()
             self._awaited.pop(receipt, None)
 
     def answer(self, receipt: str | None) -> None:
@@ -119,3 +118,8 @@ class Receipts:
             if not answered.done():
                 answered.set_exception(Unanswered("lost", request, reason))
         self._awaited.clear()
+
+
+def _time_out(answered: asyncio.Future[None], request: Request) -> None:
+    if not answered.done():
+        answered.set_exception(Unanswered("timeout", request))

@@ -3,7 +3,8 @@ for a broker whose STOMP transactions are atomic and durable (``Dialect.atomic_t
 ActiveMQ; RabbitMQ's are not, see ``mdb_stomp.confirmed``).
 
 Each SEND waits for its receipt before the transaction writes anything more (see
-``StompTransaction.send``); ACKs and BEGIN are written without one.
+``StompTransaction.send``); ACKs and BEGIN are written without one, held back to go out with
+the frame that follows them (``mdb_stomp.reading``, "Held frames").
 
 Cumulative acks. On a subscription whose ACK settles the earlier deliveries too (``ack:client``,
 ``mdb_stomp.unsettled``), a transaction may only ack a delivery once every earlier unsettled one
@@ -51,8 +52,8 @@ class StompTransaction(Transaction):
             unsettled = token.subscription.unsettled
             if unsettled.cumulative:
                 self._last_acks[unsettled] = token.ack_id
-            else:
-                self._wire.write("ack", id=token.ack_id, transaction=self.id)
+            else:  # held: the commit or abort ends the transaction with a frame
+                self._wire.write("ack", id=token.ack_id, transaction=self.id, held=True)
         except ConnectionLost as error:
             self._doomed = self._doomed or str(error)
             raise
@@ -118,7 +119,7 @@ class StompTransaction(Transaction):
         committed = False
         try:
             for ack_id in self._last_acks.values():
-                wire.write("ack", id=ack_id, transaction=self.id)
+                wire.write("ack", id=ack_id, transaction=self.id, held=True)
             await wire.request(
                 "commit",
                 transaction=self.id,

@@ -107,9 +107,10 @@ class Wire:
         # read after too long a silence is in doubt; stomp.py would cut a MESSAGE frame in two
         # at a NUL byte in a header, and drop or misread both pieces).
         transport = self._stomp.transport
-        LoopReading(loop, transport,
-                    FrameReader(transport.process_frame, self, heartbeats,
-                                heard_by=self._stomp.on_heartbeat))
+        self._reading = LoopReading(
+            loop, transport,
+            FrameReader(transport.process_frame, self, heartbeats,
+                        heard_by=self._stomp.on_heartbeat))
         self._connected: asyncio.Future[None] = loop.create_future()
         self._connecting = Request("CONNECT", self.address, options.connect_timeout)
         self._receipts = Receipts(loop)
@@ -148,10 +149,13 @@ class Wire:
 
     # -- writing --------------------------------------------------------------------------------
 
-    def write(self, frame: Frame, *args: Any, **kwargs: Any) -> None:
+    def write(self, frame: Frame, *args: Any, held: bool = False, **kwargs: Any) -> None:
         """Write a frame with stomp.py's method ``frame`` (``send``, ``ack``, ``begin``, ...);
-        ``ConnectionLost`` if the connection is down before or during the write."""
+        ``ConnectionLost`` if the connection is down before or during the write. ``held``: the
+        caller surely writes another frame right behind this one, which takes this one along
+        (``mdb_stomp.reading``, "Held frames")."""
         self.check_alive()
+        self._reading.hold = held
         try:
             getattr(self._stomp, frame)(*args, **kwargs)
         except Exception as error:
@@ -159,6 +163,8 @@ class Wire:
             self.lose(reason)
             self._shutdown_transport()
             raise ConnectionLost(f"{self.address}: {reason}") from error
+        finally:
+            self._reading.hold = False
 
     async def request(
         self,
@@ -194,7 +200,8 @@ class Wire:
         """
         receipt = uuid.uuid4().hex
         if frame in ("ack", "nack"):  # stomp.py's take their headers as keywords
-            self.write(frame, *args, **headers, receipt=receipt, **kwargs)
+            keywords: dict[str, Any] = {**headers, "receipt": receipt}
+            self.write(frame, *args, **keywords, **kwargs)
         else:
             self.write(frame, *args, headers=dict(headers, receipt=receipt), **kwargs)
         if timeout is None:

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 import time
-from collections.abc import Mapping
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import anyio
 import pytest
@@ -31,6 +34,7 @@ from mdb_stomp.frames import escape_name, send_frame, send_headers, text
 from mdb_stomp.heartbeats import Heartbeats, Silence
 from mdb_stomp.inbound import NO_SUBSCRIPTION, NUL_IN_HEADER, FrameReader
 from mdb_stomp.inbox import Inbox
+from mdb_stomp.reading import LoopReading
 from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
 from mdb_stomp.subscription import StompSubscription
 from mdb_stomp.transaction import StompTransaction
@@ -531,3 +535,91 @@ async def test_receivers_waiting_on_one_inbox_each_take_one_delivery_then_wait_a
     inbox.fail(ConnectionLost, "gone")
     with pytest.raises(ConnectionLost, match="gone"):
         await inbox.get()
+
+
+# -- reading the socket ----------------------------------------------------------------------
+
+
+class QuickAcks(socket.socket):
+    """A client socket that records each ``TCP_QUICKACK`` set on it, and each write."""
+
+    quickacks = 0
+    writes: list[bytes]
+
+    def sendall(self, data: Any, *args: Any) -> None:
+        self.writes.append(bytes(data))
+        super().sendall(data, *args)
+
+    def setsockopt(self, level: int, option: int, value: Any, *args: Any) -> None:
+        if (level, option) == (socket.IPPROTO_TCP, getattr(socket, "TCP_QUICKACK", -1)):
+            self.quickacks += 1
+        super().setsockopt(level, option, value, *args)
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="Linux only")
+def test_each_read_asks_the_kernel_to_ack_at_once() -> None:
+    """Quick acks, re-armed after each read: a broker with Nagle's algorithm on holds a small
+    frame until its previous one is acked, and a delayed ACK would hold it ~40 ms
+    (docs/activemq.md)."""
+    chunks: list[bytes] = []
+
+    async def read_twice() -> None:
+        loop = asyncio.get_running_loop()
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            plain = socket.create_connection(server.getsockname())
+            client = QuickAcks(fileno=plain.detach())
+            broker, _ = server.accept()
+            got = asyncio.Event()
+
+            class Reader:
+                def read(self, data: bytes) -> None:
+                    chunks.append(data)
+                    got.set()
+
+            # stomp.py's transport, as far as LoopReading uses it: connected is what stomp.py
+            # calls once its socket is connected, in place of starting its receiver thread.
+            connected: list[Callable[[object], None]] = []
+            transport = types.SimpleNamespace(
+                socket=client, running=True, blocking=True, disconnect_socket=client.close,
+                override_threading=connected.append, send=None)
+            LoopReading(loop, transport, Reader())  # type: ignore[arg-type]
+            connected[0](None)
+            for frame in (b"RECEIPT\n\n\0", b"MESSAGE\n\n\0"):
+                got.clear()
+                broker.sendall(frame)
+                await got.wait()
+            assert client.quickacks == 2
+            loop.remove_reader(client.fileno())
+            broker.close()
+            client.close()
+
+    asyncio.run(read_twice())
+    assert b"".join(chunks) == b"RECEIPT\n\n\0MESSAGE\n\n\0"
+
+
+def test_a_held_frame_is_written_with_the_next_one_in_order() -> None:
+    """A BEGIN and a transacted ACK are held back (``mdb_stomp.reading``, "Held frames"): one
+    write for BEGIN and SEND, one for ACK and COMMIT."""
+
+    async def write() -> list[bytes]:
+        loop = asyncio.get_running_loop()
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            plain = socket.create_connection(server.getsockname())
+            client = QuickAcks(fileno=plain.detach())
+            client.writes = []
+            broker, _ = server.accept()
+            transport = types.SimpleNamespace(
+                socket=client, running=True, blocking=True, disconnect_socket=client.close,
+                override_threading=lambda connected: None, send=None)
+            reading = LoopReading(loop, transport,
+                                  types.SimpleNamespace(read=print))  # type: ignore[arg-type]
+            for frame, held in ((b"BEGIN", True), (b"SEND", False), (b"ACK", True),
+                                (b"COMMIT", False)):
+                reading.hold = held
+                transport.send(frame)
+            reading.hold = False
+            broker.close()
+            client.close()
+            return client.writes
+
+    assert asyncio.run(write()) == [b"BEGINSEND", b"ACKCOMMIT"]

@@ -16,6 +16,10 @@ its workers for W3):
 * W3: a handler burning 2 ms of CPU in pure Python (``tests.bench.burn_app``) under ``mdb run``
   with ``--workers 1`` and ``--workers 2`` (goal: 2 workers >= 1.5x one), next to a hand-written
   one-at-a-time consumer doing the same work;
+* W1s: a handler sending one message, transacted, vs the hand-written BEGIN/SEND/ACK/COMMIT
+  loop (goals: its rate, at most 1.3x its CPU per message), and last again on a second broker
+  whose STOMP connector lacks ``transport.tcpNoDelay=true`` (Nagle on, as in Debian's stock
+  config and managed brokers; goal: at least 0.9x mdb's rate on the reference config);
 * RSS of this process after 100k messages vs after 10k (bar: growth < 20 MB).
 
 Not a test: CI never times anything.
@@ -122,6 +126,24 @@ def consume(port: int, login: Login, queue: str, count: int,
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     conn.disconnect()
     return count / elapsed, cpu / count * 1e6
+
+
+def w1s_rows(broker: ActiveMQ, count: int, workload: str) -> list[tuple[str, str, Measured,
+                                                                        str]]:
+    """W1s on ``broker``: the hand-written BEGIN/SEND/ACK/COMMIT loop, then mdb with pool=1
+    and pool=4, each with its rate and CPU against the loop's."""
+    login = (broker.username, broker.password)
+    queues = [f"bench-w1s-{uuid.uuid4().hex[:6]}" for _ in range(3)]
+    for name in queues:
+        preload(broker.port, login, name, count)
+    hand = hand_written(broker.port, login, queues[0], count, transacted=True, send=True)
+    rows = [(workload, "hand-written BEGIN/SEND/ACK/COMMIT", hand, "")]
+    for pool, name in zip((1, 4), queues[1:], strict=True):
+        rate, _ = anyio.run(container_rate, broker.url, name, count, pool, 0.0, (), True)
+        rows.append((workload, f"mdb pool={pool}", rate,
+                     f"{rate[0] / hand[0]:.2f}x the loop's rate (goal 1x); CPU "
+                     f"{rate[1] / hand[1]:.1f}x its (goal 1.3x)"))
+    return rows
 
 
 def hand_written_pool(port: int, login: Login, queue: str, count: int, connections: int,
@@ -290,13 +312,8 @@ def main() -> None:
             rows.append((w1, f"mdb pool={pool}", rate,
                          f"{rate[0] / hand_ack[0]:.2f}x the ACK loop (goal 1x); CPU "
                          f"{rate[1] / hand_ack[1]:.1f}x the ACK loop's (goal 1.2x)"))
-        w1s = "W1s handler sends 1 message, transacted"
-        hand_send = hand_written(broker.port, login, queue("w1sh"), n, transacted=True, send=True)
-        rows.append((w1s, "hand-written BEGIN/SEND/ACK/COMMIT", hand_send, ""))
-        for pool in (1, 4):
-            rate, _ = anyio.run(container_rate, broker.url, queue(f"w1s{pool}"), n, pool, 0.0,
-                                (), True)
-            rows.append((w1s, f"mdb pool={pool}", rate, f"{rate[0] / hand_send[0]:.2f}x"))
+        w1s = w1s_rows(broker, n, "W1s handler sends 1 message, transacted")
+        rows.extend(w1s)
         w2, m = "W2 handler awaits 2 ms", max(n // 4, 500)
         one = hand_written(broker.port, login, queue("w2h", m), m, transacted=False,
                            work=lambda: time.sleep(0.002))
@@ -338,6 +355,12 @@ def main() -> None:
             rows.append((w1, f"mdb pool=1, tracing on: SDK providers set, spans {how}", traced,
                          f"{traced[0] / plain[0]:.2f}x the rate and {traced[1] / plain[1]:.2f}x "
                          "the CPU of tracing off (goal: at most 1.15x the CPU)"))
+    with ActiveMQ(heap_mb=1024, nagle=True) as stock:
+        stock_rows = w1s_rows(stock, n, "W1s, stock config (no tcpNoDelay)")
+        rows.extend((workload, consumer, rate, f"{ratio}; {rate[0] / ref[2][0]:.2f}x the "
+                     "reference config's (goal >= 0.9x)" if consumer.startswith("mdb") else "")
+                    for (workload, consumer, rate, ratio), ref in zip(stock_rows, w1s,
+                                                                      strict=True))
     print()
     print("ActiveMQ 5.17 (Debian), reference config: persistJMSRedelivered=true, "
           f"{n} persistent messages per run ({m} for the one-at-a-time and W3 runs), STOMP 1.2, "

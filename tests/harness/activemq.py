@@ -78,7 +78,9 @@ class ActiveMQ(BrokerProcess):
 
     ``base_dir`` (default: a new temporary directory, deleted by ``close``) holds ``conf/`` and
     ``data/``; ``port`` defaults to a free one and stays the same across ``restart``; ``host``
-    (default ``127.0.0.1``) is the address its STOMP connector binds.
+    (default ``127.0.0.1``) is the address its STOMP connector binds. ``nagle``: its STOMP
+    connector without ``transport.tcpNoDelay=true``, as in Debian's stock config and managed
+    brokers (docs/activemq.md).
     """
 
     name = "ActiveMQ"
@@ -98,6 +100,7 @@ class ActiveMQ(BrokerProcess):
         outsiders: dict[str, str] | None = None,
         host: str | None = None,
         confined: dict[str, tuple[str, str]] | None = None,
+        nagle: bool = False,
     ) -> None:
         super().__init__(
             base_dir, port=port, startup_timeout=startup_timeout, dir_prefix="mdb-activemq-",
@@ -112,6 +115,7 @@ class ActiveMQ(BrokerProcess):
         self.tls = tls
         self.outsiders = dict(outsiders or {})
         self.confined = dict(confined or {})
+        self.nagle = nagle
         self.tls_port = free_port(self.host) if tls is not None else None
 
     @property
@@ -136,6 +140,8 @@ class ActiveMQ(BrokerProcess):
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self._config.read_text()
+        if self.nagle:
+            config = _replace_once(config, "&amp;transport.tcpNoDelay=true", "")
         if self.tls is not None:
             config = self._with_tls(config, self.tls)
         config = _replace_once(config, "</users>", "".join(
