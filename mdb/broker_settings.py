@@ -193,11 +193,18 @@ class BrokerSettings(BaseModel):
 
     @model_validator(mode="after")
     def _one_password(self) -> BrokerSettings:
-        if self.password_file is not None:
-            if self.password is not None:
-                raise ValueError("give either password or password_file, not both")
-            self.password = SecretStr(read_secret(self.password_file))
+        self.password = one_password(self.password, self.password_file)
         return self
+
+
+def one_password(password: SecretStr | None, password_file: Path | None) -> SecretStr | None:
+    """The password a ``password`` setting or a ``password_file`` gives (read now); ValueError
+    when both are given."""
+    if password_file is None:
+        return password
+    if password is not None:
+        raise ValueError("give either password or password_file, not both")
+    return SecretStr(read_secret(password_file))
 
 
 def read_secret(path: Path) -> str:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from mdb.broker_settings import read_secret
+from mdb.broker_settings import one_password
 
 DAY = 86_400.0
 
@@ -45,10 +45,7 @@ class DatabaseSettings(BaseModel):
 
     @model_validator(mode="after")
     def _one_password(self) -> DatabaseSettings:
-        if self.password_file is not None:
-            if self.password is not None:
-                raise ValueError("give either password or password_file, not both")
-            self.password = SecretStr(read_secret(self.password_file))
+        self.password = one_password(self.password, self.password_file)
         try:
             make_url(self.url)
         except ArgumentError:
