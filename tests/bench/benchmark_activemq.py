@@ -365,6 +365,12 @@ def main() -> None:
     print("ActiveMQ 5.17 (Debian), reference config: persistJMSRedelivered=true, "
           f"{n} persistent messages per run ({m} for the one-at-a-time and W3 runs), STOMP 1.2, "
           f"stomp.py {stomp.__version__}, {os.cpu_count()} cores shared with the broker")
+    print_table(rows)
+
+
+def print_table(rows: list[tuple[str, str, Measured, str]]) -> None:
+    """``rows`` (workload, consumer, (msg/s, CPU µs/msg), against the baseline) as the
+    markdown table the docs carry."""
     print("| workload | consumer | msg/s | CPU µs/msg | vs baseline |")
     print("|---|---|---:|---:|---|")
     for workload, consumer, (msgs, cpu), ratio in rows:

@@ -56,7 +56,7 @@ from mdb.listener import ListenerSpec, spec_of
 from mdb.message import ID, OutgoingMessage
 from mdb.producer import Producer
 from mdb.settings import Settings
-from tests.bench.benchmark_activemq import Login, Measured, consume, preload
+from tests.bench.benchmark_activemq import Login, Measured, consume, preload, print_table
 from tests.harness.activemq import ActiveMQ
 
 user_tables = MetaData()
@@ -260,10 +260,7 @@ def main() -> None:
     print()
     print(f"{make_url(url).get_backend_name()} database, {n} messages per run, "
           f"stomp.py {stomp.__version__}, {os.cpu_count()} cores shared with the broker")
-    print("| workload | consumer | msg/s | CPU µs/msg | vs baseline |")
-    print("|---|---|---:|---:|---|")
-    for workload, consumer, (msgs, cpu), ratio in measured:
-        print(f"| {workload} | {consumer} | {msgs:,.0f} | {cpu:,.0f} | {ratio} |")
+    print_table(measured)
 
 
 if __name__ == "__main__":
