@@ -86,7 +86,12 @@ class Silence:
 
     def heard(self, now: float) -> None:
         """Bytes were read at ``now`` (a monotonic clock's seconds)."""
-        last, self._last = self._last, now
-        limit = self.limit
+        self.check(now)
+        self._last = now
+
+    def check(self, now: float) -> None:
+        """Judge the silence from the last read up to ``now`` as a read at ``now`` would,
+        without one: before something read earlier is handed on."""
+        last, limit = self._last, self.limit
         if self.broken is None and limit is not None and last is not None and now - last > limit:
             self.broken = (now - last, limit)

@@ -237,7 +237,8 @@ class FrameReader:
     ``heart-beat`` header sets through ``heartbeats``): from the first read after too long a
     silence on, nothing read goes further, and ``Events.on_silence`` says so once - what arrives
     then may be what the broker wrote before it dropped the connection and handed the messages
-    to another consumer. ``heard_by`` (the stomp.py connection's ``on_heartbeat``) hears every
+    to another consumer. What was read before is judged again as it is handed on (``check``).
+    ``heard_by`` (the stomp.py connection's ``on_heartbeat``) hears every
     read too, which keeps stomp.py's heart-beat timeout away.
 
     A MESSAGE frame goes straight to ``Events.on_message``, or to ``Events.on_damaged`` when it
@@ -264,9 +265,7 @@ class FrameReader:
         silence.heard(self._clock())
         self._heard_by()
         if silence.broken is not None:
-            if not self._told:
-                self._told = True
-                self._events.on_silence(*silence.broken)
+            self._tell(silence.broken)
             return
         events = self._events
         for frame in self._splitter.feed(data):
@@ -284,3 +283,19 @@ class FrameReader:
                 if command == "CONNECTED":
                     silence.limit = self._heartbeats.silence_limit(headers.get("heart-beat"))
                 self._process_frame(stomp.utils.Frame(command, headers, body), raw)
+
+    def check(self) -> None:
+        """Something read earlier is about to be handed on (a buffered delivery to a handler):
+        the silence since the last read counts as if a read came now. A process paused with
+        deliveries buffered may resume and take one before the loop reads the socket again,
+        while its broker gave up meanwhile and handed that delivery to another consumer."""
+        silence = self._silence
+        if silence.broken is None:
+            silence.check(self._clock())
+            if silence.broken is not None:
+                self._tell(silence.broken)
+
+    def _tell(self, broken: tuple[float, float]) -> None:
+        if not self._told:
+            self._told = True
+            self._events.on_silence(*broken)

@@ -129,10 +129,21 @@ class StompSubscription(Subscription):
         connection where the broker keeps unacked deliveries with it (RabbitMQ: ``close``)."""
         return bool(self.unsettled)
 
+    @property
+    def unsettled_count(self) -> int:
+        """Deliveries the broker dispatched to this subscription and not settled (received
+        or not)."""
+        return len(self.unsettled)
+
     async def receive(self) -> Delivery:
         """The next delivery. Raises ``ConnectionLost`` once the connection is lost (buffered
-        deliveries are dropped, not drained) or the subscription was closed."""
-        return await self._inbox.get()
+        deliveries are dropped, not drained) or the subscription was closed; also, losing the
+        connection, when nothing was read on it for longer than the heart-beats allow: a
+        process paused with deliveries buffered must not hand one on as fresh when it resumes
+        (``Wire.check_heard``). ``receive_nowait``, called right after, needs no such check."""
+        delivery = await self._inbox.get()
+        self.wire.check_heard()
+        return delivery
 
     def receive_nowait(self) -> Delivery | None:
         """A delivery already received from the broker and not yet taken, or None (also on a

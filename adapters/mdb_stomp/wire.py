@@ -16,7 +16,8 @@ after too long a silence, failed write, ``close``) every pending receipt fails a
 attached ``Subscriber`` is told, once. Heart-beats (``mdb_stomp.heartbeats``) are planned so
 that mdb notices a silent link before the broker does; what is read after a longer silence
 never reaches a subscriber (``mdb_stomp.inbound.FrameReader``): the broker may have handed it
-to another consumer already.
+to another consumer already; nor does a delivery read earlier and taken after such a silence
+(``check_heard``).
 """
 
 from __future__ import annotations
@@ -107,10 +108,9 @@ class Wire:
         # read after too long a silence is in doubt; stomp.py would cut a MESSAGE frame in two
         # at a NUL byte in a header, and drop or misread both pieces).
         transport = self._stomp.transport
-        self._reading = LoopReading(
-            loop, transport,
-            FrameReader(transport.process_frame, self, heartbeats,
-                        heard_by=self._stomp.on_heartbeat))
+        self._frames = FrameReader(transport.process_frame, self, heartbeats,
+                                   heard_by=self._stomp.on_heartbeat)
+        self._reading = LoopReading(loop, transport, self._frames)
         self._connected: asyncio.Future[None] = loop.create_future()
         self._connecting = Request("CONNECT", self.address, options.connect_timeout)
         self._receipts = Receipts(loop)
@@ -131,6 +131,13 @@ class Wire:
         """``ConnectionLost`` once the connection is lost."""
         if self._lost_reason is not None:
             raise ConnectionLost(f"{self.address}: {self._lost_reason}")
+
+    def check_heard(self) -> None:
+        """``check_alive`` for a delivery read earlier and about to be handed on: the
+        connection is also lost when nothing has been read on it for longer than the
+        heart-beats allow (``FrameReader.check``)."""
+        self._frames.check()
+        self.check_alive()
 
     def next_id(self) -> str:
         """A fresh subscription id."""

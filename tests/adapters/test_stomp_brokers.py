@@ -15,6 +15,7 @@ import contextlib
 import gc
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import cast
 
@@ -32,6 +33,7 @@ from mdb.errors import (
 )
 from mdb.message import ID
 from mdb_stomp import StompBroker
+from mdb_stomp.subscription import StompSubscription
 from tests.adapters.stomp_support import (
     WAIT,
     connected,
@@ -230,6 +232,39 @@ async def test_a_hung_broker_is_noticed_by_heartbeats_and_receipts(
                     await StompBroker(options(private_broker.url, connect_timeout=1.0)).connect()
         finally:
             private_broker.resume()
+
+
+async def test_a_delivery_buffered_before_the_process_froze_is_not_handed_on_after_it(
+    broker: BrokerProcess,
+) -> None:
+    """A process paused (SIGSTOP, a suspended VM) past the silence its heart-beats allow may
+    resume and take a delivery it had read before the pause, while the broker gave up on it
+    meanwhile and handed that delivery to another consumer: it is not handed on, the connection
+    is lost, and the broker delivers it again."""
+    queue = unique("queue")
+    async with connected(broker.url) as producer:
+        for body in ("first", "buffered"):
+            await producer.send(queue, message(body))
+    async with connected(broker.url, heartbeat_ms=1000) as connection:
+        subscription = await connection.subscribe(queue_request(queue, prefetch=2))
+        first = await receive(subscription)
+        assert isinstance(subscription, StompSubscription)
+        with anyio.fail_after(WAIT):
+            while len(subscription.unsettled) < 2:  # the second read and buffered, not taken
+                await anyio.sleep(0.01)
+        # The pause: the loop runs nothing, reads nothing. mdb's limit is 0.625 s on ActiveMQ
+        # and 2.5 s on RabbitMQ (whose heart-beats count in whole seconds: mdb_stomp.heartbeats).
+        time.sleep(1.0 if broker.scheme == "stomp+activemq" else 3.0)
+        with pytest.raises(ConnectionLost, match="nothing heard for"):
+            await receive(subscription)
+        assert not connection.is_open
+    async with connected(broker.url) as fresh:
+        subscription = await fresh.subscribe(queue_request(queue, prefetch=2))
+        again = [await receive(subscription) for _ in range(2)]
+        assert sorted(d.body for d in again) == [b"buffered", b"first"]
+        assert first.headers[ID] in {d.headers[ID] for d in again}
+        for delivery in again:
+            await fresh.ack(delivery)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)

@@ -366,6 +366,26 @@ def test_no_frame_read_after_too_long_a_silence_goes_further() -> None:
     assert events.silences == [pytest.approx((0.7, 0.625))]
 
 
+def test_what_was_read_before_too_long_a_silence_is_judged_again_as_it_is_handed_on() -> None:
+    """A delivery read before the process paused, taken when it resumes and before the loop
+    reads again: the silence up to the take counts as a read would, and the wire is told once."""
+    now = [0.0]
+    events = Recorder()
+    reader = FrameReader(lambda frame, raw: None, events, Heartbeats(1000, 250),
+                         heard_by=lambda: None, clock=lambda: now[0])
+    reader.read(b"CONNECTED\nversion:1.2\nheart-beat:250,1000\n\n\x00")  # limit 0.625 s
+    now[0] = 0.5
+    reader.read(b"MESSAGE\nsubscription:1\nack:a\nmessage-id:m\n\nbody\x00")
+    now[0] = 1.0
+    reader.check()  # 0.5 s since the last read
+    assert events.silences == []
+    now[0] = 1.2
+    reader.check()
+    reader.check()
+    reader.read(b"\n")
+    assert events.silences == [pytest.approx((0.7, 0.625))]
+
+
 def test_each_frame_read_goes_where_it_is_handled() -> None:
     """Whole MESSAGE frames to the wire, damaged ones (a NUL in a header, no subscription) to
     the wire as damaged, every other frame and heart-beat to stomp.py."""

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -152,6 +152,7 @@ _CONNECTION_LOST = re.compile(r"connection-lost: broker (\w+)")
 _MEMBER_EVENT = re.compile(r"(member-available|member-unavailable): member (\S+)@(\w+)")
 _HEALTH = re.compile(r"mdb: health on (http://\S+)")
 LEDGER_APP = "tests.faults.ledger_app"
+LOG_TAIL = 20  # log lines of each process kept for a failure's message
 
 
 class LedgerProcess(ContainerProcess):
@@ -173,6 +174,9 @@ class LedgerProcess(ContainerProcess):
                  args: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
         self.app = app
         self.health: str | None = None
+        #: The last lines it printed that were not ledger lines (its log), for a failure's
+        #: message.
+        self.log: deque[str] = deque(maxlen=LOG_TAIL)
         if config is None:
             super().__init__(settings, "unused", app, server, hang=False, module=LEDGER_APP,
                              env=env, lines=lines, args=args, prefix=prefix)
@@ -197,6 +201,8 @@ class LedgerProcess(ContainerProcess):
         pid = self.process.pid
         for line in self.process.stdout:
             start = line.find('{"event"')
+            if start < 0:
+                self.log.append(line.rstrip())
             while start >= 0:
                 try:
                     entry, end = decoder.raw_decode(line, start)
@@ -254,8 +260,14 @@ class Fleet:
         self.servers[app] |= set(servers)
         self.app_of |= {p.process.pid: app for p in started}
         pids = {p.process.pid for p in started}
-        self.wait(lambda f: pids <= {e["pid"] for e in f.events("ready")},
-                  f"{servers} ready")
+
+        def ready(f: Fleet) -> bool:
+            if exited := {p.server: p.process.poll() for p in started
+                          if p.process.poll() is not None}:
+                raise AssertionError(f"{exited} exited before ready; logs "
+                                     f"{ {p.server: list(p.log) for p in started} }")
+            return pids <= {e["pid"] for e in f.events("ready")}
+        self.wait(ready, f"{servers} ready")
         return started
 
     def wait(self, condition: Callable[[Fleet], bool], what: str, timeout: float = WAIT) -> None:
@@ -264,8 +276,9 @@ class Fleet:
         while not condition(self):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                logs = {p.server: list(p.log) for p in self.processes}
                 raise AssertionError(f"waited {timeout} s for {what}; "
-                                     f"last lines {self.seen[-10:]}")
+                                     f"last lines {self.seen[-10:]}; logs {logs}")
             try:
                 self._add(self.lines.get(timeout=min(remaining, 0.5)))
             except queue.Empty:
