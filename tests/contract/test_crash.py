@@ -48,7 +48,8 @@ class ContainerProcess:
     ``args`` are options of ``mdb run`` (``--workers 2``); ``prefix`` is put before the command
     (``ip netns exec NAME`` runs it in a namespace).
     Processes given one ``lines`` queue share it. Besides the ledger's JSON lines, the queue gets
-    ``ready``, ``stopping`` and ``stopped`` events from the CLI's own lines.
+    ``ready``, ``stopping`` and ``stopped`` events from the CLI's own lines, and
+    ``redelivering`` and ``connection-lost`` from its log.
     """
 
     def __init__(self, url: str | Settings, ledger_queue: str, app: str, server: str, hang: bool,
@@ -86,6 +87,8 @@ class ContainerProcess:
                 self.lines.put({"event": "stopping", "line": line})
             elif " of at most " in line:  # a failure settled for a redelivery (at INFO)
                 self.lines.put({"event": "redelivering", "line": line})
+            elif "connection-lost: broker" in line:
+                self.lines.put({"event": "connection-lost", "line": line})
 
     def take(self, count: int, event: str) -> list[dict[str, Any]]:
         """The next ``count`` ledger entries of ``event`` (others are kept in ``seen``)."""

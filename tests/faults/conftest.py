@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import private_brokers
+from tests.conftest import missing, private_brokers
+from tests.harness.netns import Network, network_available, private_network
 from tests.harness.process import BrokerProcess
 
 
@@ -17,3 +18,13 @@ def trio() -> Iterator[list[BrokerProcess]]:
     them all running."""
     with private_brokers("activemq", 3) as brokers:
         yield brokers
+
+
+@pytest.fixture(scope="module")
+def network() -> Iterator[Network]:
+    """A private bridge for one test module's brokers, and network namespaces linked to it
+    whose links a test cuts (``tests.harness.netns``)."""
+    if not network_available():
+        missing("root and iproute2 (network namespaces)")
+    with private_network() as made:
+        yield made

@@ -1,7 +1,7 @@
 """Exactly-once listeners on bad days, in processes: two stages (``tests.faults.exactly_once_app``)
 on a private ActiveMQ broker and a database of the private PostgreSQL server, through a kill -9
-of the container between the commit and the ack, a kill -9 of the broker and an immediate stop
-of PostgreSQL, each mid-stream.
+of the container between the commit and the ack, a kill -9 of the broker, an immediate stop
+of PostgreSQL and a network partition of the container, each mid-stream.
 
 After each: every message's effect is in the database exactly once, every message the first
 stage sent through its outbox was processed exactly once by the second, and nothing is left in
@@ -14,7 +14,7 @@ import json
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 
 import anyio
@@ -24,19 +24,24 @@ from sqlalchemy import select
 from mdb.database_settings import DatabaseSettings
 from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database
-from tests.conftest import private_brokers
+from tests.conftest import missing, private_brokers
 from tests.contract.support import unique
 from tests.contract.test_crash import ContainerProcess
 from tests.contract.test_delivery import send_all
 from tests.faults.exactly_once_app import effects, ledger_tables
 from tests.faults.ledger import WAIT, browse
-from tests.harness.postgresql import PostgreSQL
-from tests.harness.process import BrokerProcess
+from tests.harness.activemq import ActiveMQ
+from tests.harness.netns import Network
+from tests.harness.postgresql import PostgreSQL, postgresql_available
+from tests.harness.process import BrokerProcess, started_together
 
 pytestmark = [pytest.mark.activemq, pytest.mark.postgresql]
 
 HALF = 15  # messages sent before the fault, and again after it
 SLOW = "0.1"  # seconds each run of the first stage takes: work is in flight at the fault
+# Seconds a container's link stays cut: longer than the broker tolerates silence (2 to 3 of the
+# container's 1 s heart-beat intervals, docs/failover.md) and than the database timeout (3 s).
+CUT = 4.0
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +80,11 @@ class Stages:
     def database(self) -> Database:
         return Database("main", DatabaseSettings(url=self.url))
 
-    def start(self, server: str, **env: str) -> ContainerProcess:
-        """A container process of both stages, once it said it is ready."""
+    def start(self, server: str, prefix: Sequence[str] = (), **env: str) -> ContainerProcess:
+        """A container process of both stages, once it said it is ready; ``prefix`` goes
+        before its command (``Namespace.prefix`` runs it in a network namespace)."""
         process = self.stack.enter_context(ContainerProcess(
-            str(self.broker.url), "unused", "eo", server, hang=False,
+            str(self.broker.url), "unused", "eo", server, hang=False, prefix=prefix,
             module="tests.faults.exactly_once_app", env={
                 "EO_QUEUE": self.queue,
                 # Short timeouts, lease and reconnect delays: a fault is noticed and over soon.
@@ -184,14 +190,52 @@ def test_postgresql_stopped_mid_stream(broker: BrokerProcess, postgres_up: Postg
     mid_stream(broker, postgres_up, stop_postgresql)
 
 
+@pytest.fixture(scope="module")
+def bridged(network: Network) -> Iterator[tuple[BrokerProcess, PostgreSQL]]:
+    """A broker and a PostgreSQL server of this module's own, on the network's bridge."""
+    if not postgresql_available():
+        missing("PostgreSQL")
+    with started_together(lambda: ActiveMQ(host=network.address), 1) as [broker], \
+            PostgreSQL(host=network.address) as postgres:
+        yield broker, postgres
+
+
+def test_a_container_cut_off_mid_stream(
+    network: Network, bridged: tuple[BrokerProcess, PostgreSQL],
+) -> None:
+    """The container in a network namespace whose link is cut (every packet dropped, nothing
+    reset: the broker and the database both unreachable) for longer than the broker tolerates
+    its silence, then healed: TCP retransmits what each side wrote meanwhile."""
+    broker, postgres = bridged
+    room = network.namespace()
+
+    def cut_off(stages: Stages) -> list[str]:
+        room.cut()
+        try:
+            sent = stages.send(HALF)  # arriving while it is cut off
+            time.sleep(CUT)  # the fault's duration
+        finally:
+            room.heal()
+        return sent
+
+    process = mid_stream(broker, postgres, cut_off, prefix=room.prefix)
+    logged = []
+    while not process.lines.empty():
+        logged.append(process.lines.get_nowait()["event"])
+    assert "connection-lost" in logged  # the container noticed the cut
+
+
 def mid_stream(broker: BrokerProcess, postgres: PostgreSQL,
-               fault: Callable[[Stages], list[str]]) -> None:
-    """Both stages in one process, ``fault`` once the first stage is midway through the first
-    ``HALF`` (it sends the second half, returning their ids), then the checks of ``settle``."""
+               fault: Callable[[Stages], list[str]],
+               prefix: Sequence[str] = ()) -> ContainerProcess:
+    """Both stages in one process (``prefix`` before its command), ``fault`` once the first
+    stage is midway through the first ``HALF`` (it sends the second half, returning their
+    ids), then the checks of ``settle``; the process, ended."""
     with ExitStack() as stack:
         stages = Stages(broker, postgres, stack)
-        process = stages.start("s1", EO_DELAY=SLOW)
+        process = stages.start("s1", prefix, EO_DELAY=SLOW)
         sent = stages.send(0)
         stages.midway()
         sent += fault(stages)
         stages.settle(sent, process)
+    return process

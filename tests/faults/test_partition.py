@@ -34,7 +34,7 @@ from tests.faults.ledger import (
     fleet,
 )
 from tests.harness.activemq import ActiveMQ, activemq_available
-from tests.harness.netns import Namespace, Network, network_available, private_network
+from tests.harness.netns import Namespace, Network
 from tests.harness.process import BrokerProcess, started_together
 
 pytestmark = pytest.mark.activemq
@@ -45,14 +45,6 @@ HEARTBEAT_MS = 1000
 # How long each cut or freeze lasts, in heart-beat intervals: across the window in which the
 # broker drops a connection it has not heard from (2 to 3 intervals after the last byte it read).
 DURATIONS = (2.1, 2.25, 2.4, 2.55, 2.7, 2.85)
-
-
-@pytest.fixture(scope="module")
-def network() -> Iterator[Network]:
-    if not network_available():
-        missing("root and iproute2 (network namespaces)")
-    with private_network() as made:
-        yield made
 
 
 @pytest.fixture(scope="module")
