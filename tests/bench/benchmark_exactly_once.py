@@ -5,7 +5,7 @@
 
 The database is SQLite in a temporary folder unless ``--database`` names another (a SQLAlchemy
 async URL such as ``postgresql+asyncpg://user:pw@host/db``; the hand-written loop reaches it
-with SQLAlchemy's default synchronous driver of that database, psycopg2 for PostgreSQL, or
+with SQLAlchemy's default synchronous driver of that database, psycopg (3) for PostgreSQL, or
 ``--sync-database URL``). Its tables are made first, as ``mdb db upgrade`` would. Prints a
 table, with the consumer's CPU per message (user + system time of this process, the broker's
 and the database's excluded):
