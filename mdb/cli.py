@@ -14,7 +14,8 @@ FILE] [--url URL]`` asks a running container's health endpoint (setting ``health
 is; ``mdb asyncapi MODULE... [--config FILE] [--output FILE]`` writes the listeners' AsyncAPI 3.0
 document (``mdb.asyncapi``); ``mdb db upgrade [--config FILE]`` creates the tables of
 exactly-once listeners in every database of ``databases`` (docs/exactly-once.md). ``mdb run``
-re-applies the topology of its ``--config`` file when the file changes or on SIGHUP.
+re-applies the topology of its ``--config`` file when the file changes or on SIGHUP (with
+``--workers N``, SIGHUP restarts the workers one at a time).
 
 Exit status (a failure is one line on stderr, ``mdb: configuration error: ...`` or ``mdb: broker
 error: ...``, never a traceback):
@@ -269,6 +270,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="development: restart the container when a .py file under the "
                             "modules' directories changes (needs mdb[reload])")
     p_run.add_argument("--worker", help=argparse.SUPPRESS)  # INDEX:FD, from the supervisor
+    p_run.add_argument("--lifeline", type=int, help=argparse.SUPPRESS)  # FD, from --reload
     common(p_run)
     p_run.set_defaults(command=serve.run)
 

@@ -3,11 +3,13 @@ its listener modules' directories changes, as ``faststream run --reload`` and ``
 --reload`` do. (Not ``mdb.reload``, which applies a changed topology to a running container.)
 
 This process only watches: the container runs as a child, ``mdb run`` without ``--reload``, in
-a session of its own. On a change the child is stopped in order (SIGTERM: in-flight handlers
-finish within ``shutdown_grace_period``, then it is killed) and started again, importing the
-code anew. A child that ends by itself (a module that no longer imports: exit status 2) is
-started again at the next change. SIGINT or SIGTERM stops the child in order and then this
-process, with the child's exit status; a second one kills the child.
+a session of its own, holding a lifeline to this process (``mdb.lifeline``): a watcher that
+ends without stopping it (SIGKILL, SIGHUP, a crash) leaves no container running on. On a change
+the child is stopped in order (SIGTERM: in-flight handlers finish within
+``shutdown_grace_period``, then it is killed) and started again, importing the code anew. A
+child that ends by itself (a module that no longer imports: exit status 2) is started again at
+the next change. SIGINT or SIGTERM stops the child in order and then this process, with the
+child's exit status; a second one kills the child.
 
 The watching is ``watchfiles`` (the ``reload`` extra): the operating system's notifications
 through a small Rust core, the watcher FastStream and uvicorn use.
@@ -20,8 +22,9 @@ import importlib.util
 import logging
 import os
 import signal
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -52,9 +55,10 @@ def directories(modules: Sequence[str]) -> list[Path]:
     return sorted(set(found))
 
 
-async def run_reloading(command: Sequence[str], watched: Sequence[Path], grace: float) -> int:
-    """Run ``command`` (the container), again after each change of a ``.py`` file under
-    ``watched``, until a signal; return its last exit status."""
+async def run_reloading(command: Callable[[int], Sequence[str]], watched: Sequence[Path],
+                        grace: float) -> int:
+    """Run ``command(fd)`` (the container, holding the lifeline ``fd``), again after each change
+    of a ``.py`` file under ``watched``, until a signal; return its last exit status."""
     try:
         from watchfiles import PythonFilter, awatch
     except ImportError:
@@ -74,8 +78,7 @@ async def run_reloading(command: Sequence[str], watched: Sequence[Path], grace: 
         tasks.start_soon(watch)
         tasks.start_soon(reloader.stop_on_signals)
         while not reloader.stop.is_set():
-            reloader.process = await anyio.open_process(
-                list(command), stdin=None, stdout=None, stderr=None, start_new_session=True)
+            await reloader.start(command)
             why = await reloader.first(changes)
             if why == "ended":
                 logs.tell(f"mdb: --reload: the container exited with status "
@@ -106,6 +109,23 @@ class _Reloader:
         self.stop = anyio.Event()
         self.process: Process | None = None
         self.code = 0
+        self._lifeline: socket.socket | None = None
+
+    async def start(self, command: Callable[[int], Sequence[str]]) -> None:
+        """Start the container with its end of a new lifeline; this process keeps the other
+        end open, never writing to it, until the next start or its own end."""
+        ours, theirs = socket.socketpair()
+        try:
+            with theirs:
+                process = await anyio.open_process(
+                    list(command(theirs.fileno())), stdin=None, stdout=None, stderr=None,
+                    pass_fds=[theirs.fileno()], start_new_session=True)
+        except BaseException:
+            ours.close()
+            raise
+        if self._lifeline is not None:
+            self._lifeline.close()
+        self.process, self._lifeline = process, ours
 
     async def first(self, changes: ObjectReceiveStream[list[str]]) -> str:
         """What comes first: ``"ended"`` (the container), ``"stop"`` (a signal) or the

@@ -19,7 +19,7 @@ from typing import NoReturn
 import anyio
 from dependency_injector import containers
 
-from mdb import code_reload, logs, tracing
+from mdb import code_reload, lifeline, logs, tracing
 from mdb.container import Container
 from mdb.delivery.timeouts import HandlerCall
 from mdb.health import HealthServer, Page
@@ -42,10 +42,11 @@ from mdb.worker_channel import WorkerChannel, WorkerPlace
 async def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.reload:
         return await code_reload.run_reloading(
-            _command(args), code_reload.directories(args.modules),
+            partial(_reloaded_command, args), code_reload.directories(args.modules),
             settings.shutdown_grace_period)
     if args.workers > 1:
-        return await Supervisor(settings, args.workers, partial(_worker_command, args)).run()
+        return await Supervisor(settings, args.workers, partial(_worker_command, args),
+                                args.lifeline).run()
     modules = import_modules(args.modules)
     listeners = find_listeners(modules)
     di = find_container(args.container or settings.container, modules)
@@ -94,6 +95,11 @@ def _worker_command(args: argparse.Namespace, place: WorkerPlace) -> list[str]:
     return [*_command(args), "--worker", str(place)]
 
 
+def _reloaded_command(args: argparse.Namespace, lifeline: int) -> list[str]:
+    """``mdb run`` as the container of ``args``' ``--reload`` watcher, holding ``lifeline``."""
+    return [*_command(args), "--lifeline", str(lifeline)]
+
+
 def _command(args: argparse.Namespace) -> list[str]:
     """``mdb run`` of ``args``' modules and options, as a child process: a worker, or the
     container ``--reload`` restarts (with ``--workers N``, a supervisor)."""
@@ -129,6 +135,11 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
         try:
             async with anyio.create_task_group() as helpers:
                 helpers.start_soon(_stop_on_signals, container)
+                if channel is not None:
+                    helpers.start_soon(channel.watch, container.request_stop)
+                if args.lifeline is not None:
+                    helpers.start_soon(lifeline.watch_descriptor, args.lifeline,
+                                       container.request_stop, label)
                 async with anyio.create_task_group() as running:
                     await running.start(partial(
                         container.run,
@@ -137,7 +148,6 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
                           flush=True)
                     if channel is not None:
                         await channel.tell(ready=True)
-                        helpers.start_soon(channel.watch, container.request_stop)
                     helpers.start_soon(
                         print_status, lambda: status_line(d.stats for d in container.deployed),
                         settings.status_interval, sys.stdout, label)

@@ -19,6 +19,12 @@ The supervisor:
 * on SIGTERM or SIGINT stops restarting and forwards the signal to every worker, each of which
   stops in the container's order (docs/concepts.md) at the same time; it exits 0 once all have
   ended. A second signal kills the workers (SIGKILL) and exits 128+N at once;
+* on SIGHUP restarts the workers one at a time, each stopped in order and started again (which
+  reads the settings and the code anew) before the next is stopped, as gunicorn does: to a
+  process manager SIGHUP means "reload", which a one-process ``mdb run --config`` does too,
+  and one at a time keeps the server taking messages on the other workers meanwhile;
+* with ``--lifeline FD`` (it is the container of ``mdb run --reload --workers N``), stops as on
+  SIGTERM when its watcher is gone (``mdb.lifeline``);
 * serves the health endpoint (``health_port``) for the whole server: live while every worker
   that runs answers live, ready while every worker runs and is ready (a server short of a
   worker is short of the pool slots its settings promise); ``/metrics`` there holds every
@@ -41,7 +47,7 @@ import anyio
 import anyio.to_thread
 from anyio.abc import Process, UNIXSocketStream
 
-from mdb import logs, tracing
+from mdb import lifeline, logs, tracing
 from mdb.errors import ConfigurationError
 from mdb.health import (
     BrokerHealth,
@@ -86,6 +92,8 @@ class Place:
     state: str = "starting"
     health_url: str | None = None
     restarts: int = 0
+    renewing: bool = False  # its worker was asked to end by SIGHUP, to be started again at once
+    renewed: anyio.Event | None = None  # set when the worker started for SIGHUP is ready
     failed_starts: int = 0  # ends before ready, in a row
     ends: deque[float] = field(default_factory=deque)  # monotonic times of recent ends
 
@@ -99,10 +107,12 @@ class Supervisor:
     of the worker in ``place`` (``mdb run ... --worker INDEX:FD``)."""
 
     def __init__(self, settings: Settings, count: int,
-                 command: Callable[[WorkerPlace], Sequence[str]]) -> None:
+                 command: Callable[[WorkerPlace], Sequence[str]],
+                 lifeline_fd: int | None = None) -> None:
         check_workers(settings, count)
         self.settings = settings
         self._command = command
+        self._lifeline_fd = lifeline_fd
         self._places = [Place(index) for index in range(1, count + 1)]
         self._stopping = anyio.Event()
         self._signal: signal.Signals | None = None
@@ -123,6 +133,10 @@ class Supervisor:
         try:
             async with anyio.create_task_group() as helpers:
                 helpers.start_soon(self._stop_on_signals)
+                helpers.start_soon(self._restart_on_hangups)
+                if self._lifeline_fd is not None:
+                    helpers.start_soon(lifeline.watch_descriptor, self._lifeline_fd,
+                                       self.request_stop, "mdb")
                 async with anyio.create_task_group() as places:
                     for place in self._places:
                         places.start_soon(self._keep_up, place)
@@ -143,7 +157,8 @@ class Supervisor:
         for place in self._places:
             if place.process is not None and place.process.returncode is None:
                 place.state = "stopping"
-                place.process.send_signal(signum)
+                if not place.renewing:  # that one stops already: a second signal would kill it
+                    place.process.send_signal(signum)
 
     async def health(self) -> Health:
         """The whole server, from every running worker's own snapshot (asked concurrently)."""
@@ -182,6 +197,13 @@ class Supervisor:
                     log.warning("worker %d exited with status %s while stopping",
                                 place.index, code)
                 return
+            if place.renewing:
+                place.renewing = False
+                place.restarts += 1
+                logs.tell(f"mdb: SIGHUP: worker {place.index} (pid {place.pid}) exited with "
+                          f"status {code}; restart {place.restarts} now")
+                continue
+            place.ends.append(time.monotonic())
             place.failed_starts = 0 if was_ready else place.failed_starts + 1
             if not was_ready and (code == _CONFIGURATION_ERROR
                                   or place.failed_starts >= START_ATTEMPTS):
@@ -226,8 +248,10 @@ class Supervisor:
                     ready = True
                     place.state = "stopping" if self._stopping.is_set() else "ready"
                     self._announce_ready()
+                    if place.renewed is not None:
+                        place.renewed.set()
+                        place.renewed = None
             code = await place.process.wait()
-        place.ends.append(time.monotonic())
         return code, ready
 
     def _environment(self) -> dict[str, str] | None:
@@ -249,6 +273,30 @@ class Supervisor:
             self._announced = True
             print(f"mdb: ready (app {self.settings.app}, server {self.settings.server}, "
                   f"{len(self._places)} workers)", flush=True)
+
+    async def _restart_on_hangups(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGHUP) as hangups:
+            async for _ in hangups:
+                if self._stopping.is_set():
+                    continue
+                logs.tell(f"mdb: SIGHUP: restarting the {len(self._places)} workers one at a "
+                          f"time")
+                for place in self._places:
+                    await self._renew(place)
+                if not self._stopping.is_set():
+                    logs.tell(f"mdb: SIGHUP: the {len(self._places)} workers restarted")
+
+    async def _renew(self, place: Place) -> None:
+        """Stop the worker of ``place`` in order and wait until the one started in its stead
+        is ready. A worker not ready now is left alone: it is starting, or about to, anyway."""
+        process = place.process
+        if (self._stopping.is_set() or place.state != "ready" or process is None
+                or process.returncode is not None):
+            return
+        renewed = place.renewed = anyio.Event()
+        place.renewing, place.state = True, "restarting"
+        process.terminate()
+        await renewed.wait()  # or for ever, if the server stops first: then cancelled
 
     async def _stop_on_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

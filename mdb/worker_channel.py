@@ -8,16 +8,15 @@ reads:
   127.0.0.1; the supervisor asks it for the worker's snapshot);
 * ``{"ready": true}`` once the worker's container reported ready.
 
-The socket is also the worker's lifeline: the supervisor never writes, so the worker reads end
-of file only when the supervisor is gone (even killed with SIGKILL), and then stops as on
-SIGTERM instead of running on unsupervised.
+The socket is also the worker's lifeline (``mdb.lifeline``): the supervisor never writes, so the
+worker reads end of file only when the supervisor is gone (even killed with SIGKILL), and then
+stops as on SIGTERM instead of running on unsupervised.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -26,9 +25,8 @@ import anyio
 from anyio.abc import SocketStream, UNIXSocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from mdb import lifeline
 from mdb.errors import ConfigurationError
-
-log = logging.getLogger("mdb.supervisor")
 
 _LINE_LIMIT = 4096
 
@@ -72,13 +70,8 @@ class WorkerChannel:
 
     async def watch(self, on_gone: Callable[[], None]) -> None:
         """Return after calling ``on_gone`` once the supervisor's end is closed."""
-        try:
-            while await self._stream.receive():
-                pass  # the supervisor writes nothing; anything is ignored
-        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-            pass
-        log.warning("worker %d: the supervisor is gone; stopping", self.place.index)
-        on_gone()
+        await lifeline.watch(self._stream, on_gone, f"worker {self.place.index}",
+                             "the supervisor")
 
     async def aclose(self) -> None:
         await self._stream.aclose()

@@ -1,5 +1,6 @@
 """``mdb run --workers 2`` on ActiveMQ: the workers of one server share its subscriptions, a
-worker killed with SIGKILL is replaced and nothing is lost, and SIGTERM stops them all.
+worker killed with SIGKILL is replaced and nothing is lost, SIGHUP restarts them one at a time
+and nothing is lost, and SIGTERM stops them all.
 
 The ledger app's lines carry the pid of the worker that processed each message; the supervisor's
 ``/status`` (its health endpoint, on a free port) names the workers and counts their restarts.
@@ -151,6 +152,36 @@ def test_a_worker_killed_with_sigkill_is_replaced_and_nothing_is_lost(
                - {e["id"] for e in processes.done(app) if e["pid"] == victim})
     assert in_hand  # the kill took work with it, which came back flagged:
     assert all(e["redelivered"] for e in processes.done(app) if e["id"] in in_hand)
+    assert left_behind([activemq], processes, told) == {}
+
+
+def test_sighup_restarts_the_workers_one_at_a_time_and_nothing_is_lost(
+        activemq: BrokerProcess) -> None:
+    topic, app = unique("workers"), unique("app")
+    settings = fault_settings([activemq.url], topic)
+    with fleet(settings, topic) as processes:
+        server = start_server(processes, app, "0.05")
+        before = {w.pid for w in wait_status(server, lambda h: h.ready, "ready").workers}
+        producer = processes.stack.enter_context(LoadProducer(settings, topic))
+        producer.wait_told(10)
+        processes.wait(lambda f: {e["pid"] for e in f.events("done")} >= before,
+                       "both workers at work")
+        server.process.send_signal(signal.SIGHUP)
+        health = wait_status(
+            server, lambda h: h.ready and all(w.restarts == 1 for w in h.workers),
+            "each worker restarted once")
+        after = {w.pid for w in health.workers}
+        assert not after & before and 0 not in after
+        assert all(gone(pid) for pid in before)
+        producer.wait_told(10)
+        processes.wait(lambda f: {e["pid"] for e in f.events("done")} >= after,
+                       "both new workers at work")
+        producer.stop()
+        told = producer.told
+        assert processes.drain(told), processes.verdicts(told)
+        processes.stop()  # the supervisor outlived its SIGHUP and still stops with status 0
+    [verdict] = processes.verdicts(told).values()
+    assert verdict.ok, verdict  # each worker stopped in order: nothing lost, repeats flagged
     assert left_behind([activemq], processes, told) == {}
 
 

@@ -1,8 +1,10 @@
 """``mdb run --reload``: the container started again, with the new code, when a ``.py`` file
-of its module's directory changes; one that no longer imports waits for the next change."""
+of its module's directory changes; one that no longer imports waits for the next change; a
+watcher killed with SIGKILL leaves no container behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -67,6 +69,30 @@ def test_a_changed_module_restarts_the_container_with_the_new_code(tmp_path: Pat
     assert process.returncode == 0, "".join(seen) + rest
     assert "mdb: stopped" in rest  # the container stopped in order
     assert sum(line.startswith("mdb: ready") for line in seen) == 3
+
+
+def test_a_watcher_killed_with_sigkill_leaves_no_container_running(tmp_path: Path) -> None:
+    (tmp_path / "orphan_app.py").write_text(
+        "import os\n\nprint('container pid', os.getpid(), flush=True)\n" +
+        MODULE.format(version=1))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mdb.cli", "run", "orphan_app", "--reload"], cwd=tmp_path,
+        env={**os.environ, "MDB_LOG_LEVEL": "WARNING"}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    lines, seen = iter(process.stdout), list[str]()
+    until(lines, "container pid", seen)
+    container = int(seen[-1].split()[-1])
+    try:
+        until(lines, "mdb: ready", seen)
+        process.kill()
+        # The container holds the other copy of the output pipe: the output ends as it exits.
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(container, signal.SIGKILL)  # when it ran on, orphaned
+    assert "mdb: the --reload watcher is gone; stopping" in rest, "".join(seen) + rest
+    assert "mdb: stopped" in rest  # in order
 
 
 def test_the_directory_of_each_module_is_watched(tmp_path: Path,

@@ -21,7 +21,7 @@ BELOW_THE_CONTAINER = {
 CONTAINER_AND_ABOVE = (
     "mdb.container", "mdb.slots", "mdb.health", "mdb.delivery", "mdb.planning", "mdb.cli",
     "mdb.serve", "mdb.supervisor", "mdb.reload", "mdb.report", "mdb.wiring",
-    "mdb.worker_channel", "mdb.testing",
+    "mdb.worker_channel", "mdb.lifeline", "mdb.testing",
 )
 
 
