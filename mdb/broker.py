@@ -89,10 +89,11 @@ class HeaderLimits:
     is how many bytes one header takes as the adapter's protocol writes it. An adapter keeps
     them below what its broker refuses, with room for the headers it adds to a frame.
 
-    The core keeps every message it sends within the limits of the brokers it sends to
-    (``mdb.codec.refuse_oversized``): it refuses a send beyond them (``EncodeError``) before
-    anything is written, as a broker may refuse one only by dropping the connection, and it
-    leaves headers out of a copy rather than have the copy refused (``mdb.delivery.copies``).
+    The core keeps every message it sends within the limits of every adapter its brokers use
+    (``mdb.brokers.Brokers.header_limits``): it refuses a send beyond them (``EncodeError``,
+    ``mdb.codec.refuse_oversized``) before anything is written, as a broker may refuse one
+    only by dropping the connection, and it leaves headers out of a copy rather than have the
+    copy refused (``mdb.delivery.copies``).
     """
 
     count: int
