@@ -23,16 +23,18 @@ Rules every adapter keeps:
   live subscription: it is redelivered only once that subscription is closed (an adapter
   whose broker redelivers it sooner says so in its own docstring; the container closes the
   subscription either way).
+* A message within the adapter's ``Broker.header_limits`` is never refused for its headers.
+  Its protocol's limits and its broker's quirks are the adapter's, stated in its docstrings.
 """
 
 from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Protocol
+from typing import ClassVar, Protocol
 from urllib.parse import urlsplit
 
 from mdb.destinations import Destination
@@ -81,6 +83,26 @@ class ConnectionOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class HeaderLimits:
+    """The headers a broker surely takes in one message: at most ``count`` of them, each at
+    most ``line`` bytes and all of them at most ``total`` bytes, where ``size(name, value)``
+    is how many bytes one header takes as the adapter's protocol writes it. An adapter keeps
+    them below what its broker refuses, with room for the headers it adds to a frame.
+
+    The core keeps every message it sends within the limits of every adapter its brokers use
+    (``mdb.brokers.Brokers.header_limits``): it refuses a send beyond them (``EncodeError``,
+    ``mdb.codec.refuse_oversized``) before anything is written, as a broker may refuse one
+    only by dropping the connection, and it leaves headers out of a copy rather than have the
+    copy refused (``mdb.delivery.copies``).
+    """
+
+    count: int
+    line: int
+    total: int
+    size: Callable[[str, str], int]
+
+
+@dataclass(frozen=True, slots=True)
 class SubscriptionRequest:
     """A subscription the container wants on one broker.
 
@@ -107,9 +129,9 @@ class ProblemKind(enum.Enum):
     header): the delivery's ``headers`` and ``body`` are what could be read of it, NUL bytes in
     headers replaced by U+FFFD."""
     UNSUPPORTED = "mdb.UnsupportedMessageKind"
-    """A kind of message whose body the broker could not carry over the adapter's protocol (a
-    JMS MapMessage over STOMP arrives with an empty body): handing it to a handler as an empty
-    body would lose its content silently."""
+    """A kind of message whose body the broker could not carry over the adapter's protocol
+    (it arrives without its content; the adapter's docstrings say which kinds): handing it to
+    a handler as an empty body would lose its content silently."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +156,7 @@ class Delivery:
     application: the container leaves them off the copy's own headers when it re-sends one
     (for a redelivery or to an error destination) and hands the adapter the delivery's headers
     as ``OutgoingMessage.copy_of`` instead: the adapter decides which of them the copy keeps
-    (a JMS priority, expiration, ...). Names not present may be listed; the same set may be
+    (a priority, an expiration, ...). Names not present may be listed; the same set may be
     shared by every delivery.
 
     ``reply_to`` is where the sender asked for a reply (``Transaction.send`` and
@@ -204,9 +226,9 @@ class TemporaryQueue(abc.ABC):
     requester waits for replies (a JMS ``TemporaryQueue``).
 
     A message sent with ``reply_to`` set to ``reply_to`` (on this connection) tells its
-    receiver to answer here; the receiver sees its broker's name for it (an ActiveMQ
-    ``/remote-temp-queue/ID:...``, a RabbitMQ ``/reply-queue/...``). Deliveries from it are
-    settled when they arrive: never ack them; a reply that comes after ``close`` is lost.
+    receiver to answer here; the receiver sees its broker's name for it (the adapter's
+    docstrings give its form). Deliveries from it are settled when they arrive: never ack
+    them; a reply that comes after ``close`` is lost.
     """
 
     @property
@@ -327,8 +349,11 @@ class Broker(Protocol):
     """Factory registered under a URL scheme; constructed with the connection options."""
 
     system: str
-    """The OpenTelemetry ``messaging.system`` of the broker it connects to: ``activemq``,
-    ``rabbitmq``, ``memory``, ... (on every span and metric of its messages)."""
+    """The OpenTelemetry ``messaging.system`` of the broker it connects to, the messaging
+    conventions' value where they have one (on every span and metric of its messages)."""
+
+    header_limits: ClassVar[HeaderLimits]
+    """The headers its broker surely takes in one message (``HeaderLimits``)."""
 
     def __init__(self, options: ConnectionOptions) -> None: ...
 
@@ -342,12 +367,18 @@ ENTRY_POINT_GROUP = "mdb.brokers"
 
 def broker_for(options: ConnectionOptions) -> Broker:
     """The adapter registered for the URL's scheme, or a ConfigurationError listing them."""
-    scheme = urlsplit(options.url).scheme
+    return factory_for(options.url)(options)
+
+
+def factory_for(url: str) -> type[Broker]:
+    """The ``Broker`` factory registered for ``url``'s scheme, or a ConfigurationError listing
+    them."""
+    scheme = urlsplit(url).scheme
     found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     if scheme not in found:
         raise ConfigurationError(
-            f"broker url {redact_url(options.url)!r}: no adapter for scheme {scheme!r}; "
+            f"broker url {redact_url(url)!r}: no adapter for scheme {scheme!r}; "
             f"installed: {', '.join(sorted(found)) or 'none'}"
         )
     factory: type[Broker] = found[scheme].load()
-    return factory(options)
+    return factory

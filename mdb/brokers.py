@@ -11,11 +11,12 @@ broker skipped for a while (``Skipped``), and a wait for one to come back.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from functools import partial
 
 import anyio
 
+from mdb.broker import HeaderLimits, factory_for
 from mdb.broker_settings import BrokerSettings
 from mdb.destinations import Destination
 from mdb.errors import ConnectionFailed, ConnectionLost, CredentialsRefused
@@ -58,6 +59,16 @@ class Skipped:
         return {broker for broker, (until, _) in self._until.items() if until > now}
 
 
+def narrowest(limits: Collection[HeaderLimits]) -> HeaderLimits:
+    """Header limits that keep within each of ``limits`` (the one, when there is one)."""
+    if len(limits) == 1:
+        return next(iter(limits))
+    return HeaderLimits(count=min(each.count for each in limits),
+                        line=min(each.line for each in limits),
+                        total=min(each.total for each in limits),
+                        size=lambda name, value: max(each.size(name, value) for each in limits))
+
+
 Attempt = Callable[[Member], Awaitable[None]]
 """Sends to one member; raises ConnectionFailed or ConnectionLost when it surely did not."""
 
@@ -74,6 +85,19 @@ class Brokers:
         """The container's connections to each broker it listens on."""
         self._watched: dict[str, BrokerStatus] = {}
         self._skipped = Skipped()
+        self._limits: tuple[Settings, HeaderLimits] | None = None  # for these settings
+
+    @property
+    def header_limits(self) -> HeaderLimits:
+        """The headers every message this process sends keeps to: within the limits of every
+        adapter its brokers' addresses name (``Broker.header_limits``), as a message may go to
+        any broker (a member, a failover, an error destination). ConfigurationError when no
+        adapter serves an address."""
+        if self._limits is None or self._limits[0] is not self.settings:
+            found = {factory_for(address).header_limits
+                     for broker in self.settings.brokers.values() for address in broker.addresses}
+            self._limits = (self.settings, narrowest(found))
+        return self._limits[1]
 
     def watch(self, name: str, members: Callable[[], list[Member]] = list) -> BrokerStatus:
         """Report broker ``name``'s availability from now on: events, ``watched``; ``members``

@@ -98,11 +98,13 @@ async def send(args: argparse.Namespace, settings: Settings) -> None:
     if content_type is not None:
         headers[CONTENT_TYPE] = content_type
     destination = Destination.parse(args.destination)
-    message = addressed(codec.outgoing(body, headers), args.reply_to, args.correlation_id)
+    producer = Producer(settings)  # connects on its first send
+    message = addressed(codec.outgoing(body, headers, limits=producer.brokers.header_limits),
+                        args.reply_to, args.correlation_id)
     _refuse_embedded(settings, destination)
     flush_telemetry = tracing.configure(settings.app)
     try:
-        async with Producer(settings) as producer:
+        async with producer:
             await producer.send_message(destination, message, key=args.key)
     finally:
         flush_telemetry()

@@ -12,9 +12,10 @@ from typing import Any, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from mdb.broker import HeaderLimits
 from mdb.errors import DecodeError, EncodeError, error_type
 from mdb.jms_names import warn_unselectable
-from mdb.message import ID, OutgoingMessage, labelled, new_id, refuse_nul, refuse_oversized
+from mdb.message import ID, OutgoingMessage, labelled, new_id, refuse_nul
 
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
@@ -114,19 +115,38 @@ def encode(body: object) -> tuple[bytes, str]:
 
 
 def outgoing(body: object, headers: Mapping[str, str] | None = None,
-             own: Mapping[str, str] | None = None) -> OutgoingMessage:
+             own: Mapping[str, str] | None = None, *,
+             limits: HeaderLimits | None = None) -> OutgoingMessage:
     """A new message: the encoded body, its content type (``content-type`` and
     ``mdb_content_type``: the one ``headers`` declare, else the body's), and mdb's ``own``
     headers over ``headers`` (by default a fresh ``mdb_id``).
     Raises ``EncodeError`` for a body ``encode`` refuses, a header holding a NUL byte, or
-    headers beyond ``mdb.message``'s bounds; warns (once per name) about a header name a JMS
-    selector cannot name (``mdb.jms_names``)."""
+    ``headers`` that take the message beyond ``limits`` (``refuse_oversized``; those of the
+    brokers it may go to, ``Brokers.header_limits``); warns (once per name) about a header
+    name a JMS selector cannot name (``mdb.jms_names``)."""
     if headers:
         refuse_nul(headers)
     data, content_type = encode(body)
     merged = {**labelled(headers or {}, content_type), **(own or {ID: new_id()})}
     if headers:
-        refuse_oversized(merged)
+        if limits is not None:
+            refuse_oversized(merged, limits)
         warn_unselectable(headers)
     return OutgoingMessage(data, merged)
 
+
+def refuse_oversized(headers: Mapping[str, str], limits: HeaderLimits) -> None:
+    """Raise ``EncodeError`` for headers beyond ``limits``, before anything is sent: a broker
+    that refuses a message for its headers may say so only by dropping the connection, which
+    would leave the send's outcome unknown (``SendOutcomeUnknown``) when it surely failed."""
+    total = 0
+    for name, value in headers.items():
+        size = limits.size(name, value)
+        if size > limits.line:
+            raise EncodeError(f"header {name!r}: {size} bytes as a header line, more than the "
+                              f"{limits.line} mdb sends")
+        total += size
+    if len(headers) > limits.count:
+        raise EncodeError(f"{len(headers)} headers, more than the {limits.count} mdb sends")
+    if total > limits.total:
+        raise EncodeError(f"{total} bytes of headers, more than the {limits.total} mdb sends")

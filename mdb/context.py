@@ -10,6 +10,7 @@ from typing import Any
 import anyio.from_thread
 
 from mdb import codec
+from mdb.broker import HeaderLimits
 from mdb.destinations import Destination
 from mdb.errors import NoReplyTo
 from mdb.message import ID, MAYBE_REPEAT, Message, OutgoingMessage, ReplyTo, addressed, derived_id
@@ -20,14 +21,16 @@ reply address, as part of the delivery being processed."""
 
 
 class Context:
-    """Handed to a handler that declares a parameter annotated ``Context``."""
+    """Handed to a handler that declares a parameter annotated ``Context``; its sends keep to
+    ``limits`` (``Brokers.header_limits``)."""
 
     def __init__(self, message: Message, listener: str, send: SendFunction,
-                 subscription: str) -> None:
+                 subscription: str, limits: HeaderLimits) -> None:
         self.message = message
         self.listener = listener
         self._send = send
         self._subscription = subscription
+        self._limits = limits
         self._sent = 0
         self._loop_thread = threading.get_ident()
 
@@ -73,8 +76,8 @@ class Context:
         In an ``async def`` handler, await it. In a plain ``def`` handler the call itself sends
         (blocking until done) and its result need not be awaited.
         """
-        message = addressed(codec.outgoing(body, headers, self._own()), reply_to,
-                            correlation_id)
+        message = addressed(codec.outgoing(body, headers, self._own(), limits=self._limits),
+                            reply_to, correlation_id)
         return self._sending(Destination.parse(destination), message, key)
 
     def reply(self, body: object, headers: Mapping[str, str] | None = None) -> Awaitable[None]:
@@ -92,8 +95,9 @@ class Context:
                 f"listener {self.listener}: message {self.id} from {self.destination} has no "
                 "reply-to, so there is nowhere to send a reply")
         correlation_id = self.message.correlation_id or self.id
-        message = dataclasses.replace(codec.outgoing(body, headers, self._own()),
-                                      correlation_id=correlation_id)
+        message = dataclasses.replace(
+            codec.outgoing(body, headers, self._own(), limits=self._limits),
+            correlation_id=correlation_id)
         return self._sending(reply_to, message, None)
 
     def _own(self) -> dict[str, str]:

@@ -137,6 +137,8 @@ def addressed(message: OutgoingMessage, reply_to: str | Destination | None,
     return dataclasses.replace(
         message, reply_to=None if reply_to is None else Destination.parse(reply_to),
         correlation_id=correlation_id)
+
+
 def refuse_nul(headers: Mapping[str, str]) -> None:
     """Raise ``EncodeError`` naming the first header whose name or value holds a NUL byte.
 
@@ -148,39 +150,7 @@ def refuse_nul(headers: Mapping[str, str]) -> None:
             raise EncodeError(f"header {name!r}: a NUL byte cannot be sent in a header")
 
 
-# Header bounds of every message mdb sends, kept well inside what brokers accept. Measured
-# here (raw STOMP 1.2 SENDs): ActiveMQ 5.17 refuses a frame of 1,000 header lines or more, or
-# one header line of 10,240 bytes or more, and drops the connection; RabbitMQ 3.10 took 2,000
-# headers, one of 200 KB and 1.6 MB in all. The room left is for the lines an adapter or the
-# tracing adds (destination, transaction, receipt, persistence, traceparent, ...).
-MAX_HEADERS = 512  # headers of a message, mdb's own included
-MAX_HEADER_BYTES = 8_192  # one header line as written: name, ':', escaped value
-MAX_TOTAL_BYTES = 262_144  # every header line of a message together
 # The largest body ``mdb send --file`` reads: well inside the frames the brokers take by
 # default (ActiveMQ's STOMP `maxFrameSize`, 100 MiB, and RabbitMQ 3.x's `max_message_size`,
 # 128 MiB), headers included.
 MAX_SEND_FILE_BYTES = 64 * 1024 * 1024
-_ESCAPED = "\\\r\n:"  # STOMP 1.2 writes each of these as two bytes
-
-
-def line_bytes(name: str, value: str) -> int:
-    """The size of ``name:value`` as a STOMP 1.2 header line, escapes included."""
-    return (len(name.encode()) + 1 + len(value.encode())
-            + sum(value.count(c) + name.count(c) for c in _ESCAPED))
-
-
-def refuse_oversized(headers: Mapping[str, str]) -> None:
-    """Raise ``EncodeError`` for headers beyond the bounds above, before anything is sent: a
-    broker that refuses a frame for its headers says so only by dropping the connection, which
-    would leave the send's outcome unknown (``SendOutcomeUnknown``) when it surely failed."""
-    total = 0
-    for name, value in headers.items():
-        size = line_bytes(name, value)
-        if size > MAX_HEADER_BYTES:
-            raise EncodeError(f"header {name!r}: {size} bytes as a header line, more than the "
-                              f"{MAX_HEADER_BYTES} mdb sends")
-        total += size
-    if len(headers) > MAX_HEADERS:
-        raise EncodeError(f"{len(headers)} headers, more than the {MAX_HEADERS} mdb sends")
-    if total > MAX_TOTAL_BYTES:
-        raise EncodeError(f"{total} bytes of headers, more than the {MAX_TOTAL_BYTES} mdb sends")

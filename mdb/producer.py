@@ -60,7 +60,8 @@ class Producer:
         ``topic:NAME``, on the same broker) and ``correlation_id`` become the message's
         JMSReplyTo and JMSCorrelationID: a handler's ``ctx.reply`` answers there, with this
         correlation id or else the returned ``mdb_id``."""
-        message = addressed(codec.outgoing(body, headers), reply_to, correlation_id)
+        message = addressed(codec.outgoing(body, headers, limits=self.brokers.header_limits),
+                            reply_to, correlation_id)
         await self.send_message(Destination.parse(destination), message, key=key)
         return message.headers[ID]
 
@@ -88,7 +89,7 @@ class Producer:
         connection = await link.connect()
         replies = await connection.temporary_queue()
         try:
-            message = codec.outgoing(body, headers)
+            message = codec.outgoing(body, headers, limits=self.brokers.header_limits)
             expected = correlation_id or message.headers[ID]
             message = dataclasses.replace(message, reply_to=replies.reply_to,
                                           correlation_id=expected)

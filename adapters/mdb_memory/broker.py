@@ -6,18 +6,27 @@ from urllib.parse import urlsplit
 
 import anyio.lowlevel
 
-from mdb.broker import ConnectionOptions
+from mdb.broker import ConnectionOptions, HeaderLimits
 from mdb.errors import ConfigurationError, ConnectionFailed
 from mdb.redaction import redact_url
 from mdb_memory.connection import MemoryConnection
 from mdb_memory.state import DEFAULT_NAME, BrokerState, broker_state
 
 
+def _plain_size(name: str, value: str) -> int:
+    return len(name.encode()) + 1 + len(value.encode())
+
+
 class MemoryBroker:
     """``memory://NAME`` (``memory://`` is ``NAME=default``): every connection to the same
-    NAME in this process shares one ``BrokerState``."""
+    NAME in this process shares one ``BrokerState``.
+
+    Its ``header_limits`` are as many and as large headers as a STOMP broker surely takes
+    (``name:value`` in UTF-8, nothing escaped): the embedded broker stands in for a real one in
+    tests, where headers a real broker would refuse should be refused too."""
 
     system = "memory"
+    header_limits = HeaderLimits(count=512, line=8_192, total=262_144, size=_plain_size)
 
     def __init__(self, options: ConnectionOptions) -> None:
         parts = urlsplit(options.url)

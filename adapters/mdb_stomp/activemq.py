@@ -50,6 +50,12 @@ class ActiveMQDialect(Dialect):
     subscription per pool slot (prefetch ``max_messages_per_transaction``, 1 by default) and
     settles its deliveries in dispatch order, and the adapter refuses an ack that would also
     settle an earlier unsettled delivery (see ``mdb_stomp.unsettled``).
+
+    A SEND of 1,000 header lines or more, or with one of 10,240 bytes or more, is refused by
+    dropping the connection (5.17, raw STOMP 1.2), after the broker went on reading the frames
+    behind it: the adapter's ``header_limits`` keep well inside that (``mdb_stomp.limits``),
+    and a transacted SEND is confirmed before anything is acked behind it
+    (docs/security.md, "Hostile input: frames").
     """
 
     scheme = "stomp+activemq"

@@ -13,6 +13,7 @@ from mdb_stomp.activemq import ActiveMQDialect
 from mdb_stomp.connection import StompConnection
 from mdb_stomp.dialect import Dialect
 from mdb_stomp.heartbeats import Heartbeats
+from mdb_stomp.limits import HEADER_LIMITS
 from mdb_stomp.rabbitmq import RabbitMQDialect
 from mdb_stomp.wire import Wire
 
@@ -44,6 +45,8 @@ class StompBroker:
     sent: ActiveMQ refuses a second connection with the same one, and the container opens
     several.
     """
+
+    header_limits = HEADER_LIMITS
 
     def __init__(self, options: ConnectionOptions) -> None:
         self.options = options

@@ -6,7 +6,9 @@ each broker. Everything broker-specific lives in a ``Dialect``; the rest of ``md
 what to put in frames. This module holds the base class and what every dialect shares; each
 broker's dialect, with the facts measured on it, has its own module: ``mdb_stomp.activemq``
 (``ActiveMQDialect``, URL scheme ``stomp+activemq``) and ``mdb_stomp.rabbitmq``
-(``RabbitMQDialect``, URL scheme ``stomp+rabbitmq``).
+(``RabbitMQDialect``, URL scheme ``stomp+rabbitmq``). The headers a SEND may carry are one set
+of limits for every dialect (``mdb_stomp.limits``), within what each broker was measured to
+take.
 """
 
 from __future__ import annotations

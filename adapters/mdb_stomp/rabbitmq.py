@@ -92,7 +92,8 @@ class RabbitMQDialect(Dialect):
       independently of it. A SEND's receipt outside a transaction is a publisher confirm,
       given once the message is stored (on a quorum queue, by a majority of the nodes):
       ``atomic_transactions = False``, and mdb settles with those (``mdb_stomp.confirmed``).
-      No header limit was met: a SEND with 2,000 headers, or one of 200 KB, was stored.
+      No header limit was met: a SEND with 2,000 headers, or one of 200 KB, or 1.6 MB of
+      headers in all, was stored (the adapter's limits are ActiveMQ's: ``mdb_stomp.limits``).
     * Heart-beats count in whole seconds, its own at least 1 s, so mdb's tolerance of its
       silence is 2.5 s; it drops a connection after 2 to 3 of mdb's intervals of silence, at
       least one interval after a cut. mdb's interval is therefore at least 4 s here

@@ -23,7 +23,8 @@ Two pure steps, shared by a delivery processed on its own and by a batch:
 * ``decide`` maps (the message, what happened to it — the class, or what the handler run made
   of a fresh one —, the listener's ``Policy``) to an ``Outcome``, every one of them:
   ``Settle``, ``Filter``, ``Redeliver``, ``MoveToError``, ``DeadLetter`` or ``Keep``, with
-  the headers of any copy to send, already within the bounds of ``mdb.delivery.copies``.
+  the headers of any copy to send, already within the policy's header limits
+  (``mdb.delivery.copies``).
 
 ``mdb.delivery.processor`` carries the outcome out, in one place.
 """
@@ -38,7 +39,7 @@ from typing import ClassVar, overload
 
 from mdb import codec
 from mdb import message as headers_
-from mdb.broker import Delivery, Problem, ProblemKind
+from mdb.broker import Delivery, HeaderLimits, Problem, ProblemKind
 from mdb.delivery.copies import bounded
 from mdb.destinations import Destination
 from mdb.errors import error_type
@@ -302,12 +303,14 @@ Outcome = Settle | Filter | Redeliver | MoveToError | DeadLetter | Keep
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """What ``decide`` needs to know of a listener and the subscription a delivery came from."""
+    """What ``decide`` needs to know of a listener and the subscription a delivery came from;
+    ``header_limits`` are those its copies keep to (``mdb.delivery.copies``)."""
 
     listener: str
     redelivery: Redelivery
     requeue_destination: Destination
     error_destination: Destination
+    header_limits: HeaderLimits
 
 
 SETTLE = Settle()
@@ -345,10 +348,10 @@ def decide(message: Message, happened: Happened, policy: Policy,
     names of the headers the broker set for this one delivery (``Delivery.protocol_headers``):
     they are not copied.
 
-    A copy's headers are cut to the bounds of ``mdb.delivery.copies``. A message whose
-    headers do not all fit is not redelivered (its copy would lack some): it moves to the
-    error destination at once, with the headers that fit and ``mdb_headers_dropped``; a kept
-    copy keeps what fits.
+    A copy's headers are cut to the policy's ``header_limits`` (``mdb.delivery.copies``). A
+    message whose headers do not all fit is not redelivered (its copy would lack some): it
+    moves to the error destination at once, with the headers that fit and
+    ``mdb_headers_dropped``; a kept copy keeps what fits.
     """
     match happened:
         case Succeeded():
@@ -362,12 +365,13 @@ def decide(message: Message, happened: Happened, policy: Policy,
         case Stuck() if happened.strikes > MAX_STRIKES:
             rounds = happened.strikes - MAX_STRIKES
             kept, _ = bounded(redelivery_headers(message, protocol_headers,
-                                                 message.delivery_count))
+                                                 message.delivery_count), policy.header_limits)
             return Keep(policy.redelivery.keep_delay(rounds), policy.requeue_destination, kept,
                         rounds, happened)
         case InDoubt() | Raised() if message.delivery_count <= policy.redelivery.limit:
             count = message.delivery_count
-            headers, dropped = bounded(redelivery_headers(message, protocol_headers, count + 1))
+            headers, dropped = bounded(redelivery_headers(message, protocol_headers, count + 1),
+                                       policy.header_limits)
             if dropped:
                 return _moved(message, happened, policy, protocol_headers)
             delay = (0.0 if isinstance(happened, InDoubt)
@@ -379,7 +383,8 @@ def decide(message: Message, happened: Happened, policy: Policy,
 
 def _moved(message: Message, failure: Failure, policy: Policy,
            protocol_headers: Set[str]) -> MoveToError:
-    headers, _ = bounded(error_headers(message, failure, policy.listener, protocol_headers))
+    headers, _ = bounded(error_headers(message, failure, policy.listener, protocol_headers),
+                         policy.header_limits)
     return MoveToError(policy.error_destination, headers, failure)
 
 

@@ -12,7 +12,7 @@ import anyio
 import anyio.to_thread
 
 from mdb import codec, tracing
-from mdb.broker import Delivery
+from mdb.broker import Delivery, HeaderLimits
 from mdb.context import Context, SendFunction
 from mdb.delivery.stats import Stats
 from mdb.delivery.timeouts import HandlerThreads, cancelled_past
@@ -25,11 +25,13 @@ from mdb.planning import PlannedSubscription
 class Invoker:
     """Calls ``spec``'s handler for deliveries of the subscription ``planned``: an ``async def``
     one on the event loop, a plain one on a worker thread of ``threads``; either within the
-    listener's ``handler_timeout`` (``mdb.delivery.timeouts``)."""
+    listener's ``handler_timeout`` (``mdb.delivery.timeouts``). The handler's sends keep to
+    ``limits``."""
 
     def __init__(self, spec: ListenerSpec, planned: PlannedSubscription, system: str,
-                 stats: Stats, threads: HandlerThreads) -> None:
+                 stats: Stats, threads: HandlerThreads, limits: HeaderLimits) -> None:
         self._spec = spec
+        self._limits = limits
         self._stats = stats
         self._threads = threads
         self._is_async = spec.is_async  # asked once: inspect's answer costs several calls
@@ -58,7 +60,7 @@ class Invoker:
             kwargs[spec.body_parameter] = body
         if spec.context_parameter:
             kwargs[spec.context_parameter] = Context(message, spec.name, send,
-                                                     self._subscription)
+                                                     self._subscription, self._limits)
         if spec.session_parameter:
             kwargs[spec.session_parameter] = session
         try:

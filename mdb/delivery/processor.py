@@ -82,7 +82,8 @@ class Processor:
         self._stats = stats
         self._strikes = strikes
         self._stopping = stopping
-        self._invoker = Invoker(spec, planned, system, stats, threads)
+        self._invoker = Invoker(spec, planned, system, stats, threads,
+                                producer.brokers.header_limits)
         self._direct = DirectSends(producer, planned.broker)
         self._guard: Guard | None = None if store is None else store.guard(
             listener=spec.name, subscription=planned.request.name or str(
@@ -201,7 +202,8 @@ class Processor:
         if self._policy is None or self._policy_of is not subscription:
             spec = self._spec
             self._policy = Policy(spec.name, spec.options.redelivery,
-                                  subscription.requeue_destination, spec.error_destination)
+                                  subscription.requeue_destination, spec.error_destination,
+                                  self._producer.brokers.header_limits)
             self._policy_of = subscription
         return self._policy
 

@@ -61,6 +61,7 @@ class Outbox:
         self.database = Database(database, databases[database])
         owner = f"{settings.app}.{settings.server}.outbox.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         self._store = Store(self.database, producer, owner)
+        self._brokers = producer.brokers
         self._owner = owner
         self._failing = False
 
@@ -75,7 +76,8 @@ class Outbox:
         sends nothing. ``key`` picks the member and keeps order among the rows of its
         destination."""
         self._check(session)
-        message = addressed(codec.outgoing(body, headers), reply_to, correlation_id)
+        message = addressed(codec.outgoing(body, headers, limits=self._brokers.header_limits),
+                            reply_to, correlation_id)
         writer = Writer(session, self._owner, self.database.settings.outbox_lease,
                         error_destination=None)
         await writer.send(Destination.parse(destination), message, key)

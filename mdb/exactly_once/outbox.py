@@ -224,7 +224,7 @@ class Dispatcher:
         headers.update({headers_.ERROR_TYPE: error_type(refusal),
                         headers_.ERROR_MESSAGE: str(refusal)[:4000],
                         headers_.ORIGINAL_DESTINATION: str(row.target)})
-        kept, _ = bounded(headers)
+        kept, _ = bounded(headers, self._producer.brokers.header_limits)
         copy = OutgoingMessage(row.message.body, kept, correlation_id=row.message.correlation_id)
         await self._producer.send_message(row.error_destination, copy)
         log.warning("outbox: message %s refused by %s (%s); moved to %s", row.message.headers.get(

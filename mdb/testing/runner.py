@@ -230,8 +230,10 @@ class Runner:
                    *, key: str | None = None) -> str:
         """Send ``body`` (as ``Producer.send`` would) and return its ``mdb_id``."""
         tracker = self._running_tracker()
-        target, message = Destination.parse(destination), codec.outgoing(body, headers)
-        await self._producer_of_the_test().send_message(target, message, key=key)
+        producer = self._producer_of_the_test()
+        target = Destination.parse(destination)
+        message = codec.outgoing(body, headers, limits=producer.brokers.header_limits)
+        await producer.send_message(target, message, key=key)
         message_id = message.headers[ID]
         self._sent[message_id] = (target, message, key)
         tracker.expect(message_id, str(target))

@@ -76,6 +76,14 @@ def _queue() -> Destination:
     return Destination.parse(f"queue:seam_{uuid.uuid4().hex[:12]}")
 
 
+@asynccontextmanager
+async def _with_queues(url: str) -> AsyncIterator[tuple[Connection, Destination, Destination]]:
+    """A connection to ``url`` and two queues of its own: where messages come from, and where
+    a transaction sends."""
+    async with _connected(url) as connection:
+        yield connection, _queue(), _queue()
+
+
 def _on(destination: Destination, prefetch: int = 1, name: str | None = None,
         ) -> SubscriptionRequest:
     return SubscriptionRequest(destination, name=name, durable=True, selector=None,
@@ -131,8 +139,7 @@ async def test_a_round_trip_keeps_body_and_headers(seam_url: str) -> None:
 
 @pytest.mark.anyio
 async def test_commit_makes_acks_and_sends_take_effect_together(seam_url: str) -> None:
-    source, target = _queue(), _queue()
-    async with _connected(seam_url) as connection:
+    async with _with_queues(seam_url) as (connection, source, target):
         subscription, _, tx = await _acked(connection, source, "first", "second")
         watcher = await connection.subscribe(_on(target, prefetch=10))
         await tx.send(target, _message("derived"))
@@ -149,8 +156,7 @@ async def test_commit_makes_acks_and_sends_take_effect_together(seam_url: str) -
 
 @pytest.mark.anyio
 async def test_an_aborted_ack_is_settled_by_a_later_transaction(seam_url: str) -> None:
-    source, target = _queue(), _queue()
-    async with _connected(seam_url) as connection:
+    async with _with_queues(seam_url) as (connection, source, target):
         subscription, delivery, aborted = await _acked(connection, source, "original", "next")
         await aborted.abort()
         await aborted.abort()  # never raises
@@ -168,8 +174,7 @@ async def test_an_aborted_ack_is_settled_by_a_later_transaction(seam_url: str) -
 
 @pytest.mark.anyio
 async def test_abort_discards_sends_and_leaves_the_delivery_unsettled(seam_url: str) -> None:
-    source, target = _queue(), _queue()
-    async with _connected(seam_url) as connection:
+    async with _with_queues(seam_url) as (connection, source, target):
         _, _, tx = await _acked(connection, source, "kept")
         await tx.send(target, _message("discarded"))
         await tx.abort()
@@ -288,8 +293,7 @@ async def test_a_delayed_send_is_held_from_its_commit_then_goes_behind_later_one
 
 @pytest.mark.anyio
 async def test_a_closed_connection_makes_every_object_stale(seam_url: str) -> None:
-    queue, target = _queue(), _queue()
-    async with _connected(seam_url) as connection:
+    async with _with_queues(seam_url) as (connection, queue, target):
         await connection.send(queue, _message("held"))
         subscription = await connection.subscribe(_on(queue))
         delivery = await _receive(subscription)

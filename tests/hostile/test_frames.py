@@ -26,12 +26,10 @@ from mdb.message import (
     ERROR_TYPE,
     HEADERS_DROPPED,
     ID,
-    MAX_HEADER_BYTES,
-    MAX_HEADERS,
     OutgoingMessage,
-    line_bytes,
 )
 from mdb_stomp.inbound import NUL_IN_HEADER, Splitter
+from mdb_stomp.limits import HEADER_LIMITS
 from tests.contract.support import Calls, read, running, settings_for, unique
 from tests.harness.process import BrokerProcess
 
@@ -198,7 +196,7 @@ async def test_a_message_with_too_many_headers_ends_on_the_error_destination(
         calls.add("body", body)
 
     many = {f"h{n:03}": "x" for n in range(996)}
-    # A foreign producer: a Producer refuses this many headers (mdb.message.MAX_HEADERS).
+    # A foreign producer: a Producer refuses this many headers (Broker.header_limits).
     if broker_url.startswith("memory"):
         connection = await broker_for(ConnectionOptions(url=broker_url)).connect()
         await connection.send(Destination.parse(queue), OutgoingMessage(b"not json", many))
@@ -248,13 +246,13 @@ def test_a_damaged_body_waits_for_its_content_length() -> None:
 def test_copies_keep_mdb_headers_and_drop_what_does_not_fit() -> None:
     headers = {f"h{n}": "x" for n in range(2000)} | {
         "big": "y" * 20_000, ERROR_MESSAGE: "é" * 9_000, ID: "id-1"}
-    kept, dropped = bounded(headers)
-    assert len(kept) <= MAX_HEADERS
-    assert all(line_bytes(k, v) <= MAX_HEADER_BYTES for k, v in kept.items())
+    kept, dropped = bounded(headers, HEADER_LIMITS)
+    assert len(kept) <= HEADER_LIMITS.count
+    assert all(HEADER_LIMITS.size(k, v) <= HEADER_LIMITS.line for k, v in kept.items())
     assert kept[ID] == "id-1" and kept[ERROR_MESSAGE].startswith("é")
     assert "big" not in kept
     assert dropped == len(headers) - (len(kept) - 1) and kept[HEADERS_DROPPED] == str(dropped)
-    assert bounded({"a": "b", ID: "1"}) == ({"a": "b", ID: "1"}, 0)
+    assert bounded({"a": "b", ID: "1"}, HEADER_LIMITS) == ({"a": "b", ID: "1"}, 0)
 
 
 async def test_a_reply_split_at_a_nul_reaches_the_requester_whole(stomp_url: str) -> None:

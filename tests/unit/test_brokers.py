@@ -17,6 +17,8 @@ from mdb.planning import plan_listeners, slots_per_broker
 from mdb.report import plan_table
 from mdb.settings import DestinationSettings, MemberSettings, Settings
 from mdb.topology import Member
+from mdb_memory import MemoryBroker
+from mdb_stomp.limits import HEADER_LIMITS
 from tests.contract.support import specs
 
 ORDERS = Destination.parse("queue:orders")
@@ -38,6 +40,22 @@ def test_each_adapter_declares_its_messaging_system() -> None:
     assert adapter("b", BrokerSettings(url="memory://x"), "c").system == "memory"
     assert adapter("b", BrokerSettings(url="stomp+activemq://h:1"), "c").system == "activemq"
     assert adapter("b", BrokerSettings(url="stomp+rabbitmq://h:1"), "c").system == "rabbitmq"
+
+
+def test_what_a_process_sends_keeps_to_the_header_limits_of_every_adapter_of_its_brokers(
+) -> None:
+    """A STOMP broker writes ``:`` in a value as two bytes; the embedded broker does not."""
+    assert Brokers(_settings(a=_quick("memory://x"))).header_limits \
+        is MemoryBroker.header_limits
+    stomp = Brokers(_settings(a=_quick("stomp+activemq://h:1"), b=_quick("stomp+rabbitmq://h:2")))
+    assert stomp.header_limits is HEADER_LIMITS
+    mixed = Brokers(_settings(a=_quick("memory://x"), b=_quick("stomp+activemq://h:1")))
+    assert mixed.header_limits.size("k", "a:b") == HEADER_LIMITS.size("k", "a:b") == 6
+    assert MemoryBroker.header_limits.size("k", "a:b") == 5
+    assert (mixed.header_limits.count, mixed.header_limits.line, mixed.header_limits.total) \
+        == (512, 8_192, 262_144)
+    with pytest.raises(ConfigurationError, match="no adapter for scheme"):
+        _ = Brokers(_settings(a=_quick("nosuch://h:1"))).header_limits
 
 
 def test_queue_type_is_a_rabbitmq_setting_refused_elsewhere() -> None:

@@ -7,7 +7,8 @@ from pydantic import BaseModel
 
 from mdb import codec
 from mdb.errors import DecodeError, EncodeError, MdbError
-from mdb.message import ID, MAX_HEADER_BYTES, MAX_HEADERS
+from mdb.message import ID
+from mdb_stomp.limits import HEADER_LIMITS
 
 
 class Order(BaseModel):
@@ -77,12 +78,13 @@ def test_headers_beyond_the_bounds_are_refused_before_sending() -> None:
     """ActiveMQ refuses such a frame by dropping the connection, which would make the send's
     outcome unknown ("may have been stored") when it surely failed."""
     # with content-type, mdb_content_type and mdb_id
-    fits = {f"h{n}": "v" for n in range(MAX_HEADERS - 3)}
-    assert len(codec.outgoing("x", fits).headers) == MAX_HEADERS
+    limits = HEADER_LIMITS
+    fits = {f"h{n}": "v" for n in range(limits.count - 3)}
+    assert len(codec.outgoing("x", fits, limits=limits).headers) == limits.count
     for headers, why in [
-        ({f"h{n}": "v" for n in range(MAX_HEADERS - 2)}, "headers, more than"),
-        ({"big": "x" * MAX_HEADER_BYTES}, "bytes as a header line"),
+        ({f"h{n}": "v" for n in range(limits.count - 2)}, "headers, more than"),
+        ({"big": "x" * limits.line}, "bytes as a header line"),
         ({f"h{n}": "x" * 8000 for n in range(40)}, "bytes of headers"),
     ]:
         with pytest.raises(EncodeError, match=why):
-            codec.outgoing("x", headers)
+            codec.outgoing("x", headers, limits=limits)

@@ -19,6 +19,7 @@ from mdb.message import (
     ReplyTo,
     derived_id,
 )
+from mdb_memory import MemoryBroker
 
 INCOMING, SUBSCRIPTION, LISTENER = "0123abcd" * 4, "shop-on_order", "on_order"
 
@@ -58,7 +59,8 @@ async def handler_sends(redelivered: bool) -> list[OutgoingMessage]:
     async def send(target: ReplyTo, message: OutgoingMessage, key: str | None) -> None:
         sent.append(message)
 
-    ctx = Context(incoming(redelivered), LISTENER, send, SUBSCRIPTION)
+    ctx = Context(incoming(redelivered), LISTENER, send, SUBSCRIPTION,
+                  MemoryBroker.header_limits)
     await ctx.send("queue:a", "x", {ID: "chosen by the handler"})
     await ctx.send("queue:a", "x")
     await ctx.reply("done")
@@ -82,7 +84,7 @@ async def test_a_plain_handlers_sends_count_in_order_too() -> None:
     async def send(target: ReplyTo, message: OutgoingMessage, key: str | None) -> None:
         sent.append(message)
 
-    ctx = Context(incoming(False), LISTENER, send, SUBSCRIPTION)
+    ctx = Context(incoming(False), LISTENER, send, SUBSCRIPTION, MemoryBroker.header_limits)
     await anyio.to_thread.run_sync(lambda: [ctx.send("queue:a", n) for n in range(2)])
     assert [m.headers[ID] for m in sent] == [
         derived_id(INCOMING, SUBSCRIPTION, LISTENER, n) for n in range(2)]
