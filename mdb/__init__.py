@@ -8,6 +8,7 @@ from mdb.container import Container
 from mdb.context import Context
 from mdb.destinations import Destination
 from mdb.errors import (
+    AcksUnconfirmed,
     BrokerError,
     ConfigurationError,
     ConnectionFailed,
@@ -36,6 +37,7 @@ from mdb.producer import Producer
 from mdb.settings import Settings, load_settings
 
 __all__ = [
+    "AcksUnconfirmed",
     "BrokerError",
     "BrokerEvent",
     "ConfigurationError",

@@ -266,7 +266,10 @@ class Transaction(abc.ABC):
         On a broker without atomic, durable transactions the adapter makes the sends first,
         each confirmed as stored, then the acks: a commit that fails after some sends were
         confirmed leaves them sent and the deliveries unsettled (they come back, flagged
-        redelivered, and their processing sends again), never acked without its sends.
+        redelivered, and their processing sends again), never acked without its sends. A
+        commit that fails once every send was confirmed, only its acks not, raises
+        ``AcksUnconfirmed`` (a ``TransactionRolledBack``): its deliveries come back, flagged,
+        unless an ack was applied all the same, and their sends need not be made again.
         """
 
     @abc.abstractmethod

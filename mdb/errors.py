@@ -22,6 +22,7 @@ ever catches ``MdbError`` subclasses::
         ├── ConnectionLost              an open connection dropped; its work in flight is stale
         ├── SubscriptionFailed          the broker refused a subscription (bad selector, ...)
         ├── TransactionRolledBack       a commit did not happen; the broker redelivers what it held
+        │   └── AcksUnconfirmed             its sends were all stored, its acks perhaps not
         └── SendOutcomeUnknown          a send got no receipt: it may or may not have been stored
 """
 
@@ -109,6 +110,12 @@ class SubscriptionFailed(BrokerError):
 class TransactionRolledBack(BrokerError):
     """A commit failed or its outcome is unknown; nothing of the transaction took effect
     that the broker will not redeliver."""
+
+
+class AcksUnconfirmed(TransactionRolledBack):
+    """A commit on a broker without atomic transactions whose sends the broker all confirmed
+    as stored, but not its acks (``Transaction.commit``): the sends stay sent, and its
+    deliveries come back flagged redelivered unless an ack was applied all the same."""
 
 
 class SendOutcomeUnknown(BrokerError):

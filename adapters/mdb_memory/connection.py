@@ -12,7 +12,8 @@ Behaviour follows ActiveMQ Classic where the seam leaves room:
   redelivered, when the subscription or the connection closes.
 * A commit is atomic: if one of its acked deliveries is no longer unsettled on this connection
   (its subscription closed, it was settled elsewhere, it came from another connection) the
-  whole commit is rolled back and raises ``TransactionRolledBack``.
+  whole commit is rolled back and raises ``TransactionRolledBack``. (A test may make a commit
+  apply its sends and not its acks, as RabbitMQ's may: ``BrokerState.lose_acks``.)
 * On a closed or lost connection ``subscribe``, ``begin``, ``ack`` and ``send`` raise
   ``ConnectionLost``; ``Transaction.ack`` and ``send`` on a finished or stale transaction do
   nothing (its ``commit`` raises ``TransactionRolledBack``); ``receive`` on a closed

@@ -69,6 +69,9 @@ class Exchange:
         self.refused = 0
         #: Destinations sends to which are refused (``BrokerState.refuse_sends_to``).
         self.forbidden: set[Destination] = set()
+        #: How many more commits apply their sends but not their acks
+        #: (``BrokerState.lose_acks``).
+        self.acks_to_lose = 0
 
     # --- queues --------------------------------------------------------------------------------
 

@@ -154,6 +154,15 @@ class BrokerState:
             raise TypeError("error_type must be a subclass of mdb.errors.BrokerError")
         self.exchange.fail_next(count, error_type, stored)
 
+    def lose_acks(self, count: int) -> None:
+        """Make the next ``count`` commits apply their sends but not their acks, and raise
+        ``AcksUnconfirmed``, as a broker without atomic transactions whose connection closed
+        between its confirms and its acks (RabbitMQ, ``Transaction.commit``): the acked
+        deliveries stay unsettled (0 cancels)."""
+        if count < 0:
+            raise ValueError("count must be >= 0")
+        self.exchange.acks_to_lose = count
+
     def refuse_sends_to(self, destination: Destination | str, refuse: bool = True) -> None:
         """While refusing, a send to ``destination`` is refused as a broker's authorization
         would: ``Connection.send`` raises ``BrokerError`` and a commit holding such a send

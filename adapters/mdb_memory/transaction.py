@@ -7,7 +7,7 @@ import anyio.lowlevel
 
 from mdb.broker import Delivery, Transaction
 from mdb.destinations import Destination
-from mdb.errors import TransactionRolledBack
+from mdb.errors import AcksUnconfirmed, TransactionRolledBack
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_memory.queue import frozen, target_of
 from mdb_memory.session import Session
@@ -73,6 +73,16 @@ class MemoryTransaction(Transaction):
                 f"unsettled on this connection (settled already, its subscription closed, or "
                 f"delivered on another connection)"
             )
+        if exchange.acks_to_lose > 0:
+            exchange.acks_to_lose -= 1
+            sends = self._sends
+            self.finish("rolled back")  # first: its acks hold prefetch room no more
+            for destination, message in sends:
+                exchange.publish(destination, message)
+            exchange.notify()
+            raise AcksUnconfirmed(
+                f"commit on memory broker {exchange.name!r}: its sends were applied, not its "
+                "acks (injected)")
         for token in self._acks:
             token.subscription.settle(token)
         for destination, message in self._sends:

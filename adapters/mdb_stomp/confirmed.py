@@ -19,7 +19,9 @@ What is given up is atomicity: a commit that fails after some SENDs were confirm
 sent and the deliveries unacked, so the broker redelivers them, flagged, and their processing
 sends them again; a commit whose ACK was lost after its receipt (a node killed at once) does
 the same. A repeat is never a loss, and the core makes it recognisable (a handler's send made
-again carries the same ``mdb_id``, docs/concepts.md).
+again carries the same ``mdb_id``, docs/concepts.md). A commit that fails once every SEND was
+confirmed, in its ACKs, raises ``AcksUnconfirmed``: the core then acks the very delivery
+that comes back instead of processing it again (``mdb.delivery.strikes``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 import anyio
 
 from mdb.broker import Delivery
-from mdb.errors import BrokerError, ConnectionLost, TransactionRolledBack
+from mdb.errors import AcksUnconfirmed, BrokerError, ConnectionLost, TransactionRolledBack
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp.dialect import Dialect
 from mdb_stomp.frames import log_outlived, send_frame
@@ -76,7 +78,8 @@ class ConfirmedTransaction(StompTransaction):
         receipts, and wait for those. ``TransactionRolledBack`` if the transaction was doomed
         or already finished, or any of them was refused, unanswered in time or cut off by the
         connection's loss: then the sends confirmed before stay sent and the deliveries count
-        as unsettled (the broker redelivers them, flagged)."""
+        as unsettled (the broker redelivers them, flagged); ``AcksUnconfirmed`` when it was
+        an ACK, every SEND confirmed."""
         if self._finished:
             raise TransactionRolledBack(f"transaction {self.id} was already finished")
         self._finished = True
@@ -85,15 +88,20 @@ class ConfirmedTransaction(StompTransaction):
         if self._doomed is not None:
             self._end_claims(settled=False)
             raise TransactionRolledBack(f"transaction {self.id} rolled back: {self._doomed}")
-        settled = False
+        sent = settled = False
         try:
             await self._confirmed(
                 [("send", (path, body), headers, f"send to {target}")
                  for target, path, body, headers in sends])
+            sent = True
             await self._confirmed(
                 [("ack", (ack_id,), {}, f"ack of {ack_id}") for ack_id in acks])
             settled = True
         except BrokerError as error:
+            if sent:
+                raise AcksUnconfirmed(
+                    f"transaction {self.id} not settled: {error}; every send was confirmed, "
+                    "its deliveries come back flagged unless an ack was applied") from None
             raise TransactionRolledBack(
                 f"transaction {self.id} not settled: {error}; what it sent before stays "
                 "sent, its deliveries come back flagged") from None

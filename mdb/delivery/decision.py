@@ -19,7 +19,7 @@ else it stays with its subscription behind growing pauses (``Keep``).
 Two pure steps, shared by a delivery processed on its own and by a batch:
 
 * ``classify`` says once what a delivery is, before any handler runs: ``Fresh`` (for the
-  handler), ``NotSelected``, ``InDoubt``, ``Unreadable`` or ``Stuck``;
+  handler), ``NotSelected``, ``AckLost``, ``InDoubt``, ``Unreadable`` or ``Stuck``;
 * ``decide`` maps (the message, what happened to it — the class, or what the handler run made
   of a fresh one —, the listener's ``Policy``) to an ``Outcome``, every one of them:
   ``Settle``, ``Filter``, ``Redeliver``, ``MoveToError``, ``DeadLetter`` or ``Keep``, with
@@ -108,6 +108,14 @@ class AlreadyProcessed:
 class NotSelected:
     """A topic listener's selector rejects the message: it is settled unseen (see
     ``mdb.planning``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AckLost:
+    """The broker flagged the delivery redelivered, and it is the very delivery whose earlier
+    settlement's copies the broker confirmed as stored, not its ack (``AcksUnconfirmed``,
+    ``mdb.delivery.strikes``): those copies carry the message on, so it is acked unseen,
+    neither handled nor struck again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,9 +212,9 @@ class Fresh:
 
 
 Failure = InDoubt | Undecodable | Unreadable | Raised | Stuck
-Kind = Fresh | NotSelected | InDoubt | Unreadable | Stuck
+Kind = Fresh | NotSelected | AckLost | InDoubt | Unreadable | Stuck
 """What a delivery is before any handler runs (``classify``)."""
-Happened = Succeeded | AlreadyProcessed | NotSelected | Failure
+Happened = Succeeded | AlreadyProcessed | NotSelected | AckLost | Failure
 """What ``decide`` decides on: the class of a delivery that does not go to the handler, or
 what the handler's run made of one that did."""
 
@@ -215,15 +223,20 @@ ALREADY_PROCESSED = AlreadyProcessed()
 FRESH = Fresh()
 STRUCK = Fresh(struck=True)
 NOT_SELECTED = NotSelected()
+ACK_LOST = AckLost()
 IN_DOUBT = InDoubt()
 
 
-def classify(delivery: Delivery, *, selected: bool, strikes: int) -> Kind:
+def classify(delivery: Delivery, *, selected: bool, strikes: int, copied: bool = False) -> Kind:
     """What ``delivery`` is, whose message was struck ``strikes`` times
-    (``mdb.delivery.strikes``) and is ``selected`` or not by the subscription's selector.
-    In this order: stuck at ``MAX_STRIKES`` (whatever else it is), unreadable, not selected
-    (settled unseen, see ``mdb.planning``), in doubt (the broker flagged it redelivered),
-    else fresh."""
+    (``mdb.delivery.strikes``) and is ``selected`` or not by the subscription's selector;
+    ``copied``: the broker confirmed the copies of an earlier settlement of this very delivery,
+    not its ack (``Strikes.came_back``). In this order: its ack lost, if it came back flagged
+    redelivered after such a settlement (whatever else it is: its copies carry it on); stuck at
+    ``MAX_STRIKES``; unreadable; not selected (settled unseen, see ``mdb.planning``); in doubt
+    (the broker flagged it redelivered); else fresh."""
+    if copied and delivery.broker_redelivered:
+        return ACK_LOST
     if strikes >= MAX_STRIKES:
         return Stuck(strikes, delivery.can_dead_letter)
     if delivery.problem is not None:
@@ -240,9 +253,12 @@ def classify(delivery: Delivery, *, selected: bool, strikes: int) -> Kind:
 @dataclass(frozen=True, slots=True)
 class Settle:
     """Acknowledge the delivery (in the handler's transaction when it sent anything).
-    ``repeat``: a copy of a message already processed, counted as such."""
+    ``repeat``: a copy of a message already processed, counted as such. ``ack_lost``: a
+    delivery back after the copies of its settlement were stored (``AckLost``): acked unseen,
+    counted nowhere (its settlement counted as rolled back)."""
 
     repeat: bool = False
+    ack_lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,11 +331,12 @@ class Policy:
 
 SETTLE = Settle()
 SETTLE_REPEAT = Settle(repeat=True)
+SETTLE_ACK_LOST = Settle(ack_lost=True)
 FILTER = Filter()
 
 
 @overload
-def decide(message: Message, happened: Succeeded | AlreadyProcessed, policy: Policy,
+def decide(message: Message, happened: Succeeded | AlreadyProcessed | AckLost, policy: Policy,
            protocol_headers: Set[str] = ...) -> Settle: ...
 @overload
 def decide(message: Message, happened: NotSelected, policy: Policy,
@@ -337,8 +354,9 @@ def decide(message: Message, happened: Happened, policy: Policy,
            protocol_headers: Set[str] = frozenset()) -> Outcome:
     """The outcome of ``message`` after ``happened``.
 
-    A success is settled, and so is a copy of a message already processed; a message not
-    selected is filtered. A failure (the handler raised, or
+    A success is settled, and so is a copy of a message already processed and a delivery whose
+    ack was lost after its settlement's copies were stored; a message not selected is
+    filtered. A failure (the handler raised, or
     the delivery is in doubt) is redelivered while ``message.delivery_count`` is at most the
     policy's ``limit`` — after ``delay_before(count)`` seconds for a handler failure, at once
     for a delivery in doubt — and past it, or at once for an undecodable or unreadable
@@ -358,6 +376,8 @@ def decide(message: Message, happened: Happened, policy: Policy,
             return SETTLE
         case AlreadyProcessed():
             return SETTLE_REPEAT
+        case AckLost():
+            return SETTLE_ACK_LOST
         case NotSelected():
             return FILTER
         case Stuck(dead_letter=True) if happened.strikes > MAX_STRIKES:
@@ -379,6 +399,15 @@ def decide(message: Message, happened: Happened, policy: Policy,
             return Redeliver(delay, count + 1, policy.requeue_destination, headers, happened)
         case InDoubt() | Undecodable() | Unreadable() | Raised() | Stuck():
             return _moved(message, happened, policy, protocol_headers)
+
+
+def carries_on(outcome: Outcome) -> bool:
+    """Whether the copies ``outcome`` sends carry its message on, so that its delivery, should
+    the broker confirm them and not its ack, is remembered and acked unseen when it comes back
+    (``AckLost``): a handler's sends, a retry copy (the next count), an error copy. Not a kept
+    copy: it has its delivery's count, and were the delivery's ack applied after all, the kept
+    copy coming back in doubt could not be told from it (it is kept again instead)."""
+    return not isinstance(outcome, Keep)
 
 
 def _moved(message: Message, failure: Failure, policy: Policy,

@@ -15,8 +15,8 @@ from mdb.context import SendFunction
 from mdb.delivery.batch import Ready, Step, fall_back, ready_run, run_in_one_transaction
 from mdb.delivery.decision import (
     ALREADY_PROCESSED,
-    NOT_SELECTED,
     SUCCEEDED,
+    AckLost,
     AlreadyProcessed,
     DeadLetter,
     Failure,
@@ -25,6 +25,7 @@ from mdb.delivery.decision import (
     Happened,
     Keep,
     MoveToError,
+    NotSelected,
     Outcome,
     Policy,
     Raised,
@@ -33,6 +34,7 @@ from mdb.delivery.decision import (
     Succeeded,
     Undecodable,
     Unreadable,
+    carries_on,
     classify,
     decide,
     to_message,
@@ -40,10 +42,11 @@ from mdb.delivery.decision import (
 from mdb.delivery.invoker import Invoker
 from mdb.delivery.sends import DirectSends, TransactedSends, commit
 from mdb.delivery.stats import Stats
-from mdb.delivery.strikes import Strikes, identity
+from mdb.delivery.strikes import CameBack, Strikes, identity
 from mdb.delivery.timeouts import HandlerThreads
 from mdb.destinations import Destination
 from mdb.errors import (
+    AcksUnconfirmed,
     BrokerError,
     DatabaseUnavailable,
     DecodeError,
@@ -127,17 +130,19 @@ class Processor:
         """``delivery`` as the handler would see it, classified once."""
         message = to_message(delivery, self._spec.destination)
         selected = self._selector is None or self._selector(delivery.headers)
+        strikes, copied = self._remembered(delivery, message)
         return Step(delivery, message, classify(
-            delivery, selected=selected, strikes=self._strikes_of(delivery, message)))
+            delivery, selected=selected, strikes=strikes, copied=copied))
 
-    def _strikes_of(self, delivery: Delivery, message: Message) -> int:
-        """The strikes of ``delivery``'s message (``mdb.delivery.strikes``), one more if it
-        came back in doubt after the broker confirmed moving it to the error destination."""
+    def _remembered(self, delivery: Delivery, message: Message) -> CameBack:
+        """What the listener remembers of ``delivery`` (``mdb.delivery.strikes``): its
+        message's strikes, and, for one back in doubt, one more if the broker had confirmed
+        moving it to the error destination, and whether it had confirmed its copies."""
         if delivery.broker_redelivered:
             return self._strikes.came_back(identity(delivery), message.delivery_count)
         if not self._strikes:
-            return 0  # nothing was ever struck: no identity to work out
-        return self._strikes.count(identity(delivery))
+            return CameBack(0, False)  # nothing was ever struck: no identity to work out
+        return CameBack(self._strikes.count(identity(delivery)), False)
 
     async def _one_at_a_time(self, connection: Connection, subscription: Subscription,
                              steps: Iterable[Step]) -> bool:
@@ -172,9 +177,11 @@ class Processor:
         """Process and settle one delivery; return False if it could not be settled (a broker
         error), in which case the broker redelivers it once its subscription is closed."""
         delivery, message = step.delivery, step.message
-        # A message its selector rejects is settled unseen: no span, not in flight.
-        handling = (tracing.UNSEEN if step.kind is NOT_SELECTED
+        # A message its selector rejects, or back after its settlement's copies were stored,
+        # is settled unseen: no span, not in flight.
+        handling = (tracing.UNSEEN if isinstance(step.kind, NotSelected | AckLost)
                     else self._invoker.handling(delivery, message))
+        outcome: Outcome | None = None
         try:
             with handling as span:
                 happened: Happened
@@ -186,6 +193,12 @@ class Processor:
                 outcome = decide(message, happened, self._policy_for(subscription),
                                  delivery.protocol_headers)
                 await self._carry_out(outcome, step, connection, sends, span)
+        except AcksUnconfirmed as exc:
+            # Its copies were stored, only its ack is in doubt: not the message's doing. Should
+            # this very delivery come back, it is acked unseen.
+            if outcome is not None and carries_on(outcome):
+                self._strikes.copied(identity(delivery), message.delivery_count)
+            return self._not_settled(f"message {message.id}", exc, connection)
         except BrokerError as exc:
             if connection.is_open:  # refused, not lost: it counts against this message
                 self._strikes.strike(identity(delivery))
@@ -282,6 +295,11 @@ class Processor:
         delivery, message = step.delivery, step.message
         name = self._spec.name
         match outcome:
+            case Settle(ack_lost=True):
+                await connection.ack(delivery)
+                log.debug("listener %s: message %s came back as delivery %d, whose copies the "
+                          "broker had stored, not its ack: acked, not handled again", name,
+                          message.id, message.delivery_count)
             case Settle(repeat=True):
                 await connection.ack(delivery)
                 self._stats.already_processed += 1
@@ -317,9 +335,11 @@ class Processor:
             case Keep(failure=failure):
                 await clock.current().sleep(outcome.delay)
                 span.failed(failure.error_type, failure.text)
+                # A longer pause next time; struck before the copy is made, for another slot
+                # may take the copy before its original's ack is confirmed (RabbitMQ).
+                self._strikes.strike(identity(delivery))
                 await self._copy(connection, step, outcome.destination, outcome.headers)
                 self._stats.kept += 1
-                self._strikes.strike(identity(delivery))  # a longer pause next time
                 span.given_up(tracing.KEPT)
                 log.log(logging.WARNING if outcome.round == 1 else logging.DEBUG,
                         "listener %s: message %s kept on %s (%s: %s); the broker has no "
@@ -331,6 +351,8 @@ class Processor:
                 stacktrace = _failed(span, failure)
                 try:
                     await self._copy(connection, step, outcome.destination, outcome.headers)
+                except AcksUnconfirmed:
+                    raise  # the copy was stored: not refused
                 except BrokerError:
                     if not connection.is_open:
                         # Refused by closing the connection, perhaps (RabbitMQ): see strikes.

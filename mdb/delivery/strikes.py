@@ -19,20 +19,41 @@ message identity, and ``mdb.delivery.decision`` gives up on a message with too m
 A connection lost otherwise strikes nothing: the other messages in flight on it, which come back
 in doubt too, are innocent.
 
-Both tables are bounded (``CAPACITY`` messages each): the least recently touched message is
-forgotten first, which costs it a few more attempts, never the message. Only messages that
-failed enter them.
+The listener also remembers a settlement whose copies the broker all confirmed as stored, but
+not its ack (``AcksUnconfirmed``: RabbitMQ, whose connection closed between the two,
+``mdb_stomp.confirmed``), by the message's identity and the delivery's count (``copied``).
+The copies carry the message on (a retry copy as the next count, an error copy, a handler's
+sends); the delivery, should it come back in doubt, is that very delivery (``came_back``), and
+``mdb.delivery.decision`` has it acked, neither handled nor struck again. A kept copy is not
+remembered: it has its original's count, and the original's ack may have been applied after
+all, so a kept copy coming back in doubt could not be told from it and would be lost.
+
+The tables are bounded (``CAPACITY`` messages each): the least recently touched message is
+forgotten first, which costs it a few more attempts (or one more processing), never the
+message. Only messages that failed, or whose ack was lost, enter them.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from typing import NamedTuple
 
 from mdb import message as headers_
 from mdb.broker import Delivery
 
 CAPACITY = 10_000
+
+
+class CameBack(NamedTuple):
+    """What the listener remembers of a delivery that came back in doubt."""
+
+    strikes: int
+    """Its message's strikes, one more if the broker had confirmed moving this very delivery to
+    the error destination."""
+    copied: bool
+    """The broker confirmed every copy an earlier settlement of this very delivery sent, not
+    its ack (``Strikes.copied``)."""
 
 
 class Strikes:
@@ -43,6 +64,7 @@ class Strikes:
         self._capacity = capacity
         self._strikes: OrderedDict[str, int] = OrderedDict()
         self._moved: OrderedDict[str, int] = OrderedDict()  # identity -> delivery count
+        self._copied: OrderedDict[str, int] = OrderedDict()  # identity -> delivery count
 
     def __len__(self) -> int:
         return len(self._strikes)
@@ -60,13 +82,21 @@ class Strikes:
         destination."""
         _touch(self._moved, key, delivery_count, self._capacity)
 
-    def came_back(self, key: str, delivery_count: int) -> int:
+    def copied(self, key: str, delivery_count: int) -> None:
+        """The broker confirmed every copy settling delivery ``delivery_count`` of ``key`` sent
+        (a retry copy, an error copy, a handler's sends), not its ack."""
+        _touch(self._copied, key, delivery_count, self._capacity)
+
+    def came_back(self, key: str, delivery_count: int) -> CameBack:
         """``key`` came back in doubt as delivery ``delivery_count``: a strike if the broker
-        had confirmed moving that very delivery to the error destination. Its strikes."""
+        had confirmed moving that very delivery to the error destination; ``copied`` if it had
+        confirmed that delivery's copies. The latter is remembered on: the ack that settles it
+        now may be lost in turn."""
+        copied = self._copied.get(key) == delivery_count
         if self._moved.get(key) == delivery_count:
             del self._moved[key]
-            return self.strike(key)
-        return self.count(key)
+            return CameBack(self.strike(key), copied)
+        return CameBack(self.count(key), copied)
 
 
 def _touch(table: OrderedDict[str, int], key: str, value: int, capacity: int) -> int:

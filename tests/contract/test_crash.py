@@ -1,4 +1,5 @@
-"""Crashes: a container process killed with SIGKILL, a connection dropped mid-handler.
+"""Crashes: a container process killed with SIGKILL, a connection dropped mid-handler, an ack
+lost after the copies of its settlement were stored.
 
 After each, every message is processed, and every repeat is flagged redelivered.
 """
@@ -19,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mdb import Context, Settings, listener
+from mdb import Context, Redelivery, Settings, listener
 from tests.contract.support import WAIT, Calls, read, running, settings_for, unique
 from tests.contract.test_delivery import send_all
 
@@ -193,3 +194,70 @@ async def test_a_dropped_connection_discards_the_stale_result_and_redelivers_fla
     assert calls.of("start") == [(False, 1), (True, 2)]
     assert result.body == b"from delivery 2"  # the stale delivery's send never happened
     assert dropped.is_set()
+
+
+
+def settled(state: Any, queue_: str, errors: str | None = None) -> bool:
+    """Whether ``queue_`` of the memory broker ``state`` holds nothing, in flight or ready, and
+    ``errors`` (if given) something."""
+    stats = state.stats(queue_)
+    return (stats is not None and (stats.depth, stats.in_flight) == (0, 0)
+            and (errors is None or state.queue_depth(errors) > 0))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("limit", [1, 0], ids=["retry copy", "error copy"])
+async def test_a_failure_whose_copy_was_stored_but_not_its_ack_goes_round_once(
+    limit: int,
+) -> None:
+    """As on RabbitMQ when the connection closes between the confirms and the acks
+    (docs/rabbitmq.md): the delivery comes back flagged, and is acked unseen, since its copy
+    (the retry with the next count, or the error copy) carries the message on."""
+    import mdb_memory
+
+    url = f"memory://{unique('lost_ack')}"
+    state = mdb_memory.broker_state(url.removeprefix("memory://"))
+    queue_ = f"queue:{unique('work')}"
+    errors = f"{queue_}.DLQ"
+    calls = Calls()
+
+    @listener(queue_, redelivery=Redelivery(limit=limit, delay=0))
+    async def handler(body: str, ctx: Context) -> None:
+        calls.add("start", ctx.delivery_count)
+        raise ValueError("fails")
+
+    await send_all(url, queue_, ["work"])
+    state.lose_acks(1)  # the first settlement: the failure's copy
+    async with running(settings_for(url), handler) as container:
+        with anyio.fail_after(WAIT):
+            await state.wait_until(lambda s: settled(s, queue_, errors))
+        [deployed] = container.deployed
+        rolled_back = deployed.stats.rolled_back
+    assert calls.of("start") == list(range(1, limit + 2))  # no delivery handled twice
+    assert state.queue_depth(errors) == 1
+    assert rolled_back == 1
+
+
+@pytest.mark.anyio
+async def test_a_success_whose_sends_were_stored_but_not_its_ack_runs_once() -> None:
+    import mdb_memory
+
+    url = f"memory://{unique('lost_ack')}"
+    state = mdb_memory.broker_state(url.removeprefix("memory://"))
+    queue_, side = f"queue:{unique('work')}", f"queue:{unique('side')}"
+    calls = Calls()
+
+    @listener(queue_)
+    async def handler(body: str, ctx: Context) -> None:
+        calls.add("start", ctx.delivery_count)
+        await ctx.send(side, "done")
+
+    await send_all(url, queue_, ["work"])
+    state.lose_acks(1)
+    async with running(settings_for(url), handler) as container:
+        with anyio.fail_after(WAIT):
+            await state.wait_until(lambda s: settled(s, queue_, side))
+        [deployed] = container.deployed
+        processed = deployed.stats.processed
+    assert calls.of("start") == [1]
+    assert (state.queue_depth(side), processed) == (1, 0)

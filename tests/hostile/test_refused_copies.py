@@ -177,8 +177,11 @@ async def test_a_message_whose_error_copy_is_refused_on_rabbitmq_stays_intact_wi
     # The first keep is logged at WARNING, the later ones at DEBUG. With several slots on one
     # connection, a retry copy is stored and delivered to another slot before its original's
     # ack is taken (RabbitMQ settles with confirmed sends, then the acks: docs/rabbitmq.md);
-    # when that slot's refused copy closes the connection, the ack is lost and the message
-    # goes round twice (one id), each round striking it: its first keep may be its second.
+    # when that slot's refused copy closes the connection, the ack is lost; that original
+    # comes back and is acked unseen (docs/security.md, "Limits"). But the close may also cut
+    # off the receipt of a retry copy's SEND, which RabbitMQ may have stored all the same: then
+    # the message goes round twice (one id), each round striking it: its first keep may be its
+    # second.
     levels = calls.of("log")
     assert set(levels[1:]) == {logging.DEBUG}
     assert levels[0] == logging.WARNING or pool > 1

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ValidationError
 from mdb.broker import Delivery, Problem, ProblemKind
 from mdb.delivery.batch import BatchFailure, Ready, Step, fall_back, ready_run
 from mdb.delivery.decision import (
+    ACK_LOST,
     ERROR_TEXT_LIMIT,
     FILTER,
     FRESH,
@@ -27,10 +28,12 @@ from mdb.delivery.decision import (
     Policy,
     Raised,
     Redeliver,
+    Settle,
     Stuck,
     Succeeded,
     Undecodable,
     Unreadable,
+    carries_on,
     classify,
     decide,
     error_text,
@@ -169,12 +172,42 @@ def test_strikes_are_counted_per_message_in_a_bounded_table() -> None:
 
 def test_coming_back_strikes_only_a_delivery_the_broker_confirmed_moved() -> None:
     strikes = Strikes()
-    assert strikes.came_back("m", 2) == 0  # in doubt after a lost connection: innocent
+    assert strikes.came_back("m", 2) == (0, False)  # in doubt after a lost connection: innocent
     strikes.moved("m", 2)
-    assert strikes.came_back("m", 3) == 0  # a later delivery (a copy), lost in turn: innocent
-    assert strikes.came_back("m", 2) == 1  # the moved delivery itself: the broker lied
-    assert strikes.came_back("m", 2) == 1  # once per confirmed move
+    assert strikes.came_back("m", 3) == (0, False)  # a later delivery (a copy), lost in turn
+    assert strikes.came_back("m", 2) == (1, False)  # the moved delivery itself: the broker lied
+    assert strikes.came_back("m", 2) == (1, False)  # once per confirmed move
     assert len(strikes) == 1
+
+
+def test_a_delivery_whose_copies_were_stored_not_its_ack_is_known_when_it_comes_back() -> None:
+    strikes = Strikes(capacity=2)
+    strikes.copied("m", 1)
+    assert strikes.came_back("m", 2) == (0, False)  # its retry copy, lost in turn: processed
+    assert strikes.came_back("m", 1) == (0, True)  # the very delivery: acked unseen
+    assert strikes.came_back("m", 1) == (0, True)  # again, should that ack be lost in turn
+    assert len(strikes) == 0  # never struck
+    strikes.copied("a", 1)
+    strikes.copied("b", 1)  # "m" is forgotten: bounded as the strikes are
+    assert strikes.came_back("m", 1) == (0, False)
+
+
+def test_a_delivery_back_after_its_ack_was_lost_is_settled_unseen_whatever_else_it_is(
+) -> None:
+    damaged = Problem(ProblemKind.DAMAGED, "cut at a NUL")
+    flagged = Delivery(ORDERS, b"", {}, "1", True, None, problem=damaged)
+    assert classify(flagged, selected=False, strikes=MAX_STRIKES, copied=True) is ACK_LOST
+    assert classify(delivery({}), selected=True, strikes=0, copied=True) is FRESH  # unflagged
+    assert decide(message(9), ACK_LOST, POLICY) == Settle(ack_lost=True)
+
+
+def test_every_copy_but_a_kept_one_carries_its_message_on() -> None:
+    redelivered = decide(message(1), Raised("E", ""), POLICY)
+    moved = decide(message(3), Raised("E", ""), POLICY)
+    kept = decide(message(1), Stuck(MAX_STRIKES + 1, dead_letter=False), POLICY)
+    assert (type(redelivered), type(moved), type(kept)) == (Redeliver, MoveToError, Keep)
+    assert [carries_on(o) for o in (SETTLE, redelivered, moved, kept)] == [
+        True, True, True, False]
 
 
 def test_a_foreign_message_is_known_by_its_content_when_its_broker_id_changes() -> None:
