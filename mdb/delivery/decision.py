@@ -305,12 +305,11 @@ class Keep:
     """Wait ``delay`` seconds, then ack the delivery and, in the same transaction, send an
     unchanged copy (the same count) with ``headers`` to ``destination``, the subscription's
     requeue destination: the message stays with its subscription, behind the others, and is
-    not handled again by this process. ``round`` counts the times it was kept, from 1."""
+    not handled again by this process."""
 
     delay: float
     destination: Destination
     headers: Mapping[str, str]
-    round: int
     failure: Stuck
 
 
@@ -387,7 +386,7 @@ def decide(message: Message, happened: Happened, policy: Policy,
             kept, _ = bounded(redelivery_headers(message, protocol_headers,
                                                  message.delivery_count), policy.header_limits)
             return Keep(policy.redelivery.keep_delay(rounds), policy.requeue_destination, kept,
-                        rounds, happened)
+                        happened)
         case InDoubt() | Raised() if message.delivery_count <= policy.redelivery.limit:
             count = message.delivery_count
             headers, dropped = bounded(redelivery_headers(message, protocol_headers, count + 1),

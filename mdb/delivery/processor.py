@@ -333,20 +333,23 @@ class Processor:
                     log.debug("listener %s: message %s failed:\n%s", name, message.id,
                               stacktrace)
             case Keep(failure=failure):
+                # A longer pause next time. Struck and counted as it is decided, before any
+                # wait: two copies of one message in two slots (its ack lost after its copy
+                # was stored, RabbitMQ) are then two rounds, not two first rounds.
+                key = identity(delivery)
+                self._strikes.strike(key)
+                kept = self._strikes.kept(key)
                 await clock.current().sleep(outcome.delay)
                 span.failed(failure.error_type, failure.text)
-                # A longer pause next time; struck before the copy is made, for another slot
-                # may take the copy before its original's ack is confirmed (RabbitMQ).
-                self._strikes.strike(identity(delivery))
                 await self._copy(connection, step, outcome.destination, outcome.headers)
                 self._stats.kept += 1
                 span.given_up(tracing.KEPT)
-                log.log(logging.WARNING if outcome.round == 1 else logging.DEBUG,
+                log.log(logging.WARNING if kept == 1 else logging.DEBUG,
                         "listener %s: message %s kept on %s (%s: %s); the broker has no "
                         "dead-letter queue that surely keeps it: it stays there, not handled "
                         "again by this process, coming back after pauses of up to "
                         "redelivery.max_delay (round %d)", name, message.id,
-                        outcome.destination, failure.error_type, failure.text, outcome.round)
+                        outcome.destination, failure.error_type, failure.text, kept)
             case MoveToError(failure=failure):
                 stacktrace = _failed(span, failure)
                 try:

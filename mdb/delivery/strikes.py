@@ -65,6 +65,7 @@ class Strikes:
         self._strikes: OrderedDict[str, int] = OrderedDict()
         self._moved: OrderedDict[str, int] = OrderedDict()  # identity -> delivery count
         self._copied: OrderedDict[str, int] = OrderedDict()  # identity -> delivery count
+        self._kept: OrderedDict[str, int] = OrderedDict()  # identity -> times kept
 
     def __len__(self) -> int:
         return len(self._strikes)
@@ -86,6 +87,12 @@ class Strikes:
         """The broker confirmed every copy settling delivery ``delivery_count`` of ``key`` sent
         (a retry copy, an error copy, a handler's sends), not its ack."""
         _touch(self._copied, key, delivery_count, self._capacity)
+
+    def kept(self, key: str) -> int:
+        """``key`` is kept once more (``mdb.delivery.decision.Keep``); how many times now. Not
+        derived from its strikes, which two copies of one message in two slots (its ack lost
+        after its copy was stored) can raise by two before either is kept."""
+        return _touch(self._kept, key, self._kept.get(key, 0) + 1, self._capacity)
 
     def came_back(self, key: str, delivery_count: int) -> CameBack:
         """``key`` came back in doubt as delivery ``delivery_count``: a strike if the broker

@@ -150,7 +150,7 @@ def test_else_it_is_kept_unchanged_on_its_queue_after_growing_pauses() -> None:
                 for n in (1, 2, 3)]
     assert outcomes[0] == Keep(1.0, REQUEUE, {"region": "eu", "mdb_id": "m-1",
                                               "mdb_delivery_count": "3",
-                                              "mdb_redelivery_of": "queue:orders"}, 1,
+                                              "mdb_redelivery_of": "queue:orders"},
                                Stuck(MAX_STRIKES + 1, dead_letter=False))
     assert [o.delay for o in outcomes if isinstance(o, Keep)] == [1.0, 2.0, 3.0]  # max_delay 3
 
@@ -168,6 +168,17 @@ def test_strikes_are_counted_per_message_in_a_bounded_table() -> None:
     strikes.strike("a")  # "b" is now the least recently struck
     strikes.strike("c")
     assert (len(strikes), strikes.count("a"), strikes.count("b")) == (2, 3, 0)
+
+
+def test_keeps_are_counted_per_message_apart_from_its_strikes() -> None:
+    """The first keep of a message is its first round (its WARNING), however many strikes two
+    copies of it in two slots gave it first."""
+    strikes = Strikes(capacity=2)
+    for _ in range(MAX_STRIKES + 2):
+        strikes.strike("a")
+    assert [strikes.kept("a"), strikes.kept("a"), strikes.kept("b")] == [1, 2, 1]
+    strikes.kept("c")
+    assert strikes.kept("a") == 1  # forgotten, the least recently kept of three
 
 
 def test_coming_back_strikes_only_a_delivery_the_broker_confirmed_moved() -> None:
