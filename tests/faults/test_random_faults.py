@@ -19,7 +19,7 @@ from tests.harness.rabbitmq import rabbitmq_available
 
 pytestmark = pytest.mark.rabbitmq
 
-MINUTES = 0.5  # of faults; the run takes about twice that with the start and the drain
+MINUTES = 0.75  # of faults; a run takes about one more minute: the start, the drain
 # Seeds whose first five faults include all four kinds where there are network namespaces.
 SEEDS = {"cluster": 3, "node": 6}
 
