@@ -9,6 +9,13 @@ The contract after a fault (docs/architecture.md, "Delivery contract", rules 4 a
   False (one processed unflagged after a flagged one is a stale delivery processed as fresh);
 * nothing told-sent is left behind on a broker once the processes stopped.
 
+An app may be a two-stage pipeline (``SEND_TO``, see ``tests.faults.ledger_app``): its first
+stage sends each message it processes on to a queue, its second stage records what it
+receives. Then, by rule 6 of the contract, every message the first stage processed reaches
+the second stage, and every delivery there after the first of its message is flagged: a
+delivery of a send made again (a repeat at the first stage) by ``mdb_maybe_repeat``, under the
+same ``mdb_id``; a delivery the broker gave again, by ``redelivered`` (``check_sent_on``).
+
 A message whose send raised is not told-sent: it may or may not arrive (``SendOutcomeUnknown``),
 so it is neither required nor an error when it is processed (counted as ``unconfirmed``).
 
@@ -51,6 +58,7 @@ from tests.harness.process import BrokerProcess
 PER_APP, PER_SERVER = "one-copy-per-app", "one-copy-per-server"
 WAIT = 60.0  # seconds to wait for something that should happen after a fault
 LISTENER = "on_entry"  # the ledger app's listener
+SEND_TO = "LEDGER_SEND_TO"  # makes the ledger app a two-stage pipeline through this queue
 
 Entry = Mapping[str, Any]
 
@@ -65,9 +73,11 @@ class Verdict:
     processed: int  # of those, how many were processed at least once
     deliveries: int  # ``done`` entries, repeats included
     lost: list[str] = field(default_factory=list)  # told-sent, never processed
-    flagged: int = 0  # repeats flagged redelivered
+    flagged: int = 0  # repeats flagged redelivered (or mdb_maybe_repeat)
     unflagged: list[str] = field(default_factory=list)  # ids with a repeat not flagged
     unconfirmed: int = 0  # processed ids the producer was not told were sent
+    #: Second stage only: first-stage ids whose sends on arrived under more than one mdb_id.
+    renamed: list[str] = field(default_factory=list)
 
     @property
     def repeats(self) -> int:
@@ -75,14 +85,15 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return not self.lost and not self.unflagged
+        return not self.lost and not self.unflagged and not self.renamed
 
     def __str__(self) -> str:
         return (f"told {self.told}, processed {self.processed}, deliveries {self.deliveries}, "
                 f"repeats flagged {self.flagged} / unflagged {len(self.unflagged)}, "
                 f"lost {len(self.lost)}, unconfirmed processed {self.unconfirmed}"
                 + (f"; lost {sorted(self.lost)[:5]}" if self.lost else "")
-                + (f"; unflagged {sorted(self.unflagged)[:5]}" if self.unflagged else ""))
+                + (f"; unflagged {sorted(self.unflagged)[:5]}" if self.unflagged else "")
+                + (f"; renamed {sorted(self.renamed)[:5]}" if self.renamed else ""))
 
 
 def check(told: Collection[str], entries: Iterable[Entry]) -> Verdict:
@@ -93,6 +104,10 @@ def check(told: Collection[str], entries: Iterable[Entry]) -> Verdict:
     (``started``, one clock for every process) and each after the first is a repeat, which
     must be flagged. Without ``started`` a repeat counts as flagged unless the id was
     delivered unflagged more than once.
+
+    A delivery marked ``maybe_repeat`` (a second stage's: the send was made again) is a
+    flagged repeat whenever it comes; the order applies to the others, the deliveries of the
+    first send: only the first of those may be unflagged.
     """
     told_set = set(told)
     by_id: dict[str, list[Entry]] = defaultdict(list)
@@ -104,14 +119,31 @@ def check(told: Collection[str], entries: Iterable[Entry]) -> Verdict:
     verdict.lost = sorted(told_set - by_id.keys())
     verdict.unconfirmed = len(by_id.keys() - told_set)
     for message_id, deliveries in by_id.items():
-        if all("started" in e for e in deliveries):
-            repeats = sorted(deliveries, key=lambda e: e["started"])[1:]
+        first_send = [e for e in deliveries if not e.get("maybe_repeat")]
+        if all("started" in e for e in first_send):
+            repeats = sorted(first_send, key=lambda e: e["started"])[1:]
             unflagged = sum(1 for e in repeats if not e["redelivered"])
         else:
-            unflagged = max(0, sum(1 for e in deliveries if not e["redelivered"]) - 1)
+            unflagged = max(0, sum(1 for e in first_send if not e["redelivered"]) - 1)
         if unflagged:
             verdict.unflagged.append(message_id)
         verdict.flagged += len(deliveries) - 1 - unflagged
+    return verdict
+
+
+def check_sent_on(first: Iterable[Entry], second: Iterable[Entry]) -> Verdict:
+    """Check a pipeline's second stage (the ``done`` entries of its queue listener, each with
+    the ``source`` it received) against its first (the ``done`` entries of its topic
+    listener): each message the first stage processed counts as told-sent to the second, and
+    ``check`` judges the second stage's deliveries per ``source``; every delivery of one
+    source must carry one ``mdb_id`` (``renamed`` lists the sources that came under more)."""
+    processed = {e["id"] for e in first if e.get("event", "done") == "done"}
+    received = [e for e in second if e.get("event", "done") == "done"]
+    verdict = check(processed, [{**e, "id": e["source"]} for e in received])
+    ids: dict[str, set[str]] = defaultdict(set)
+    for entry in received:
+        ids[entry["source"]].add(entry["id"])
+    verdict.renamed = sorted(source for source, found in ids.items() if len(found) > 1)
     return verdict
 
 
@@ -238,10 +270,12 @@ class Fleet:
         self.seen: list[dict[str, Any]] = []
         self.processes: list[LedgerProcess] = []
         self.distribution: dict[str, str] = {}  # app → its distribution
+        self.env: dict[str, Mapping[str, str]] = {}  # app → what its processes get
         self.servers: dict[str, set[str]] = defaultdict(set)  # app → every server it ran
         self.app_of: dict[int, str] = {}  # pid → app
         self._by_app: dict[str, set[str]] = defaultdict(set)  # app → ids processed
         self._by_server: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self._received: dict[str, set[str]] = defaultdict(set)  # app → sources of stage 2
 
     def start(self, app: str, servers: Sequence[str], distribution: str = PER_APP,
               env: Mapping[str, str] | None = None, config: Path | None = None,
@@ -251,6 +285,7 @@ class Fleet:
         ``args`` are more options of ``mdb run`` (``--workers 2``); ``prefix`` goes before each
         command (see ``LedgerProcess``)."""
         self.distribution[app] = distribution
+        self.env[app] = env or {}
         started = [self.stack.enter_context(LedgerProcess(
             self.settings, app, server,
             env={"LEDGER_TOPIC": self.topic, "LEDGER_DISTRIBUTION": distribution,
@@ -302,7 +337,9 @@ class Fleet:
 
     def _add(self, entry: dict[str, Any]) -> None:
         self.seen.append(entry)
-        if entry.get("event") == "done":
+        if entry.get("event") == "done" and "source" in entry:
+            self._received[entry["app"]].add(entry["source"])
+        elif entry.get("event") == "done":
             self._by_app[entry["app"]].add(entry["id"])
             self._by_server[entry["app"], entry["server"]].add(entry["id"])
 
@@ -313,7 +350,13 @@ class Fleet:
                 if e.get("event") == event and (pids is None or e.get("pid") in pids)]
 
     def done(self, app: str | None = None) -> list[dict[str, Any]]:
-        return [e for e in self.events("done") if app is None or e["app"] == app]
+        """The ``done`` entries (of ``app``), but a pipeline's second stage's (``sent_on``)."""
+        return [e for e in self.events("done")
+                if (app is None or e["app"] == app) and "source" not in e]
+
+    def sent_on(self, app: str) -> list[dict[str, Any]]:
+        """The ``done`` entries of ``app``'s second stage (``SEND_TO``)."""
+        return [e for e in self.events("done") if e["app"] == app and "source" in e]
 
     def consumed_since(self, pid: int, since: int) -> bool:
         """True when process ``pid`` processed a message after the ``since``-th line of
@@ -323,6 +366,10 @@ class Fleet:
     def processed(self, app: str, server: str | None = None) -> set[str]:
         """The ids ``app`` (or its ``server``) processed so far (a live set: do not change)."""
         return self._by_app[app] if server is None else self._by_server[app, server]
+
+    def received(self, app: str) -> set[str]:
+        """The first-stage ids whose sends on ``app``'s second stage processed (a live set)."""
+        return self._received[app]
 
     def kill(self, process: LedgerProcess) -> None:
         """SIGKILL one process: a crash with work in flight."""
@@ -345,9 +392,12 @@ class Fleet:
 
     def verdicts(self, told: Collection[str]) -> dict[str, Verdict]:
         """The contract per app (``one-copy-per-app``) or per server (``one-copy-per-server``):
-        every server a per-server app ever ran is expected to process everything."""
+        every server a per-server app ever ran is expected to process everything. A pipeline's
+        second stage has a verdict of its own, ``"<app> stage 2"`` (``check_sent_on``)."""
         found: dict[str, Verdict] = {}
         for app, distribution in self.distribution.items():
+            if SEND_TO in self.env[app]:
+                found[f"{app} stage 2"] = check_sent_on(self.done(app), self.sent_on(app))
             grouped = views(self.done(app), distribution)
             if distribution == PER_SERVER:  # a server that processed nothing is still owed all
                 for server in self.servers[app]:
@@ -375,9 +425,12 @@ class Fleet:
         return True
 
     def drained(self, told: Collection[str]) -> bool:
-        """True when every app (every server of per-server apps) processed every told id."""
+        """True when every app (every server of per-server apps) processed every told id, and
+        every pipeline's second stage received what its first stage processed."""
         told_set = set(told)
         for app, distribution in self.distribution.items():
+            if SEND_TO in self.env[app] and not self.processed(app) <= self.received(app):
+                return False
             if distribution == PER_APP and not told_set <= self.processed(app):
                 return False
             if distribution == PER_SERVER and not all(

@@ -28,7 +28,7 @@ from mdb.message import ID
 from mdb.settings import MemberSettings
 from tests.contract.support import unique
 from tests.faults.ledger import PER_APP, WAIT, Fleet, LoadProducer, fault_settings, fleet
-from tests.harness.rabbitmq import rabbitmq_available
+from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
 from tests.harness.rabbitmq_cluster import RabbitMQCluster
 
 BROKER = "a"  # the cluster's broker name in ``cluster_settings``
@@ -104,9 +104,10 @@ def kill_node(cluster: RabbitMQCluster, index: int, processes: Fleet, app: str) 
     return NodeLoss(index, time.monotonic() - killed_at)
 
 
-def stored(cluster: RabbitMQCluster) -> dict[str, int]:
-    """How many messages each queue of the cluster holds, asked of a running node."""
-    return next(n for n in cluster.nodes if n.running).stored()
+def stored(nodes: Sequence[RabbitMQ]) -> dict[str, int]:
+    """How many messages each queue of a cluster's ``nodes`` (or of one node) holds, asked of
+    a running node."""
+    return next(n for n in nodes if n.running).stored()
 
 
 class _Taker(stomp.ConnectionListener):  # type: ignore[misc]
@@ -121,15 +122,16 @@ class _Taker(stomp.ConnectionListener):  # type: ignore[misc]
             self.taken.set()
 
 
-def left_behind(cluster: RabbitMQCluster, names: Collection[str], told: Collection[str],
-                ) -> dict[str, list[str]]:
-    """Told-sent messages still stored in the cluster's queues whose name contains one of
-    ``names``, after the fleet stopped: ``{queue: [ids]}`` for each queue holding any. What
-    the queues hold is taken (``/amq/queue/`` with ``ack:auto``: it declares nothing, so the
-    queue's type does not matter)."""
-    told_set, found = set(told), {}
-    node = next(n for n in cluster.nodes if n.running)
-    for queue, count in stored(cluster).items():
+def left_behind(nodes: Sequence[RabbitMQ], names: Collection[str],
+                told: Collection[str] | None) -> dict[str, list[str]]:
+    """Told-sent messages (with ``told`` None: any) still stored in the queues of a cluster's
+    ``nodes`` (or of one node) whose name contains one of ``names``, after the fleet stopped:
+    ``{queue: [ids]}`` for each queue holding any. What the queues hold is taken
+    (``/amq/queue/`` with ``ack:auto``: it declares nothing, so the queue's type does not
+    matter)."""
+    told_set, found = None if told is None else set(told), {}
+    node = next(n for n in nodes if n.running)
+    for queue, count in stored(nodes).items():
         if not count or not any(name in queue for name in names):
             continue
         connection = stomp.Connection12([(node.host, node.port)], vhost="/")
@@ -143,11 +145,11 @@ def left_behind(cluster: RabbitMQCluster, names: Collection[str], told: Collecti
             deadline = time.monotonic() + WAIT
             while not taker.taken.wait(1.0):
                 assert time.monotonic() < deadline, f"{queue}: {len(taker.ids)} of {count} taken"
-                if not stored(cluster).get(queue):
+                if not stored(nodes).get(queue):
                     break
         finally:
             connection.disconnect()
-        if kept := [i for i in taker.ids if i in told_set]:
+        if kept := [i for i in taker.ids if told_set is None or i in told_set]:
             found[queue] = kept
     return found
 

@@ -33,22 +33,40 @@ printed). At the end it stops the producer, waits until everything told-sent is 
 ``--drain`` seconds pass), stops the processes in order and prints a table. The exit status is
 1 when a message is lost or a repeat was not flagged redelivered (or a fault was not
 survived), else 0.
+
+``--rabbitmq cluster`` (a three-node cluster, quorum queues) or ``--rabbitmq node`` (one node,
+classic queues) runs RabbitMQ only, with a two-stage pipeline: app ``shop``'s two processes
+consume the topic (stage 1), send each message on to a queue (``ctx.send``) and consume that
+queue too (stage 2, ``tests.faults.ledger_app``). Its faults:
+
+* ``node-kill``: SIGKILL a node (on the cluster, any of the three: ``shop`` must consume again
+  while it is down) and restart it;
+* ``node-pause``: SIGSTOP a node for 0.5 to 6 s (mdb gives up on a silent RabbitMQ after
+  2.5 s: past that or not), then SIGCONT;
+* ``container-kill`` and ``partition`` as above (a partition lasts 2 to 3 heart-beat
+  intervals of 4 s, what RabbitMQ makes of a shorter ``heartbeat_ms``, docs/rabbitmq.md).
+
+The table has a row for each stage: the second stage owes each message the first processed,
+under one ``mdb_id``, repeats flagged ``redelivered`` or ``mdb_maybe_repeat``
+(``tests.faults.ledger.check_sent_on``); nothing may be left in either queue.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 
 from tests.contract.support import unique
 from tests.faults.ledger import (
     PER_APP,
     PER_SERVER,
+    SEND_TO,
     Fleet,
     LoadProducer,
     Verdict,
@@ -56,18 +74,21 @@ from tests.faults.ledger import (
     fleet,
     left_behind,
 )
+from tests.faults.node_loss import cluster_settings, with_cluster
 from tests.faults.node_loss import left_behind as left_on_cluster
-from tests.faults.node_loss import with_cluster
 from tests.faults.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
 from tests.harness.netns import Namespace, Network, network_available, private_network
 from tests.harness.process import BrokerProcess, started_together
-from tests.harness.rabbitmq import rabbitmq_available
+from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
 from tests.harness.rabbitmq_cluster import RabbitMQCluster
 
 KINDS = ("broker-kill", "broker-pause", "container-kill", "master-kill", "node-kill",
          "partition")
+RABBITMQ_KINDS = ("node-kill", "node-pause", "container-kill", "partition")
+TOPOLOGIES = ("cluster", "node")  # of --rabbitmq: three nodes, quorum queues; one, classic
+RABBITMQ_HEARTBEAT_MS = 4000  # what RabbitMQ makes of a smaller one (docs/rabbitmq.md)
 NAMES = ("a", "b", "c")
 PAIR = "d"  # the shared-store pair's broker name
 CLUSTER = "r"  # the RabbitMQ cluster's broker name
@@ -89,10 +110,11 @@ class Rooms:
         return self._rooms[app, server]
 
     def start(self, processes: Fleet, app: str, servers: Sequence[str], distribution: str,
-              ) -> None:
+              env: dict[str, str] | None = None) -> None:
         for server in servers:
             room = self.of(app, server)
-            processes.start(app, [server], distribution, prefix=room.prefix if room else ())
+            processes.start(app, [server], distribution, env=env,
+                            prefix=room.prefix if room else ())
 
 
 def consumed_again(processes: Fleet, producer: LoadProducer, app: str, broker: str,
@@ -107,11 +129,34 @@ def consumed_again(processes: Fleet, producer: LoadProducer, app: str, broker: s
     processes.wait(again, f"{app} consuming {broker}'s member again")
 
 
+def schedule(rng: random.Random, minutes: float, kinds: Sequence[str], processes: Fleet,
+             producer: LoadProducer, fault: Callable[[str], None],
+             undo: Callable[[], None]) -> tuple[Counter[str], list[str]]:
+    """For ``minutes``, a gap of load then a fault of a kind drawn from ``kinds`` (``fault``
+    applies it and waits until it is survived), one at a time; the first fault not survived
+    (an AssertionError) ends the schedule, after ``undo`` (resume what is paused). Returns
+    the faults survived by kind and the one not survived, if any."""
+    survived: Counter[str] = Counter()
+    end = time.monotonic() + minutes * 60
+    while time.monotonic() < end:
+        processes.hold(rng.uniform(1.0, 6.0))
+        kind = rng.choice(kinds)
+        # The monotonic clock of the ledger's ``started``: to place a finding among faults.
+        print(f"[{time.strftime('%H:%M:%S')}] {kind} at {time.monotonic():.1f}", flush=True)
+        try:
+            fault(kind)
+        except AssertionError as exc:
+            undo()
+            return survived, [f"{kind}: {exc}"[:500]]
+        survived[kind] += 1
+        print(f"[{time.strftime('%H:%M:%S')}] survived {kind} at {time.monotonic():.1f} "
+              f"(told {len(producer.told)}, raised {len(producer.raised)})", flush=True)
+    return survived, []
+
+
 def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
     rng = random.Random(seed)
     topic, shop, audit = unique("soak"), unique("shop"), unique("audit")
-    survived: Counter[str] = Counter()
-    failures: list[str] = []
     with ExitStack() as stack:
         network = stack.enter_context(private_network()) if network_available() else None
         kinds = tuple(k for k in KINDS if (k != "node-kill" or cluster)
@@ -128,27 +173,23 @@ def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
             rooms.start(processes, shop, ["s1", "s2"], PER_APP)
             rooms.start(processes, audit, ["s1"], PER_SERVER)
             with LoadProducer(settings, topic, pace=0.01) as producer:
-                end = time.monotonic() + minutes * 60
-                while time.monotonic() < end:
-                    processes.hold(rng.uniform(1.0, 6.0))
-                    kind = rng.choice(kinds)
-                    try:
-                        if kind == "master-kill":
-                            kill_master(rng, pair, processes, producer, shop)
-                        elif kind == "node-kill":
-                            assert rabbit is not None
-                            kill_cluster_node(rng, rabbit, processes, producer, shop)
-                        else:
-                            apply(kind, rng, brokers, processes, producer, shop, rooms)
-                    except AssertionError as exc:  # not survived: report, stop the schedule
-                        failures.append(f"{kind}: {exc}"[:500])
-                        for broker in brokers:
-                            broker.resume()
-                        break
-                    survived[kind] += 1
-                    print(f"[{time.strftime('%H:%M:%S')}] survived {kind} "
-                          f"(told {len(producer.told)}, raised {len(producer.raised)})",
-                          flush=True)
+
+                def fault(kind: str) -> None:
+                    if kind == "master-kill":
+                        kill_master(rng, pair, processes, producer, shop)
+                    elif kind == "node-kill":
+                        assert rabbit is not None
+                        kill_cluster_node(rng, rabbit, processes, producer, shop, CLUSTER)
+                    elif kind in ("container-kill", "partition"):
+                        disturb_container(kind, rng, processes, rooms)
+                    else:
+                        apply(kind, rng, brokers, processes, producer, shop)
+
+                def undo() -> None:
+                    for broker in brokers:
+                        broker.resume()
+                survived, failures = schedule(rng, minutes, kinds, processes, producer,
+                                              fault, undo)
             told = producer.told
             if not processes.drain(told, timeout=drain):
                 failures.append(f"drain: not everything processed within {drain} s")
@@ -156,34 +197,119 @@ def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
             verdicts = processes.verdicts(told)
             stored = left_behind([*brokers, pair.master()], processes, told)
             if rabbit is not None:
-                stored |= left_on_cluster(rabbit, [topic], told)
-    print_table(survived, verdicts, len(told), producer.raised, stored, failures)
-    bad = any(v.lost or v.unflagged for v in verdicts.values()) or bool(stored or failures)
-    return 1 if bad else 0
+                stored |= left_on_cluster(rabbit.nodes, [topic], told)
+    return print_table(survived, verdicts, len(told), producer.raised, stored, failures, KINDS)
+
+
+def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float) -> int:
+    """The RabbitMQ-only run (``--rabbitmq``): ``topology`` ``cluster`` or ``node``, a
+    two-stage pipeline, faults of ``RABBITMQ_KINDS``; prints the table, returns the exit
+    status."""
+    rng = random.Random(seed)
+    topic, queue, shop = unique("soak"), unique("sent"), unique("shop")
+    with ExitStack() as stack:
+        network = stack.enter_context(private_network()) if network_available() else None
+        kinds = tuple(k for k in RABBITMQ_KINDS if k != "partition" or network)
+        rooms = Rooms(network)
+        host = network.address if network else None
+        cluster: RabbitMQCluster | None = None
+        if topology == "cluster":
+            cluster = stack.enter_context(RabbitMQCluster(host=host))
+            nodes, settings = cluster.nodes, cluster_settings(cluster, topic)
+        else:
+            nodes = [stack.enter_context(RabbitMQ(host=host))]
+            settings = fault_settings([nodes[0].url], topic)
+        settings = settings.model_copy(update={"brokers": {
+            name: broker.model_copy(update={"heartbeat_ms": RABBITMQ_HEARTBEAT_MS})
+            for name, broker in settings.brokers.items()}})
+        with fleet(settings, topic) as processes:
+            rooms.start(processes, shop, ["s1", "s2"], PER_APP, env={SEND_TO: queue})
+            with LoadProducer(settings, topic, pace=0.01) as producer:
+
+                def fault(kind: str) -> None:
+                    if kind == "node-kill" and cluster is not None:
+                        kill_cluster_node(rng, cluster, processes, producer, shop, NAMES[0])
+                    elif kind in ("container-kill", "partition"):
+                        disturb_container(kind, rng, processes, rooms)
+                    else:
+                        upset_node(kind, rng, rng.choice(nodes), processes, producer, shop)
+
+                def undo() -> None:
+                    for node in nodes:
+                        node.resume()
+                survived, failures = schedule(rng, minutes, kinds, processes, producer,
+                                              fault, undo)
+            told = producer.told
+            if not processes.drain(told, timeout=drain):
+                failures.append(f"drain: not everything processed within {drain} s")
+            processes.stop()
+            verdicts = processes.verdicts(told)
+            # Whatever is left in the second stage's queues was sent on by the first.
+            stored = {**left_on_cluster(nodes, [topic], told),
+                      **left_on_cluster(nodes, [queue], None)}
+            explain(processes, verdicts)
+    return print_table(survived, verdicts, len(told), producer.raised, stored, failures,
+                       RABBITMQ_KINDS)
+
+
+def explain(processes: Fleet, verdicts: dict[str, Verdict], most: int = 5) -> None:
+    """Print the ledger lines of (up to ``most``) ids lost, unflagged or renamed, at both
+    stages, each with its place in the ledger and the events of the processes (connections
+    lost, processes ready) within 40 lines before it: what a finding's report needs."""
+    bad = sorted({i for v in verdicts.values() for i in [*v.lost, *v.unflagged, *v.renamed]})
+    for message_id in bad[:most]:
+        print(f"-- {message_id}")
+        for place, entry in enumerate(processes.seen):
+            if message_id in (entry.get("id"), entry.get("source")):
+                events = [e for e in processes.seen[max(0, place - 40):place]
+                          if e.get("event") not in ("start", "done")]
+                print(f"  #{place} {entry}" + (f"\n    after {events}" if events else ""))
+
+
+def upset_node(kind: str, rng: random.Random, node: BrokerProcess, processes: Fleet,
+               producer: LoadProducer, app: str) -> None:
+    """``node-kill`` (a lone node: it cannot be consumed while down) or ``node-pause`` of
+    ``node`` for 0.5 to 6 s, then wait until ``app`` consumes again."""
+    outage = rng.uniform(0.5, 6.0)
+    if kind == "node-kill":
+        node.kill()
+        processes.hold(outage)
+        node.restart()  # same ports, same data directory
+    else:
+        node.pause()
+        processes.hold(outage)
+        node.resume()
+    consumed_again(processes, producer, app, NAMES[0])
+
+
+def disturb_container(kind: str, rng: random.Random, processes: Fleet, rooms: Rooms) -> None:
+    """``container-kill`` (SIGKILL a process, start it again under its server name) or
+    ``partition`` (cut its link for 2 to 3 heart-beat intervals, heal it, wait until it
+    consumes again) of a process drawn from the live ones."""
+    victim = rng.choice(processes.alive())
+    app = processes.app_of[victim.process.pid]
+    if kind == "container-kill":
+        processes.kill(victim)
+        processes.hold(rng.uniform(0.0, 3.0))
+        rooms.start(processes, app, [victim.server], processes.distribution[app],
+                    dict(processes.env[app]))
+        return
+    room = rooms.of(app, victim.server)
+    assert room is not None  # partitions are drawn only where there are namespaces
+    heartbeat = processes.settings.brokers[NAMES[0]].heartbeat_ms / 1000
+    since = len(processes.seen)
+    room.cut()
+    try:
+        processes.hold(rng.uniform(2.0, 3.0) * heartbeat)
+    finally:
+        room.heal()
+    pid = victim.process.pid
+    processes.wait(lambda f: f.consumed_since(pid, since), f"process {pid} consuming again")
 
 
 def apply(kind: str, rng: random.Random, brokers: Sequence[BrokerProcess], processes: Fleet,
-          producer: LoadProducer, shop: str, rooms: Rooms) -> None:
-    if kind in ("container-kill", "partition"):
-        victim = rng.choice(processes.alive())
-        app = processes.app_of[victim.process.pid]
-        if kind == "container-kill":
-            processes.kill(victim)
-            processes.hold(rng.uniform(0.0, 3.0))
-            rooms.start(processes, app, [victim.server], processes.distribution[app])
-            return
-        room = rooms.of(app, victim.server)
-        assert room is not None  # partitions are drawn only where there are namespaces
-        heartbeat = processes.settings.brokers[NAMES[0]].heartbeat_ms / 1000
-        since = len(processes.seen)
-        room.cut()
-        try:
-            processes.hold(rng.uniform(2.0, 3.0) * heartbeat)
-        finally:
-            room.heal()
-        pid = victim.process.pid
-        processes.wait(lambda f: f.consumed_since(pid, since), f"process {pid} consuming again")
-        return
+          producer: LoadProducer, shop: str) -> None:
+    """``broker-kill`` or ``broker-pause`` of one of the ActiveMQ ``brokers``."""
     index = rng.randrange(len(brokers))
     broker, outage = brokers[index], rng.uniform(0.5, 6.0)
     if kind == "broker-kill":
@@ -208,32 +334,34 @@ def kill_master(rng: random.Random, pair: SharedStorePair, processes: Fleet,
 
 
 def kill_cluster_node(rng: random.Random, cluster: RabbitMQCluster, processes: Fleet,
-                      producer: LoadProducer, shop: str) -> None:
+                      producer: LoadProducer, shop: str, broker: str) -> None:
     """``node-kill``: SIGKILL a node of the cluster (the one the processes are connected to,
-    or another), wait until ``shop`` consumes the cluster's member again while it is down, then
-    restart it and wait until it is back in the cluster."""
+    or another), wait until ``shop`` consumes the cluster's member (of broker ``broker``)
+    again while it is down, then restart it and wait until it is back in the cluster."""
     node = rng.choice(cluster.nodes)
     node.kill()
     processes.hold(rng.uniform(0.0, 3.0))
-    consumed_again(processes, producer, shop, CLUSTER)
+    consumed_again(processes, producer, shop, broker)
     node.restart()  # it rejoins: its data remembers the cluster
     cluster.wait_members(len(cluster.nodes))
 
 
 def print_table(survived: Counter[str], verdicts: dict[str, Verdict], told: int,
                 raised: dict[str, str], stored: dict[str, list[str]], failures: list[str],
-                ) -> None:
+                kinds: Sequence[str]) -> int:
+    """Print the run's table and verdict; return the exit status (1: a fault not survived, a
+    message lost, a repeat unflagged or under another id, or something left behind)."""
     print()
-    print("faults survived: " + ", ".join(f"{k} {survived[k]}" for k in KINDS)
+    print("faults survived: " + ", ".join(f"{k} {survived[k]}" for k in kinds)
           + f" (total {sum(survived.values())})")
     print(f"messages told-sent: {told}; sends that raised: {len(raised)} "
           f"{dict(Counter(raised.values()))}")
     header = ("view", "told", "processed", "deliveries", "dup flagged", "dup unflagged",
-              "lost", "unconfirmed")
+              "lost", "unconfirmed", "renamed")
     rows = [header] + [
-        (key.split("_")[0] + key[key.index("/"):] if "/" in key else key.split("_")[0],
+        (re.sub(r"_[0-9a-f]{10}", "", key),  # unique()'s suffix
          str(v.told), str(v.processed), str(v.deliveries), str(v.flagged),
-         str(len(v.unflagged)), str(len(v.lost)), str(v.unconfirmed))
+         str(len(v.unflagged)), str(len(v.lost)), str(v.unconfirmed), str(len(v.renamed)))
         for key, v in sorted(verdicts.items())]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for row in rows:
@@ -242,10 +370,14 @@ def print_table(survived: Counter[str], verdicts: dict[str, Verdict], told: int,
     print(f"left behind on the brokers: {sum(len(v) for v in stored.values())} {stored or ''}")
     for failure in failures:
         print(f"NOT SURVIVED: {failure}")
+    for key, verdict in sorted(verdicts.items()):
+        if not verdict.ok:
+            print(f"{key}: {verdict}")
     lost = sum(len(v.lost) for v in verdicts.values())
     unflagged = sum(len(v.unflagged) for v in verdicts.values())
-    print(f"result: lost {lost}, unflagged {unflagged} -> "
-          + ("FAIL" if lost or unflagged or stored or failures else "ok"))
+    bad = not all(v.ok for v in verdicts.values()) or bool(stored or failures)
+    print(f"result: lost {lost}, unflagged {unflagged} -> " + ("FAIL" if bad else "ok"))
+    return 1 if bad else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -257,7 +389,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds to wait at the end for everything to be processed")
     parser.add_argument("--no-cluster", action="store_true",
                         help="leave the RabbitMQ cluster (and its node-kill faults) out")
+    parser.add_argument("--rabbitmq", choices=TOPOLOGIES,
+                        help="RabbitMQ only, a two-stage pipeline: a three-node cluster with "
+                             "quorum queues, or one node with classic queues")
     args = parser.parse_args(argv)
+    if args.rabbitmq:
+        if not rabbitmq_available():
+            print("RabbitMQ with the STOMP plugin is not installed here", file=sys.stderr)
+            return 2
+        return run_rabbitmq(args.rabbitmq, args.minutes, args.seed, args.drain)
     if not activemq_available():
         print("ActiveMQ Classic is not installed here", file=sys.stderr)
         return 2

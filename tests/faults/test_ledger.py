@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.faults.ledger import PER_APP, PER_SERVER, check, views
+from tests.faults.ledger import PER_APP, PER_SERVER, check, check_sent_on, views
 
 
 def done(message_id: str, redelivered: bool, server: str = "s1") -> dict[str, object]:
@@ -49,3 +49,27 @@ def test_a_delivery_processed_unflagged_after_a_flagged_one_is_an_unflagged_repe
     assert stale.unflagged == ["a"] and stale.flagged == 0 and not stale.ok
     in_order = check(["a"], [at(done("a", True, "s2"), 2.0), at(done("a", False), 1.0)])
     assert in_order.ok and in_order.flagged == 1
+
+
+def sent_on(message_id: str, source: str, started: float, redelivered: bool = False,
+            maybe_repeat: bool = False) -> dict[str, object]:
+    return {**done(message_id, redelivered), "source": source, "started": started,
+            "maybe_repeat": maybe_repeat}
+
+
+def test_a_second_stage_owes_what_the_first_processed_once_or_flagged_under_one_id() -> None:
+    first = [done("a", False), done("b", False), done("b", True)]
+    # b processed twice: its send made again (maybe_repeat) came before the first send, which
+    # the broker then gave again (redelivered).
+    second = [sent_on("A", "a", 1.0), sent_on("B", "b", 2.0, maybe_repeat=True),
+              sent_on("B", "b", 3.0), sent_on("B", "b", 4.0, redelivered=True)]
+    verdict = check_sent_on(first, second)
+    assert verdict.ok and verdict.told == 2 and verdict.flagged == 2, verdict
+
+
+def test_a_second_stage_repeat_unflagged_lost_or_under_another_id_fails() -> None:
+    first = [done("a", False), done("b", False), done("c", False)]
+    verdict = check_sent_on(first, [sent_on("A", "a", 1.0), sent_on("A", "a", 2.0),
+                                    sent_on("B", "b", 1.0),
+                                    sent_on("X", "b", 2.0, maybe_repeat=True)])
+    assert verdict.unflagged == ["a"] and verdict.lost == ["c"] and verdict.renamed == ["b"]

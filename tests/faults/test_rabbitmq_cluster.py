@@ -81,7 +81,7 @@ def test_the_node_a_container_is_connected_to_killed_under_load(
     for destination, verdict in verdicts.items():
         assert verdict.ok, f"{destination}: {verdict}"
     assert set(raised.values()) <= {"SendOutcomeUnknown", "ConnectionFailed"}, raised
-    assert not left_behind(cluster, [topic, queue], [*told[f"topic:{topic}"],
+    assert not left_behind(cluster.nodes, [topic, queue], [*told[f"topic:{topic}"],
                                                      *told[f"queue:{queue}"]])
     print(f"{first}; {second};", {k: str(v) for k, v in verdicts.items()}, "raised:", raised)
 
