@@ -23,7 +23,13 @@ from typing import Any
 import anyio
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, OperationalError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    DisconnectionError,
+    InvalidatePoolError,
+    OperationalError,
+)
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -31,12 +37,18 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from mdb.database_settings import DatabaseSettings
 from mdb.errors import ConfigurationError, DatabaseUnavailable
 from mdb.redaction import redact_url
 
 log = logging.getLogger("mdb.database")
+
+IDLE_PING = 0.1
+"""Seconds a connection may wait in the pool and be used again without a ping: shorter than
+any restart of a database server, longer than a pool slot's pause between two messages
+under load."""
 
 
 class Database:
@@ -48,8 +60,26 @@ class Database:
         self.settings = settings
         self.engine = _engine(settings)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+        self.single: AsyncEngine = (
+            self.engine if self.engine.dialect.name == "sqlite"
+            else self.engine.execution_options(isolation_level="AUTOCOMMIT"))
+        """The engine for a statement in a transaction of its own (the delete after a
+        dispatch): on PostgreSQL committed as it runs, without the BEGIN and COMMIT round
+        trips; SQLite's implicit transaction costs less than switching its connection to
+        autocommit and back through aiosqlite's thread."""
         self.down: DatabaseUnavailable | None = None
         """Why the last session could not reach the database; None once one did."""
+        # Not a ping each time a connection leaves the pool (three round trips on asyncpg,
+        # twice a message): only one that waited there longer than ``IDLE_PING`` is pinged,
+        # so that one the server closed meanwhile (a restart, a failover) is replaced before
+        # it is used. One the server closed while it was in use (a backend terminated) is
+        # found out by its next statement, an outage; every connection made before the last
+        # failure is then replaced as it leaves the pool, so the run made once the database
+        # answers gets a new one.
+        self._failed_at = 0.0
+        event.listen(self.engine.sync_engine, "connect", _made)
+        event.listen(self.engine.sync_engine, "checkin", _returned)
+        event.listen(self.engine.sync_engine, "checkout", self._checked_out)
         self.since = time.time()
         """``time.time()`` of the last change of ``down``."""
         # Made by the first task that waits for an outage's end, or its start.
@@ -78,6 +108,7 @@ class Database:
 
     def unavailable(self, why: DatabaseUnavailable) -> None:
         """The database was out of reach: the first time of an outage, say so."""
+        self._failed_at = time.monotonic()
         if self.down is None:
             self.since = time.time()
             log.warning("%s; its exactly-once listeners hold their deliveries and the "
@@ -113,6 +144,19 @@ class Database:
         if self._failed is None:
             self._failed = anyio.Event()
         await self._failed.wait()
+
+    def _checked_out(self, dbapi_connection: Any, record: ConnectionPoolEntry,
+                     _proxy: Any) -> None:
+        # A DisconnectionError makes the pool connect again, in place of this connection.
+        made, returned = record.info["made"], record.info.get("returned", 0.0)
+        if made < self._failed_at:
+            raise DisconnectionError("made before the database last failed")
+        if time.monotonic() - max(made, returned) > IDLE_PING:
+            try:
+                self.engine.dialect.do_ping(dbapi_connection)
+            except Exception as exc:
+                # The server went away: none of the connections made before is of use.
+                raise InvalidatePoolError(f"no answer to a ping: {exc}") from exc
 
     def deadline(self) -> AbstractContextManager[anyio.CancelScope]:
         """Around one of mdb's own statements: ``DatabaseUnavailable`` past ``timeout``."""
@@ -175,12 +219,15 @@ def _engine(settings: DatabaseSettings) -> AsyncEngine:
         url = url.set(username=settings.username)
     if settings.password is not None:
         url = url.set(password=settings.password.get_secret_value())
-    options: dict[str, Any] = {"pool_pre_ping": True}
+    options: dict[str, Any] = {}
     if url.get_backend_name() == "sqlite":
         # Writers wait for each other instead of failing at once ("database is locked").
         options["connect_args"] = {"timeout": settings.timeout}
     else:
-        options.update(pool_size=settings.pool_size, pool_timeout=settings.timeout)
+        # Last in, first out: under load the same few connections are used again at once
+        # (not pinged); the others wait, and are pinged when they are needed.
+        options.update(pool_size=settings.pool_size, pool_timeout=settings.timeout,
+                       pool_use_lifo=True)
         if url.get_driver_name() == "asyncpg":
             options["connect_args"] = {"timeout": settings.timeout,
                                        "command_timeout": settings.timeout}
@@ -193,6 +240,14 @@ def _engine(settings: DatabaseSettings) -> AsyncEngine:
     if url.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def _made(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+    record.info["made"] = time.monotonic()
+
+
+def _returned(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+    record.info["returned"] = time.monotonic()
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:

@@ -233,7 +233,7 @@ class Dispatcher:
     async def _forget(self, seq: int) -> None:
         # A connection, not a session: an ORM session costs more than the delete.
         database = self._database
-        async with translated(database), database.engine.begin() as connection:
+        async with translated(database), database.single.begin() as connection:
             with database.deadline():
                 await connection.execute(_FORGET, {"seq": seq})
 

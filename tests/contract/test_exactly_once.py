@@ -8,19 +8,23 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
-from sqlalchemy import Column, Integer, MetaData, String, Table, func, select, text
+from sqlalchemy import Column, Integer, MetaData, String, Table, event, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import ConfigurationError, Container, Context, Redelivery, listener
 from mdb.broker import ConnectionOptions, broker_for
+from mdb.context import SendFunction
 from mdb.database_settings import DatabaseSettings
 from mdb.destinations import Destination
+from mdb.exactly_once import database as database_module
 from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database
 from mdb.exactly_once.outbox import Dispatcher, Writer
+from mdb.exactly_once.store import Store
 from mdb.message import ID, OutgoingMessage
 from mdb.producer import Producer
 from mdb.settings import Settings
@@ -208,6 +212,52 @@ async def test_two_copies_processed_at_once_run_the_handler_once(
     assert (stats.processed, stats.already_processed, stats.rolled_back) == (1, 1, 0)
     assert await count(database, orders) == 1
     assert await count(database, tables.inbox) == 1
+
+
+@pytest.mark.postgresql
+async def test_a_run_costs_one_transaction_and_one_statement_after_the_dispatch(
+    postgres_database: Database, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What reaches PostgreSQL for one delivery: the run's transaction (the claim, the
+    handler's write, the outbox row) and the delete of the dispatched row, committed as it
+    runs. No ping of a connection in steady use, no transaction around the delete: each
+    would be round trips of their own (docs/performance.md, "Exactly-once listeners")."""
+    monkeypatch.setattr(database_module, "IDLE_PING", 3600.0)  # however loaded the machine
+    database = Database("main", postgres_database.settings)  # its pool: connections made here
+    queries: list[str] = []  # simple queries: BEGIN, COMMIT, a ping
+    statements: list[str] = []
+
+    def connected(dbapi_connection: Any, _record: object) -> None:
+        dbapi_connection.driver_connection.add_query_logger(
+            lambda query: queries.append(query.query.split(" ")[0].rstrip(";") or "(ping)"))
+
+    def executing(_connection: object, _cursor: object, statement: str,
+                  *_rest: object) -> None:
+        statements.append(" ".join(statement.split(" ")[:3]))
+
+    event.listen(database.engine.sync_engine, "connect", connected)
+    event.listen(database.engine.sync_engine, "before_cursor_execute", executing)
+    async with Producer(settings_for(f"memory://{unique('m')}")) as producer:
+        guard = Store(database, producer, "this-process").guard(
+            listener="l", subscription="s", broker="default",
+            error_destination=Destination.parse("queue:eo.DLQ"))
+
+        async def handler(session: AsyncSession, send: SendFunction, body: str) -> None:
+            await session.execute(orders.insert().values(id=body, quantity=1))
+            await send(Destination.parse("queue:eo.out"), OutgoingMessage(body.encode(), {
+                ID: body}), None)
+
+        # The first dispatch sweeps what an earlier process may have left.
+        assert await guard.run("m-1", lambda session, send: handler(session, send, "o-1"))
+        await anyio.lowlevel.checkpoint()  # asyncpg tells its query loggers soon, not at once
+        queries.clear()
+        statements.clear()
+        assert await guard.run("m-2", lambda session, send: handler(session, send, "o-2"))
+        await anyio.lowlevel.checkpoint()
+    await database.close()
+    assert queries == ["BEGIN", "COMMIT"]
+    assert statements == ["INSERT INTO mdb_inbox", "INSERT INTO orders",
+                          "INSERT INTO mdb_outbox", "DELETE FROM mdb_outbox"]
 
 
 @pytest.mark.postgresql
