@@ -17,6 +17,7 @@ class Kind(enum.StrEnum):
 # Letters, digits and . _ - only: every broker accepts these in a destination name, and they
 # survive being embedded in subscription names and STOMP paths.
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+_KINDS = {kind.value: kind for kind in Kind}
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +30,9 @@ class Destination:
         """Parse ``queue:NAME`` / ``topic:NAME``; raise ConfigurationError saying what is valid."""
         if isinstance(text, Destination):
             return text
-        kind, sep, name = str(text).partition(":")
-        if not sep or kind not in {k.value for k in Kind}:
+        prefix, sep, name = str(text).partition(":")
+        kind = _KINDS.get(prefix)
+        if not sep or kind is None:
             raise ConfigurationError(
                 f"destination {text!r} must be written 'queue:NAME' or 'topic:NAME'"
             )
@@ -38,7 +40,7 @@ class Destination:
             raise ConfigurationError(
                 f"destination {text!r}: the name may contain only letters, digits, '.', '_' and '-'"
             )
-        return cls(Kind(kind), name)
+        return cls(kind, name)
 
     def __str__(self) -> str:
         return f"{self.kind.value}:{self.name}"

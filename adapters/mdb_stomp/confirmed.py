@@ -32,10 +32,10 @@ from mdb.broker import Delivery
 from mdb.errors import AcksUnconfirmed, BrokerError, ConnectionLost, TransactionRolledBack
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp.dialect import Dialect
-from mdb_stomp.frames import log_outlived, send_frame
+from mdb_stomp.frames import Command, log_outlived, send_frame
 from mdb_stomp.receipts import ReceiptErrors
 from mdb_stomp.transaction import StompTransaction
-from mdb_stomp.wire import Frame, Wire
+from mdb_stomp.wire import Wire
 
 
 class ConfirmedTransaction(StompTransaction):
@@ -44,7 +44,7 @@ class ConfirmedTransaction(StompTransaction):
 
     def __init__(self, wire: Wire, dialect: Dialect, transaction_id: str) -> None:
         super().__init__(wire, dialect, transaction_id)
-        self._sends: list[tuple[ReplyTo, str, bytes, dict[str, str]]] = []
+        self._sends: list[tuple[ReplyTo, bytes, dict[str, str]]] = []
         self._acks: list[str] = []
 
     async def ack(self, delivery: Delivery) -> None:
@@ -71,7 +71,8 @@ class ConfirmedTransaction(StompTransaction):
             log_outlived(message, destination)
             return
         path, headers = frame
-        self._sends.append((destination, path, message.body, headers))
+        headers["destination"] = path
+        self._sends.append((destination, message.body, headers))
 
     async def commit(self) -> None:
         """Write the held SENDs with receipts and wait for them all, then the ACKs with
@@ -91,11 +92,10 @@ class ConfirmedTransaction(StompTransaction):
         sent = settled = False
         try:
             await self._confirmed(
-                [("send", (path, body), headers, f"send to {target}")
-                 for target, path, body, headers in sends])
+                [("SEND", headers, body, f"send to {target}") for target, body, headers in sends])
             sent = True
             await self._confirmed(
-                [("ack", (ack_id,), {}, f"ack of {ack_id}") for ack_id in acks])
+                [("ACK", {"id": ack_id}, b"", f"ack of {ack_id}") for ack_id in acks])
             settled = True
         except BrokerError as error:
             if sent:
@@ -108,16 +108,15 @@ class ConfirmedTransaction(StompTransaction):
         finally:
             self._end_claims(settled=settled)
 
-    async def _confirmed(self, frames: list[tuple[Frame, tuple[object, ...], dict[str, str],
-                                                   str]]) -> None:
+    async def _confirmed(self, frames: list[tuple[Command, dict[str, str], bytes, str]]) -> None:
         """Write every frame with a receipt before waiting for any, then wait for them all;
         the first failure, once all are answered or failed."""
         failures: list[BrokerError] = []
 
-        async def confirm(frame: Frame, args: tuple[object, ...], headers: dict[str, str],
+        async def confirm(command: Command, headers: dict[str, str], body: bytes,
                           subject: str) -> None:
             try:
-                await self._wire.request(frame, *args, headers=headers, errors=ReceiptErrors(
+                await self._wire.request(command, headers, body, errors=ReceiptErrors(
                     subject, refused=BrokerError, unconfirmed=BrokerError, lost=BrokerError))
             except BrokerError as error:
                 failures.append(error)

@@ -69,10 +69,9 @@ class StompConnection(Connection):
             unconfirmed=SubscriptionFailed,
             consequence="the outcome is unknown",
         )
-        await wire.request(
-            "subscribe", spec.path, sub_id, ack=spec.ack_mode, headers=spec.headers, errors=errors
-        )
-        await wire.request("unsubscribe", id=sub_id, headers=deleting, errors=errors)
+        await wire.request("SUBSCRIBE", {**spec.headers, "destination": spec.path, "id": sub_id,
+                                         "ack": spec.ack_mode}, errors=errors)
+        await wire.request("UNSUBSCRIBE", {**deleting, "id": sub_id}, errors=errors)
 
     async def temporary_queue(self) -> StompTemporaryQueue:
         """A ``/temp-queue/`` of this connection (``mdb_stomp.temporary``)."""
@@ -87,7 +86,7 @@ class StompConnection(Connection):
             return ConfirmedTransaction(self._wire, self._dialect, uuid.uuid4().hex)
         transaction = StompTransaction(self._wire, self._dialect, uuid.uuid4().hex)
         # Held: its first SEND or ACK, or its COMMIT or ABORT, takes it along.
-        self._wire.write("begin", transaction=transaction.id, held=True)
+        self._wire.write("BEGIN", {"transaction": transaction.id}, held=True)
         return transaction
 
     async def ack(self, delivery: Delivery) -> None:
@@ -101,7 +100,7 @@ class StompConnection(Connection):
         """
         token = ack_token(delivery, self._wire)
         token.subscription.unsettled.settle_alone(token.ack_id)
-        self._wire.write("ack", id=token.ack_id)
+        self._wire.write("ACK", {"id": token.ack_id})
 
     async def dead_letter(self, delivery: Delivery) -> None:
         """NACK with a receipt: the broker moves the message to its dead-letter queue (see
@@ -113,7 +112,7 @@ class StompConnection(Connection):
                               f"{delivery.broker_message_id} if it is NACKed: not dead-lettered")
         token = ack_token(delivery, self._wire)
         token.subscription.unsettled.settle_alone(token.ack_id)
-        await self._wire.request("nack", token.ack_id, headers={}, errors=ReceiptErrors(
+        await self._wire.request("NACK", {"id": token.ack_id}, errors=ReceiptErrors(
             f"the NACK of {delivery.broker_message_id}", refused=BrokerError,
             unconfirmed=BrokerError, consequence="it is on the dead-letter queue or comes back"))
 
@@ -127,11 +126,11 @@ class StompConnection(Connection):
             log_outlived(message, destination)
             return
         path, headers = frame
+        headers["destination"] = path
         await self._wire.request(
-            "send",
-            path,
+            "SEND",
+            headers,
             message.body,
-            headers=headers,
             errors=ReceiptErrors(
                 str(destination),
                 refused=BrokerError,

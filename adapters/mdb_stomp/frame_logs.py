@@ -1,7 +1,9 @@
 """stomp.py's DEBUG lines without message bodies.
 
 At DEBUG, stomp.py logs every frame it receives (``received frame: cmd, headers=..., body=...``)
-and sends (``sending frame: [...]``, the frame's pieces with the body last). mdb promises that
+and sends (``sending frame: [...]``, the frame's pieces with the body last); the frames mdb
+encodes and writes itself (``frames.encode``) are logged in the same words on the same logger
+(``log_sent``). mdb promises that
 bodies reach logs only with ``MDB_TRACE_BODIES=true`` (docs/security.md), so ``HiddenBodies``,
 which the package puts on stomp.py's logger (``mdb.logs.quiet_library``), rewrites those lines
 to show the body's size instead. The command and headers stay: they are what a DEBUG log is
@@ -16,6 +18,7 @@ import logging
 from mdb.tracing import record_bodies
 
 STOMP_LOGGER = "stomp.py"
+STOMP_LOG = logging.getLogger(STOMP_LOGGER)
 _RECEIVED = "received frame: %r, headers=%r, body=%r"
 _SENT = "sending frame: %s"
 _FRAME_END = b"\x00"
@@ -34,6 +37,16 @@ class HiddenBodies(logging.Filter):
         elif record.msg == _SENT and len(args) == 1:
             record.args = (sent_frame_without_body(str(args[0])),)
         return True
+
+
+def log_sent(frame: bytes) -> None:
+    """stomp.py's DEBUG line for ``frame`` (encoded, as it is written), as stomp.py would have
+    logged it: the repr of its pieces, one per header line."""
+    head, _, rest = frame.partition(b"\n\n")
+    command, *lines = head.split(b"\n")
+    body = [rest[:-1]] if len(rest) > 1 else []
+    pieces = [command, b"\n", *(line + b"\n" for line in lines), b"\n", *body, _FRAME_END]
+    STOMP_LOG.debug(_SENT, pieces)
 
 
 def sent_frame_without_body(pieces: str) -> str:

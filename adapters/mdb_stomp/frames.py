@@ -1,11 +1,13 @@
 """What goes into and comes out of STOMP frames, as pure functions of their inputs (and the log
-line of a copy not sent because it expires first)."""
+line of a copy not sent because it expires first), and the bytes of a frame mdb writes
+(``encode``)."""
 
 from __future__ import annotations
 
 import logging
 import math
 from collections.abc import Mapping
+from typing import Literal
 
 from mdb import message as m
 from mdb.destinations import Destination, Kind
@@ -100,13 +102,31 @@ def reply_fields(headers: Mapping[str, str]) -> tuple[ReplyAddress | None, str |
     return (ReplyAddress(reply_to) if reply_to else None), headers.get(CORRELATION_ID)
 
 
+#: STOMP 1.2's escapes in header names and values, as stomp.py writes them: its chain of
+#: ``replace`` with the backslash first, which none of the later ones touches again.
+ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", ":": "\\c"})
+
+#: The frames mdb writes itself (CONNECT, DISCONNECT and heart-beats are stomp.py's).
+Command = Literal["SUBSCRIBE", "UNSUBSCRIBE", "SEND", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT"]
+
+
 def escape_name(name: str) -> str:
     """A header name escaped as STOMP 1.2 requires (stomp.py escapes header values only)."""
-    if any(c in name for c in "\\\n\r:"):
-        return (
-            name.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace(":", "\\c")
-        )
-    return name
+    return name.translate(ESCAPES)
+
+
+def encode(command: Command, headers: Mapping[str, str], body: bytes = b"") -> bytes:
+    """The frame as stomp.py's ``Protocol12`` puts it on the wire, byte for byte: the
+    command, the headers sorted by name with their values escaped (names as given: see
+    ``escape_name``), ``content-length`` on a SEND with a body, the body and a NUL. Made here
+    rather than by stomp.py's ``send_frame`` and ``transmit``, which copy the headers, take a
+    lock, tell every listener and encode each line apart: about 15 Python and 35 C calls per
+    frame, four frames per transacted send (docs/performance.md, "Profile")."""
+    if body and command == "SEND":
+        headers = {**headers, "content-length": str(len(body))}
+    lines = "".join([f"{name}:{value.translate(ESCAPES)}\n"
+                     for name, value in sorted(headers.items())])
+    return f"{command}\n{lines}\n".encode("utf-8", "replace") + body + b"\0"
 
 
 def text(body: bytes | str | None) -> str:

@@ -243,9 +243,11 @@ class FrameReader:
 
     A MESSAGE frame goes straight to ``Events.on_message``, or to ``Events.on_damaged`` when it
     is damaged or lacks the ``subscription`` header that routes it (whether one without an
-    ``ack`` header is damaged depends on its subscription: ``Wire.on_message``). Every other
-    frame goes to stomp.py's ``process_frame``, which tells stomp.py's listeners (its
-    heart-beats, ``mdb_stomp.listener.Listener``)."""
+    ``ack`` header is damaged depends on its subscription: ``Wire.on_message``). So does a
+    RECEIPT frame to ``Events.on_receipt`` when it answers one of mdb's requests (two per
+    transacted send: stomp.py's dispatch of a frame costs some 25 calls). Every other frame
+    goes to stomp.py's ``process_frame``, which tells stomp.py's listeners (its heart-beats,
+    its DISCONNECT's receipt, ``mdb_stomp.listener.Listener``)."""
 
     def __init__(self, process_frame: Callable[[Any, bytes], None], events: Events,
                  heartbeats: Heartbeats, heard_by: Callable[[], None],
@@ -277,6 +279,8 @@ class FrameReader:
                     events.on_message(headers, body)
                 else:
                     events.on_damaged(headers, body, NO_SUBSCRIPTION)
+            elif command == "RECEIPT" and events.on_receipt(headers.get("receipt-id")):
+                continue
             elif frame is HEARTBEAT:
                 self._process_frame(stomp.utils.HEARTBEAT_FRAME, raw)
             else:

@@ -20,7 +20,7 @@ class Events(Protocol):
 
     def on_damaged(self, headers: dict[str, str], body: bytes, why: str) -> None: ...
 
-    def on_receipt(self, receipt: str | None) -> None: ...
+    def on_receipt(self, receipt: str | None) -> bool: ...
 
     def on_error(self, headers: Mapping[str, str], body: bytes | str | None) -> None: ...
 
@@ -40,7 +40,7 @@ class Listener(stomp.ConnectionListener):  # type: ignore[misc]
         self._loop_thread = threading.get_ident()
         self._events = events
 
-    def _post(self, callback: Callable[..., None], *args: Any) -> None:
+    def _post(self, callback: Callable[..., object], *args: Any) -> None:
         """Run ``callback`` now if on the loop's thread, else soon on the loop."""
         if threading.get_ident() == self._loop_thread:
             callback(*args)

@@ -5,23 +5,23 @@ stomp.py reads on a receiver thread of its own; every frame then had to cross to
 ACK written from the loop contended for the GIL with the next read. Measured on ActiveMQ, one
 message at a time, a hand-written consumer: 91-102 µs of CPU per message acking on the receiver
 thread, 132-147 µs when each message crossed to a loop, 82-85 µs reading on the loop
-(docs/performance.md). So stomp.py connects and writes, but its receiver thread is never
-started (``Transport.override_threading``): the loop watches the socket (``add_reader``) and
-hands what it reads to a ``FrameReader`` (``mdb_stomp.inbound``), which cuts and parses the
-frames and hands MESSAGE frames to the subscriptions, the others to stomp.py's
-``process_frame``.
+(docs/performance.md). So stomp.py connects, but its receiver thread is never started
+(``Transport.override_threading``): the loop watches the socket (``add_reader``) and hands what
+it reads to a ``FrameReader`` (``mdb_stomp.inbound``), which cuts and parses the frames and
+hands MESSAGE frames to the subscriptions, the others to stomp.py's ``process_frame``.
 
-Only the loop reads, writes and closes the socket. Frames written on other threads (the
-CONNECT frame on the connecting thread, stomp.py's heart-beats on its own) go through
-``Transport.send``, which hands them to the loop (a TLS connection may not be read and written
-by two threads at once). ``Transport.disconnect_socket`` called on another thread (a heart-beat
-timeout) only shuts the socket down, which ends any read or write blocked
-on it, and asks the loop to close it: the loop stops watching a socket before it is closed, or
-its number, free again, could be another connection's while the loop still watched it.
+Only the loop reads, writes and closes the socket. mdb's own frames are written with ``write``
+(on the loop). Frames stomp.py writes (CONNECT on the connecting thread, heart-beats on its
+own thread, DISCONNECT on the loop) go through ``Transport.send``, which hands them to the
+loop (a TLS connection may not be read and written by two threads at once).
+``Transport.disconnect_socket`` called on another thread (a heart-beat timeout) only shuts the
+socket down, which ends any read or write blocked on it, and asks the loop to close it: the
+loop stops watching a socket before it is closed, or its number, free again, could be another
+connection's while the loop still watched it.
 
 Held frames. A frame that surely has another written right behind it (a BEGIN, its first SEND;
-a transacted ACK, its COMMIT or ABORT) is kept back while ``hold`` is set and written with the
-next frame: half the system calls and TCP segments of a settlement, in the same order.
+a transacted ACK, its COMMIT or ABORT) is written ``held``: kept back and written with the next
+frame, half the system calls and TCP segments of a settlement, in the same order.
 
 Sockets. Plain sockets stay blocking: a read the loop was told is ready never blocks, and a
 write to a broker that stopped reading blocks the loop until the heart-beat thread shuts the
@@ -76,10 +76,7 @@ class LoopReading:
         self._transport = transport
         self._reader = reader
         self._watched: int | None = None  # the socket's number while the loop watches it
-        #: Set by the writer around a frame that another follows at once: the frame is kept
-        #: back and written with the next one, in one system call and one TCP segment.
-        self.hold = False
-        self._held: list[bytes] = []
+        self._held: list[bytes] = []  # frames written held, for the next write to take along
         self._disconnect = transport.disconnect_socket
         transport.override_threading(self._connected)
         transport.disconnect_socket = self._disconnect_socket
@@ -128,22 +125,28 @@ class LoopReading:
             if not isinstance(sock, ssl.SSLSocket) or not sock.pending():
                 return
 
+    def write(self, frame: bytes, held: bool = False) -> None:
+        """Write ``frame`` (encoded) now, with the frames held before it; ``held``: keep it
+        back for the next write instead (module docstring, "Held frames"). Loop thread only;
+        ``NotConnectedException`` once the socket is closed, or what the write raised."""
+        sock = self._transport.socket
+        if sock is None:
+            raise stomp.exception.NotConnectedException()
+        if held:
+            self._held.append(frame)
+            return
+        if self._held:
+            frame = b"".join((*self._held, frame))
+            self._held.clear()
+        sock.sendall(frame)
+
     def _send_on_loop(self, encoded_frame: bytes) -> None:
         """``Transport.send``: written now on the loop; posted to it from another thread (the
         CONNECT frame from the connecting thread, whose failure the CONNECTED deadline
         notices; a heart-beat, whose failure the reads notice). stomp.py's own guards each
         write with a semaphore, which only one writer needs not."""
         if threading.get_ident() == self._loop_thread:
-            sock = self._transport.socket
-            if sock is None:
-                raise stomp.exception.NotConnectedException()
-            if self.hold:
-                self._held.append(encoded_frame)
-                return
-            if self._held:
-                encoded_frame = b"".join((*self._held, encoded_frame))
-                self._held.clear()
-            sock.sendall(encoded_frame)
+            self.write(encoded_frame)
             return
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads any more
             self._loop.call_soon_threadsafe(self._send_quietly, encoded_frame)

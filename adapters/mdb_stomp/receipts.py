@@ -12,18 +12,18 @@ once, in a ``ReceiptErrors``, which ``mdb.errors`` exception each outcome become
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from mdb.errors import BrokerError, ConnectionLost
 
 Why = Literal["refused", "lost", "timeout"]
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
     """A frame that asked for a receipt: its name (``COMMIT``), the broker's address and how
-    long the answer is waited for, as messages about it say."""
+    long the answer is waited for, as messages about it say. (Named tuples, this and
+    ``ReceiptErrors``: one or two of each per SEND and COMMIT, and a frozen dataclass costs a
+    call per field to make.)"""
 
     frame: str
     address: str
@@ -41,8 +41,7 @@ class Unanswered(Exception):
         self.detail = detail
 
 
-@dataclass(frozen=True, slots=True)
-class ReceiptErrors:
+class ReceiptErrors(NamedTuple):
     """How one kind of request reports an unconfirmed outcome, as ``mdb.errors``.
 
     ``subject`` (what the request was about) begins every message; ``refused``, ``unconfirmed``
@@ -96,11 +95,14 @@ class Receipts:
             timer.cancel()
             self._awaited.pop(receipt, None)
 
-    def answer(self, receipt: str | None) -> None:
-        """A RECEIPT frame named ``receipt``."""
+    def answer(self, receipt: str | None) -> bool:
+        """A RECEIPT frame named ``receipt``; False when nobody awaits that receipt."""
         awaited = self._awaited.get(receipt or "")
-        if awaited is not None and not awaited[1].done():
+        if awaited is None:
+            return False
+        if not awaited[1].done():
             awaited[1].set_result(None)
+        return True
 
     def refuse(self, receipt: str, message: str) -> bool:
         """An ERROR frame named ``receipt``; False when nobody awaits that receipt."""

@@ -69,15 +69,16 @@ async def probe(wire: Wire) -> str | None:
     wire.attach(sub_id, arrival)
     try:
         await wire.request(
-            "subscribe", PROBE_TOPIC, sub_id, ack="auto",
-            headers={"selector": f"{PROBE_HEADER} = '{probe_id}'"},
+            "SUBSCRIBE", {"destination": PROBE_TOPIC, "id": sub_id, "ack": "auto",
+                          "selector": f"{PROBE_HEADER} = '{probe_id}'"},
             errors=ReceiptErrors(f"the scheduler probe's subscription to {PROBE_TOPIC}",
                                  refused=SubscriptionFailed, unconfirmed=SubscriptionFailed))
         for held in (True, False):
-            headers = {PROBE_HEADER: probe_id, HELD_HEADER: str(held).lower()}
+            headers = {"destination": PROBE_TOPIC, PROBE_HEADER: probe_id,
+                       HELD_HEADER: str(held).lower()}
             if held:
                 headers[SCHEDULED_DELAY] = str(PROBE_DELAY_MS)
-            wire.write("send", PROBE_TOPIC, b"", headers=headers)
+            wire.write("SEND", headers)
         with anyio.fail_after(wire.options.receipt_timeout):
             held_first = await arrival.held_first
     except BrokerError as exc:

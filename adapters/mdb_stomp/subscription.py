@@ -102,9 +102,8 @@ class StompSubscription(Subscription):
         # Attached before the SUBSCRIBE: MESSAGE frames may overtake the receipt.
         wire.attach(sub_id, subscription)
         try:
-            await wire.confirm(
-                "subscribe", spec.path, sub_id, ack=spec.ack_mode, headers=spec.headers
-            )
+            await wire.confirm("SUBSCRIBE", {**spec.headers, "destination": spec.path,
+                                             "id": sub_id, "ack": spec.ack_mode})
         except Unanswered as unanswered:
             # A refused SUBSCRIBE made nothing to unsubscribe from.
             subscription._abandon(unsubscribe=unanswered.why != "refused")
@@ -173,9 +172,8 @@ class StompSubscription(Subscription):
             if not wire.is_open:
                 return
             await wire.confirm(
-                "unsubscribe",
-                id=self._id,
-                headers={},
+                "UNSUBSCRIBE",
+                {"id": self._id},
                 timeout=min(wire.options.receipt_timeout, CLOSE_GRACE),
             )
             confirmed = True

@@ -53,7 +53,8 @@ class StompTemporaryQueue(TemporaryQueue):
         wire.attach(queue._sub_id, queue)
         if subscribed:
             try:
-                await wire.confirm("subscribe", path, queue._sub_id, ack="auto", headers={})
+                await wire.confirm("SUBSCRIBE", {"destination": path, "id": queue._sub_id,
+                                                 "ack": "auto"})
             except Unanswered as unanswered:
                 wire.detach(queue._sub_id)
                 errors = ReceiptErrors(path, refused=SubscriptionFailed,

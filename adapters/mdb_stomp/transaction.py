@@ -53,7 +53,7 @@ class StompTransaction(Transaction):
             if unsettled.cumulative:
                 self._last_acks[unsettled] = token.ack_id
             else:  # held: the commit or abort ends the transaction with a frame
-                self._wire.write("ack", id=token.ack_id, transaction=self.id, held=True)
+                self._wire.write("ACK", {"id": token.ack_id, "transaction": self.id}, held=True)
         except ConnectionLost as error:
             self._doomed = self._doomed or str(error)
             raise
@@ -88,11 +88,12 @@ class StompTransaction(Transaction):
             log_outlived(message, destination)
             return
         path, headers = frame
+        headers["destination"] = path
         headers["transaction"] = self.id
         try:
             self._check_usable()
             await self._wire.request(
-                "send", path, message.body, headers=headers,
+                "SEND", headers, message.body,
                 errors=ReceiptErrors(
                     f"transacted send to {destination}",
                     refused=TransactionRolledBack,
@@ -119,11 +120,10 @@ class StompTransaction(Transaction):
         committed = False
         try:
             for ack_id in self._last_acks.values():
-                wire.write("ack", id=ack_id, transaction=self.id, held=True)
+                wire.write("ACK", {"id": ack_id, "transaction": self.id}, held=True)
             await wire.request(
-                "commit",
-                transaction=self.id,
-                headers={},
+                "COMMIT",
+                {"transaction": self.id},
                 errors=ReceiptErrors(
                     f"transaction {self.id}",
                     refused=TransactionRolledBack,
@@ -162,4 +162,4 @@ class StompTransaction(Transaction):
     def _abort_quietly(self) -> None:
         if self._wire.is_open:
             with contextlib.suppress(ConnectionLost):
-                self._wire.write("abort", self.id)
+                self._wire.write("ABORT", {"transaction": self.id})

@@ -6,6 +6,10 @@ socket (``mdb_stomp.reading``: stomp.py's receiver thread is never started), and
 on it. stomp.py sends heart-beats from a thread of its own, handed to the loop. Writes (SEND,
 ACK, BEGIN, COMMIT, ...) are made directly from the loop: they are short socket writes, and one
 blocked by a hung broker is released by the heart-beat timeout, which shuts the socket down.
+mdb encodes them itself (``frames.encode``, the bytes stomp.py would write); stomp.py writes only
+CONNECT, DISCONNECT and heart-beats. Its heart-beat thread is no longer told of mdb's frames, so
+it writes a heart-beat every interval whatever else was written (one line feed per 4 s by
+default); a broker takes one between any two frames.
 
 Outcomes. Frames that carry a receipt are written with ``request`` (see ``mdb_stomp.receipts``).
 Everything else (ACK, BEGIN, ABORT, transacted SEND) is fire-and-forget: a failure there shows
@@ -27,9 +31,8 @@ import contextlib
 import itertools
 import logging
 import socket as _socket
-import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -38,7 +41,8 @@ import stomp
 from mdb.broker import ConnectionOptions
 from mdb.errors import ConnectionLost
 from mdb_stomp import connect_failure, tls
-from mdb_stomp.frames import text
+from mdb_stomp.frame_logs import STOMP_LOG, log_sent
+from mdb_stomp.frames import Command, encode, text
 from mdb_stomp.heartbeats import RECEIVE_SCALE, Heartbeats
 from mdb_stomp.inbound import FrameReader
 from mdb_stomp.listener import Listener
@@ -49,10 +53,6 @@ log = logging.getLogger("mdb_stomp")
 
 # close() waits at most this long (and at most receipt_timeout) for the DISCONNECT receipt.
 CLOSE_GRACE = 2.0
-
-# The frames written through stomp.py's methods of the same names.
-Frame = Literal["subscribe", "unsubscribe", "send", "ack", "nack", "begin", "commit", "abort"]
-
 
 class Subscriber(Protocol):
     """What the wire needs from a subscription: where its MESSAGE frames go, and being told
@@ -116,6 +116,7 @@ class Wire:
         self._receipts = Receipts(loop)
         self._subscribers: dict[str, Subscriber] = {}
         self._ids = itertools.count(1)
+        self._receipt_ids = map(str, itertools.count(1))  # unique on this connection
         self._lost_reason: str | None = None
         self._stray_errors = 0  # ERROR frames that named no receipt, and the last one's text
         self._last_stray_error = ""
@@ -156,80 +157,60 @@ class Wire:
 
     # -- writing --------------------------------------------------------------------------------
 
-    def write(self, frame: Frame, *args: Any, held: bool = False, **kwargs: Any) -> None:
-        """Write a frame with stomp.py's method ``frame`` (``send``, ``ack``, ``begin``, ...);
+    def write(self, command: Command, headers: Mapping[str, str], body: bytes = b"",
+              held: bool = False) -> None:
+        """Write a frame (``frames.encode``: ``headers`` are all of its headers);
         ``ConnectionLost`` if the connection is down before or during the write. ``held``: the
         caller surely writes another frame right behind this one, which takes this one along
         (``mdb_stomp.reading``, "Held frames")."""
         self.check_alive()
-        self._reading.hold = held
+        frame = encode(command, headers, body)
+        if STOMP_LOG.isEnabledFor(logging.DEBUG):
+            log_sent(frame)
         try:
-            getattr(self._stomp, frame)(*args, **kwargs)
+            self._reading.write(frame, held)
         except Exception as error:
             reason = f"a write failed ({type(error).__name__}: {error})"
             self.lose(reason)
             self._shutdown_transport()
             raise ConnectionLost(f"{self.address}: {reason}") from error
-        finally:
-            self._reading.hold = False
 
-    async def request(
-        self,
-        frame: Frame,
-        *args: Any,
-        headers: Mapping[str, str],
-        errors: ReceiptErrors,
-        timeout: float | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """Write a frame as ``write`` does, with ``headers`` and a fresh receipt, and return once
-        the broker answered it. ``ConnectionLost`` when the write failed; when the answer is a
-        refusal, the connection is lost first or no answer comes within ``timeout`` (by default
-        the receipt timeout), what ``errors`` says."""
+    async def request(self, command: Command, headers: Mapping[str, str], body: bytes = b"", *,
+                      errors: ReceiptErrors, timeout: float | None = None) -> None:
+        """Write a frame as ``write`` does, with a fresh receipt, and return once the broker
+        answered it. ``ConnectionLost`` when the write failed; when the answer is a refusal,
+        the connection is lost first or no answer comes within ``timeout`` (by default the
+        receipt timeout), what ``errors`` says."""
         try:
-            await self.confirm(frame, *args, headers=headers, timeout=timeout, **kwargs)
+            await self.confirm(command, headers, body, timeout=timeout)
         except Unanswered as unanswered:
             raise errors.error(unanswered) from None
 
-    async def confirm(
-        self,
-        frame: Frame,
-        *args: Any,
-        headers: Mapping[str, str],
-        timeout: float | None = None,
-        **kwargs: Any,
-    ) -> None:
+    async def confirm(self, command: Command, headers: Mapping[str, str], body: bytes = b"",
+                      *, timeout: float | None = None) -> None:
         """``request`` for a caller that needs to know how it went unanswered: it raises
         ``Unanswered`` instead of an ``mdb.errors`` exception.
 
         Registering after the write cannot miss the answer: answers are handled on this loop,
         which does not run them before this coroutine first suspends.
         """
-        receipt = uuid.uuid4().hex
-        if frame in ("ack", "nack"):  # stomp.py's take their headers as keywords
-            keywords: dict[str, Any] = {**headers, "receipt": receipt}
-            self.write(frame, *args, **keywords, **kwargs)
-        else:
-            self.write(frame, *args, headers=dict(headers, receipt=receipt), **kwargs)
-        if timeout is None:
-            timeout = self.options.receipt_timeout
-        request = Request(frame.upper(), self.address, timeout)
+        receipt = next(self._receipt_ids)
+        self.write(command, {**headers, "receipt": receipt}, body)
+        request = Request(command, self.address,
+                          self.options.receipt_timeout if timeout is None else timeout)
         if self._lost_reason is not None:
             raise Unanswered("lost", request, self._lost_reason)
         strays = self._stray_errors
         await self._receipts.wait(receipt, request)
-        if frame == "subscribe" and self._stray_errors > strays:
+        if command == "SUBSCRIBE" and self._stray_errors > strays:
             # RabbitMQ refuses a SUBSCRIBE the user may not make (access_refused) with an ERROR
             # frame naming no receipt, then answers the receipt and closes the connection.
             raise Unanswered("refused", request, self._last_stray_error)
 
     def unsubscribe_quietly(self, sub_id: str) -> None:
         """UNSUBSCRIBE without a receipt if still connected; never raises."""
-        if self._lost_reason is None:
-            try:
-                self._stomp.unsubscribe(id=sub_id)
-            except Exception:
-                log.debug("UNSUBSCRIBE %s failed", sub_id, exc_info=True)
+        with contextlib.suppress(ConnectionLost):  # lost: nothing left to unsubscribe from
+            self.write("UNSUBSCRIBE", {"id": sub_id})
 
     # -- opening and closing ----------------------------------------------------------------
 
@@ -350,7 +331,7 @@ class Wire:
                       "dead-letter queue): message-id %s", self.address, why,
                       clean.get("message-id"))
             with contextlib.suppress(ConnectionLost):  # lost: the broker redelivers it
-                self.write("nack", id=ack_id)
+                self.write("NACK", {"id": ack_id})
             return
         log.error("broker %s: %s, with no ack header; closing the connection so that the "
                   "broker redelivers it", self.address, why)
@@ -367,9 +348,10 @@ class Wire:
         self.lose(reason)
         self._shutdown_transport()
 
-    def on_receipt(self, receipt: str | None) -> None:
-        """A RECEIPT frame."""
-        self._receipts.answer(receipt)
+    def on_receipt(self, receipt: str | None) -> bool:
+        """A RECEIPT frame; False when it answers none of mdb's requests (stomp.py's
+        DISCONNECT, or one no longer awaited)."""
+        return self._receipts.answer(receipt)
 
     def on_error(self, headers: Mapping[str, str], body: bytes | str | None) -> None:
         """An ERROR frame: it refuses the receipt it names, else ends the subscription it names,

@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
+import stomp
 
 from mdb.broker import Delivery
 from mdb.destinations import Destination
@@ -30,7 +31,7 @@ from mdb.errors import (
 )
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 from mdb_stomp import ActiveMQDialect, Dialect, RabbitMQDialect
-from mdb_stomp.frames import escape_name, send_frame, send_headers, text
+from mdb_stomp.frames import encode, escape_name, send_frame, send_headers, text
 from mdb_stomp.heartbeats import Heartbeats, Silence
 from mdb_stomp.inbound import NO_SUBSCRIPTION, NUL_IN_HEADER, FrameReader
 from mdb_stomp.inbox import Inbox
@@ -249,6 +250,56 @@ def test_only_a_persistent_activemq_message_is_dead_lettered() -> None:
     assert not RabbitMQDialect().dead_letters(JAVA_BYTES)
 
 
+class Written:
+    """stomp.py's transport as far as its frames go: what it would put on the wire."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.listeners: dict[str, object] = {}
+
+    def set_listener(self, name: str, listener: object) -> None:
+        self.listeners[name] = listener
+
+    def transmit(self, frame: Any) -> None:
+        self.frames.append(b"".join(stomp.utils.convert_frame(frame)))
+
+
+ODD = "a\\b\nc\rd:e é \x01"  # every character STOMP 1.2 escapes, and some it does not
+
+
+@pytest.mark.parametrize(("frame", "as_stomp_py"), [
+    (("SEND", {"destination": "/queue/q", "persistent": "true", "mdb_id": "m-1",
+               "transaction": "t", "receipt": "7", escape_name(ODD): ODD}, b"{\"a\": 1}\0\n"),
+     lambda c: c.send("/queue/q", b"{\"a\": 1}\0\n", headers={
+         "persistent": "true", "mdb_id": "m-1", "transaction": "t", "receipt": "7",
+         escape_name(ODD): ODD})),
+    (("SEND", {"destination": "/queue/q", "x": ""}, b""),
+     lambda c: c.send("/queue/q", b"", headers={"x": ""})),
+    (("ACK", {"id": "ID:x:1:1:1", "transaction": "t"}, b""),
+     lambda c: c.ack("ID:x:1:1:1", transaction="t")),
+    (("ACK", {"id": "a", "receipt": "9"}, b""), lambda c: c.ack("a", receipt="9")),
+    (("NACK", {"id": "a", "receipt": "9"}, b""), lambda c: c.nack("a", receipt="9")),
+    (("BEGIN", {"transaction": "t"}, b""), lambda c: c.begin("t")),
+    (("COMMIT", {"transaction": "t", "receipt": "3"}, b""),
+     lambda c: c.commit("t", headers={"receipt": "3"})),
+    (("ABORT", {"transaction": "t"}, b""), lambda c: c.abort("t")),
+    (("SUBSCRIBE", {"destination": "/queue/q", "id": "1", "ack": "client",
+                    "selector": "k = 'a:b'", "activemq.prefetchSize": "1", "receipt": "4"}, b""),
+     lambda c: c.subscribe("/queue/q", "1", ack="client", headers={
+         "selector": "k = 'a:b'", "activemq.prefetchSize": "1", "receipt": "4"})),
+    (("UNSUBSCRIBE", {"id": "1", "receipt": "5"}, b""),
+     lambda c: c.unsubscribe(id="1", headers={"receipt": "5"})),
+])
+def test_frames_are_encoded_byte_for_byte_as_stomp_py_would(
+    frame: tuple[Any, dict[str, str], bytes], as_stomp_py: Callable[[Any], None],
+) -> None:
+    """mdb writes its frames itself (``frames.encode``), as stomp.py's STOMP 1.2 protocol did:
+    sorted headers, escaped values, ``content-length`` on a SEND with a body."""
+    written = Written()
+    as_stomp_py(stomp.protocol.Protocol12(written))
+    assert encode(*frame) == written.frames[0]
+
+
 def test_escape_name_and_text() -> None:
     assert escape_name("plain") == "plain"
     assert escape_name("a\\b\nc\rd:e") == "a\\\\b\\nc\\rd\\ce"
@@ -320,6 +371,8 @@ class Recorder:
         self.silences: list[tuple[float, float]] = []
         self.messages = 0
         self.damaged: list[tuple[dict[str, str], bytes, str]] = []
+        self.awaited = {"mine"}  # the receipts the wire awaits
+        self.receipts: list[str | None] = []
 
     def on_connected(self) -> None: ...
 
@@ -329,7 +382,9 @@ class Recorder:
     def on_damaged(self, headers: dict[str, str], body: bytes, why: str) -> None:
         self.damaged.append((headers, body, why))
 
-    def on_receipt(self, receipt: str | None) -> None: ...
+    def on_receipt(self, receipt: str | None) -> bool:
+        self.receipts.append(receipt)
+        return receipt in self.awaited
 
     def on_error(self, headers: Mapping[str, str], body: bytes | str | None) -> None: ...
 
@@ -388,7 +443,8 @@ def test_what_was_read_before_too_long_a_silence_is_judged_again_as_it_is_handed
 
 def test_each_frame_read_goes_where_it_is_handled() -> None:
     """Whole MESSAGE frames to the wire, damaged ones (a NUL in a header, no subscription) to
-    the wire as damaged, every other frame and heart-beat to stomp.py."""
+    the wire as damaged, a RECEIPT the wire awaits to the wire alone, every other frame and
+    heart-beat to stomp.py."""
     passed: list[tuple[str, dict[str, str], object]] = []
     events = Recorder()
     reader = FrameReader(lambda frame, raw: passed.append((frame.cmd, frame.headers, raw)),
@@ -396,6 +452,7 @@ def test_each_frame_read_goes_where_it_is_handled() -> None:
     reader.read(b"MESSAGE\nsubscription:1\nack:a\n\nok\x00"
                 b"MESSAGE\nsubscription:1\nack:b\nx:y\x00z\n\ncut\x00"
                 b"MESSAGE\nack:c\n\nlost\x00\n"
+                b"RECEIPT\nreceipt-id:mine\n\n\x00"
                 b"RECEIPT\nreceipt-id:r\n\n\x00")
     reader.read(b"\n")
     assert events.messages == 1
@@ -404,6 +461,7 @@ def test_each_frame_read_goes_where_it_is_handled() -> None:
         ({"ack": "c"}, b"lost", NO_SUBSCRIPTION)]
     assert passed == [("RECEIPT", {"receipt-id": "r"}, b"RECEIPT\nreceipt-id:r\n\n"),
                       ("heartbeat", {}, b"\n")]
+    assert events.receipts == ["mine", "r"]
 
 
 # -- delayed sends -----------------------------------------------------------------------------
@@ -497,15 +555,17 @@ class WrittenFrames:
     is_open = True
 
     def __init__(self) -> None:
-        self.frames: list[tuple[str, dict[str, object]]] = []
+        self.frames: list[tuple[str, Mapping[str, str]]] = []
 
     def check_alive(self) -> None: ...
 
-    def write(self, frame: str, *args: object, **kwargs: object) -> None:
-        self.frames.append((frame, kwargs))
+    def write(self, command: str, headers: Mapping[str, str], body: bytes = b"",
+              held: bool = False) -> None:
+        self.frames.append((command, headers))
 
-    async def request(self, frame: str, *args: object, **kwargs: object) -> None:
-        self.write(frame, *args, **kwargs)
+    async def request(self, command: str, headers: Mapping[str, str], body: bytes = b"",
+                      **kwargs: object) -> None:
+        self.write(command, headers, body)
 
 
 @pytest.mark.parametrize("cumulative", [True, False])
@@ -529,9 +589,9 @@ def test_a_transaction_writes_one_ack_per_cumulative_subscription(cumulative: bo
         await transaction.commit()
 
     asyncio.run(settle())
-    acks = [kwargs["id"] for frame, kwargs in wire.frames if frame == "ack"]
+    acks = [headers["id"] for command, headers in wire.frames if command == "ACK"]
     assert acks == (["a2"] if cumulative else ["a0", "a1", "a2"])
-    assert wire.frames[-1][0] == "commit"
+    assert wire.frames[-1][0] == "COMMIT"
     assert len(subscription.unsettled) == 0
 
 
@@ -635,9 +695,7 @@ def test_a_held_frame_is_written_with_the_next_one_in_order() -> None:
                                   types.SimpleNamespace(read=print))  # type: ignore[arg-type]
             for frame, held in ((b"BEGIN", True), (b"SEND", False), (b"ACK", True),
                                 (b"COMMIT", False)):
-                reading.hold = held
-                transport.send(frame)
-            reading.hold = False
+                reading.write(frame, held)
             broker.close()
             client.close()
             return client.writes

@@ -1,13 +1,16 @@
 """Work per message that does not depend on the machine's load: Python calls (cProfile) and,
-with ``--callgrind``, CPU instructions (valgrind), for W1 (an empty handler, pool=1).
+with ``--callgrind``, CPU instructions (valgrind), for W1 (an empty handler, pool=1) and W1s
+(a handler sending one message on, pool=1).
 
     .venv/bin/python -m tests.bench.profile_calls [--messages 2000] [--brokers memory activemq]
-                                                  [--callgrind]
+                                                  [--workloads W1 W1s] [--callgrind]
 
 Each case runs in a process of its own (OpenTelemetry's providers can be set once per process):
-a queue preloaded with ``--messages`` messages, then a container with one empty listener
-(``async def handler(body: bytes, ctx: Context)``, as the benchmark's W1) consumes them, on the
-memory broker and/or (``--brokers``) on a private ActiveMQ (reference config). *Tracing
+a queue preloaded with ``--messages`` messages, then a container with one listener consumes
+them, on the memory broker and/or (``--brokers``) on a private ActiveMQ (reference config). The
+listener (``--workloads``, as the benchmark's) is W1's empty ``async def handler(body: bytes,
+ctx: Context)`` and/or W1s's, which ``await ctx.send("queue:<queue>.out", body)`` (transacted:
+on ActiveMQ BEGIN, SEND with a receipt, ACK, COMMIT with a receipt). *Tracing
 off*: no provider set; *tracing on*: the SDK's tracer provider (every span recorded, none
 exported) and meter provider (with a reader that is never read) set. The profiler runs from
 the container's ready to its last message, on the event loop's thread, which does everything
@@ -44,7 +47,9 @@ from mdb.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("adapter", "core", "telemetry", "loop/stdlib", "C")
-CASES = [(broker, tracing) for broker in ("memory", "activemq") for tracing in ("off", "on")]
+WORKLOADS = ("W1", "W1s")
+CASES = [(workload, broker, tracing) for workload in WORKLOADS
+         for broker in ("memory", "activemq") for tracing in ("off", "on")]
 
 
 def kind_of(filename: str) -> str:
@@ -70,13 +75,16 @@ def turn_tracing_on() -> None:
     metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
 
 
-async def consume(url: str, queue: str, count: int, profile: cProfile.Profile | None) -> None:
+async def consume(url: str, queue: str, count: int, profile: cProfile.Profile | None,
+                  send: bool) -> None:
     done = anyio.Event()
     seen = 0
 
     @listener(f"queue:{queue}", name="w1")
     async def handler(body: bytes, ctx: Context) -> None:
         nonlocal seen
+        if send:
+            await ctx.send(f"queue:{queue}.out", body)
         seen += 1
         if seen == count:
             done.set()
@@ -100,8 +108,8 @@ async def preload_memory(url: str, queue: str, count: int) -> None:
             await producer.send(f"queue:{queue}", f"message {n}".encode())
 
 
-def one(broker: str, tracing: str, count: int, profiled: bool, preload_count: int,
-        ) -> dict[str, Any]:
+def one(workload: str, broker: str, tracing: str, count: int, profiled: bool,
+        preload_count: int) -> dict[str, Any]:
     """One case in this process, ``count`` of ``preload_count`` messages consumed: calls per
     message by kind (profiled), else nothing."""
     queue = f"profile-{uuid.uuid4().hex[:6]}"
@@ -120,7 +128,7 @@ def one(broker: str, tracing: str, count: int, profiled: bool, preload_count: in
         turn_tracing_on()
     profile = cProfile.Profile() if profiled else None
     try:
-        anyio.run(consume, url, queue, count, profile)
+        anyio.run(consume, url, queue, count, profile, workload == "W1s")
     finally:
         if activemq is not None:
             activemq.close()
@@ -133,7 +141,7 @@ def one(broker: str, tracing: str, count: int, profiled: bool, preload_count: in
     return {kind: n / count for kind, n in calls.items()}
 
 
-def instructions(broker: str, tracing: str, count: int) -> float:
+def instructions(workload: str, broker: str, tracing: str, count: int) -> float:
     """Instructions per message: callgrind's total with ``2 * count`` messages less that with
     ``count``, over ``count``; both preload ``2 * count``, so that the preloading cancels out."""
     totals = []
@@ -142,8 +150,8 @@ def instructions(broker: str, tracing: str, count: int) -> float:
             out = Path(scratch) / "callgrind.out"
             subprocess.run(
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                 sys.executable, "-m", "tests.bench.profile_calls", "--case", broker, tracing,
-                 "--messages", str(n), "--preload", str(2 * count), "--unprofiled"],
+                 sys.executable, "-m", "tests.bench.profile_calls", "--case", workload, broker,
+                 tracing, "--messages", str(n), "--preload", str(2 * count), "--unprofiled"],
                 cwd=ROOT, check=True, capture_output=True,
                 env={**os.environ, "PYTHONHASHSEED": "0"})
             totals.append(next(int(line.split()[1]) for line in out.read_text().splitlines()
@@ -156,33 +164,36 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--brokers", nargs="+", choices=("memory", "activemq"),
                         default=["memory"], help="memory (default) and/or a private ActiveMQ")
+    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=["W1"],
+                        help="W1 (default: an empty handler) and/or W1s (it sends one message)")
     parser.add_argument("--callgrind", action="store_true", help="instructions too")
-    parser.add_argument("--case", nargs=2, metavar=("BROKER", "TRACING"), help=argparse.SUPPRESS)
+    parser.add_argument("--case", nargs=3, metavar=("WORKLOAD", "BROKER", "TRACING"),
+                        help=argparse.SUPPRESS)
     parser.add_argument("--unprofiled", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--preload", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
-        broker, tracing = args.case
-        print(json.dumps(one(broker, tracing, args.messages, not args.unprofiled,
+        print(json.dumps(one(*args.case, args.messages, not args.unprofiled,
                              args.preload or args.messages)))
         return
-    header = "| broker | tracing | " + " | ".join(KINDS) + " | calls/msg |"
+    header = "| workload | broker | tracing | " + " | ".join(KINDS) + " | calls/msg |"
     if args.callgrind:
         header += " instructions/msg |"
     print(header)
-    print("|---|---|" + "---:|" * (len(KINDS) + 1 + args.callgrind))
-    for broker, tracing in CASES:
-        if broker not in args.brokers:
+    print("|---|---|---|" + "---:|" * (len(KINDS) + 1 + args.callgrind))
+    for workload, broker, tracing in CASES:
+        if broker not in args.brokers or workload not in args.workloads:
             continue
         child = subprocess.run(
-            [sys.executable, "-m", "tests.bench.profile_calls", "--case", broker, tracing,
-             "--messages", str(args.messages)],
+            [sys.executable, "-m", "tests.bench.profile_calls", "--case", workload, broker,
+             tracing, "--messages", str(args.messages)],
             cwd=ROOT, check=True, capture_output=True, text=True)
         calls = json.loads(child.stdout.strip().splitlines()[-1])
-        row = f"| {broker} | {tracing} | " + " | ".join(f"{calls[k]:.1f}" for k in KINDS)
+        row = f"| {workload} | {broker} | {tracing} | "
+        row += " | ".join(f"{calls[k]:.1f}" for k in KINDS)
         row += f" | {sum(calls.values()):.1f} |"
         if args.callgrind:
-            row += f" {instructions(broker, tracing, args.messages):,.0f} |"
+            row += f" {instructions(workload, broker, tracing, args.messages):,.0f} |"
         print(row, flush=True)
 
 

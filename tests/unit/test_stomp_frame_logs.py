@@ -9,7 +9,8 @@ import pytest
 from stomp.utils import Frame, clean_lines, convert_frame
 
 import mdb_stomp  # noqa: F401  (puts its filters on stomp.py's logger)
-from mdb_stomp.frame_logs import STOMP_LOGGER, sent_frame_without_body
+from mdb_stomp.frame_logs import STOMP_LOGGER, log_sent, sent_frame_without_body
+from mdb_stomp.frames import Command, encode
 
 SECRET = b"card 4111-1111-1111-1111"
 
@@ -55,3 +56,25 @@ def test_with_mdb_trace_bodies_the_body_is_shown(caplog: pytest.LogCaptureFixtur
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MDB_TRACE_BODIES", "true")
     assert "4111" in logged(caplog, "sending frame: %s", sent(SECRET))
+
+
+@pytest.mark.parametrize(("command", "headers", "body"), [
+    ("SEND", {"destination": "/queue/q", "transaction": "t"}, SECRET),
+    ("ACK", {"id": "a-1", "transaction": "t"}, b""),
+])
+def test_a_frame_mdb_writes_itself_is_logged_as_stomp_py_logged_its_own(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, command: Command,
+    headers: dict[str, str], body: bytes,
+) -> None:
+    """mdb encodes its frames (``frames.encode``) instead of stomp.py: the DEBUG line stays
+    stomp.py's, so that bodies stay hidden as above."""
+    monkeypatch.setenv("MDB_TRACE_BODIES", "true")
+    as_stomp_py = dict(headers, **({"content-length": str(len(body))} if body else {}))
+    expected = "sending frame: " + clean_lines(convert_frame(Frame(command, as_stomp_py, body)))
+    with caplog.at_level(logging.DEBUG, logger="mdb"), \
+            caplog.at_level(logging.DEBUG, logger=STOMP_LOGGER):
+        log_sent(encode(command, headers, body))
+        monkeypatch.delenv("MDB_TRACE_BODIES")
+        log_sent(encode(command, headers, body))
+    assert caplog.records[0].getMessage() == expected
+    assert "4111" not in caplog.records[1].getMessage()
