@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from tests.harness.activemq import ACTIVEMQ_HOME, reference_config
 
 JMS_JARS = tuple(ACTIVEMQ_HOME / "lib" / jar for jar in (
@@ -70,6 +72,14 @@ class JmsTool:
         [sent] = self._run("send", queue, kind, body,
                            *(f"{key}={value}" for key, value in options.items()))
         return sent
+
+    async def send_from_thread(self, queue: str, kind: str, body: str,
+                               **options: object) -> dict[str, Any]:
+        """``send`` in a worker thread, for a caller whose event loop runs a container: blocked
+        for the JVM's start, the loop would read its broker's heart-beats too late, and mdb
+        drops a connection it heard nothing on for longer than they allow (docs/failover.md)."""
+        return await anyio.to_thread.run_sync(
+            functools.partial(self.send, queue, kind, body, **options))
 
     def receive(self, queue: str, count: int, timeout: float = 30.0,
                 selector: str | None = None) -> list[dict[str, Any]]:

@@ -35,7 +35,7 @@ async def test_a_java_text_message_reaches_a_handler_intact(java_broker: JavaBro
         calls.add("seen", (body, ctx.headers.get("region")))
 
     async with running(settings_for(broker.url), handler):
-        java.send(queue, "text", "grüße from Java", region="eu")
+        await java.send_from_thread(queue, "text", "grüße from Java", region="eu")
         await calls.wait(lambda c: len(c.of("seen")) == 1)
     assert calls.of("seen") == [("grüße from Java", "eu")]
 
@@ -61,7 +61,7 @@ async def test_all_byte_values_cross_both_ways(java_broker: JavaBroker) -> None:
         calls.add("seen", body)
 
     async with running(settings_for(broker.url), handler):
-        java.send(queue, "bytes", base64.b64encode(every).decode())
+        await java.send_from_thread(queue, "bytes", base64.b64encode(every).decode())
         await calls.wait(lambda c: len(c.of("seen")) == 1)
     assert calls.of("seen") == [every]
 
@@ -85,8 +85,9 @@ async def test_java_json_reaches_a_model_handler_and_invalid_json_the_error_dest
         calls.add("seen", order)
 
     async with running(settings_for(broker.url), handler):
-        java.send(queue, "text", '{"sku": "s-ü", "quantity": 3}')  # no content type needed
-        sent = java.send(queue, "text", invalid, JMSPriority=7, region="eu")
+        # No content type needed:
+        await java.send_from_thread(queue, "text", '{"sku": "s-ü", "quantity": 3}')
+        sent = await java.send_from_thread(queue, "text", invalid, JMSPriority=7, region="eu")
         [moved] = await anyio.to_thread.run_sync(lambda: java.receive(f"{queue}.DLQ", 1))
         await calls.wait(lambda c: len(c.of("seen")) == 1)
     assert calls.of("seen") == [Order(sku="s-ü", quantity=3)]
@@ -119,7 +120,7 @@ async def test_an_error_destination_copy_keeps_the_jms_message(
         raise RuntimeError("refused by the handler")
 
     async with running(settings_for(broker.url), handler):
-        sent = java.send(queue, kind, BODIES[kind], **KEEP)
+        sent = await java.send_from_thread(queue, kind, BODIES[kind], **KEEP)
         await calls.wait(lambda c: len(c.of("failed")) == 2)
         [copy] = await anyio.to_thread.run_sync(lambda: java.receive(f"{queue}.DLQ", 1))
     assert copy["kind"] == kind
@@ -147,7 +148,7 @@ async def test_a_redelivered_copy_keeps_the_jms_message(java_broker: JavaBroker)
             raise RuntimeError("once")
 
     async with running(settings_for(broker.url), handler):
-        java.send(queue, "text", "again", **KEEP)
+        await java.send_from_thread(queue, "text", "again", **KEEP)
         await calls.wait(lambda c: len(c.of("seen")) == 2)
     (first_body, first), (again_body, again) = (
         cast(tuple[str, dict[str, str]], seen) for seen in calls.of("seen"))
@@ -173,8 +174,8 @@ async def test_a_java_message_stomp_cannot_carry_is_not_processed_as_an_empty_bo
         calls.add("seen", body)
 
     async with running(settings_for(broker.url), handler):
-        java.send(queue, kind, "content", region="eu")
-        java.send(queue, "text", "after")
+        await java.send_from_thread(queue, kind, "content", region="eu")
+        await java.send_from_thread(queue, "text", "after")
         await calls.wait(lambda c: "after" in c.of("seen"))
         on_error = await anyio.to_thread.run_sync(lambda: java.receive(f"{queue}.DLQ", 1))
     assert calls.of("seen") == ["after"]
@@ -221,8 +222,9 @@ async def test_a_copy_gives_java_its_typed_properties_as_strings_and_no_group(
             raise RuntimeError("to the error destination")
 
     async with running(settings_for(broker.url), handler):
-        sent = java.send(queue, "text", "typed", JMSXGroupID="g-1", **TYPED)
-        java.send(queue, "text", "after")  # handled by the one slot once the copy is sent
+        sent = await java.send_from_thread(queue, "text", "typed", JMSXGroupID="g-1", **TYPED)
+        # Handled by the one slot once the copy is sent:
+        await java.send_from_thread(queue, "text", "after")
         await calls.wait(lambda c: len(c.of("seen")) == 2)
     # A message that does match ``qty = 3``, behind the copy on its queue: what the selector
     # takes first is this one, so the copy did not match.

@@ -98,7 +98,7 @@ async def test_a_java_named_reply_queue_gets_the_reply(java_broker: JavaBroker) 
         await ctx.reply(f"{body}!")
 
     async with running(settings_for(broker.url), handler):
-        sent = java.send(queue, "text", "named", JMSReplyTo=replies)
+        sent = await java.send_from_thread(queue, "text", "named", JMSReplyTo=replies)
         [answer] = await anyio.to_thread.run_sync(lambda: java.receive(replies, 1))
     assert reply_tos == [f"/queue/{replies}"]
     assert (answer["text"], answer["JMSCorrelationID"]) == ("named!", sent["JMSMessageID"])
