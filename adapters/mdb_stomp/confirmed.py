@@ -32,7 +32,7 @@ from mdb.broker import Delivery
 from mdb.errors import AcksUnconfirmed, BrokerError, ConnectionLost, TransactionRolledBack
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp.dialect import Dialect
-from mdb_stomp.frames import Command, log_outlived, send_frame
+from mdb_stomp.frames import Command, send_frame
 from mdb_stomp.receipts import ReceiptErrors
 from mdb_stomp.transaction import StompTransaction
 from mdb_stomp.wire import Wire
@@ -65,13 +65,10 @@ class ConfirmedTransaction(StompTransaction):
         ``TransactionRolledBack`` once the transaction is finished. A copy that expires before
         it could be delivered is not held (``Dialect.outlived``): the commit settles its
         delivery all the same, as the broker's expiry would have."""
-        frame = send_frame(destination, message, self._dialect)
+        headers = send_frame(destination, message, self._dialect)
         self._check_usable()
-        if frame is None:
-            log_outlived(message, destination)
+        if headers is None:
             return
-        path, headers = frame
-        headers["destination"] = path
         self._sends.append((destination, message.body, headers))
 
     async def commit(self) -> None:

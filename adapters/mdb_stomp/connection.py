@@ -27,7 +27,7 @@ from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp import scheduler
 from mdb_stomp.confirmed import ConfirmedTransaction
 from mdb_stomp.dialect import Dialect
-from mdb_stomp.frames import log_outlived, send_frame
+from mdb_stomp.frames import send_frame
 from mdb_stomp.receipts import ReceiptErrors
 from mdb_stomp.subscription import StompSubscription, ack_token
 from mdb_stomp.temporary import StompTemporaryQueue
@@ -121,12 +121,9 @@ class StompConnection(Connection):
         during the write); ``SendOutcomeUnknown`` when no receipt came (timeout, or the
         connection dropped after the write); ``BrokerError`` when the broker refused it. A copy
         that expires first is not sent (``Dialect.outlived``)."""
-        frame = send_frame(destination, message, self._dialect)
-        if frame is None:
-            log_outlived(message, destination)
+        headers = send_frame(destination, message, self._dialect)
+        if headers is None:
             return
-        path, headers = frame
-        headers["destination"] = path
         await self._wire.request(
             "SEND",
             headers,

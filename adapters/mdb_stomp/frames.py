@@ -58,31 +58,29 @@ def send_headers(message: OutgoingMessage, dialect: Dialect, target: ReplyTo,
 
 
 def send_frame(target: ReplyTo, message: OutgoingMessage,
-               dialect: Dialect) -> tuple[str, dict[str, str]] | None:
-    """The STOMP destination and the headers (``send_headers``) of a SEND of ``message`` to
-    ``target``; for one with a ``delay``, where the dialect has the broker hold it back
-    (``Dialect.delayed``), at least that long to the millisecond. None for a copy that
-    expires first, which is not sent (``Dialect.outlived``). ``EncodeError``, before
-    anything is written, for a header holding a NUL byte or a delay on a send to anything but
-    a queue."""
+               dialect: Dialect) -> dict[str, str] | None:
+    """The headers of a SEND of ``message`` to ``target`` (``send_headers``), its STOMP
+    ``destination`` among them; for one with a ``delay``, where the dialect has the broker
+    hold it back (``Dialect.delayed``), at least that long to the millisecond. None, saying
+    so in the log, for a copy that expires first, which is not sent (``Dialect.outlived``).
+    ``EncodeError``, before anything is written, for a header holding a NUL byte or a delay
+    on a send to anything but a queue."""
     headers = send_headers(message, dialect, target)
     delay_ms = math.ceil(message.delay * 1000) if message.delay > 0 else 0
     queue = target if isinstance(target, Destination) and target.kind is Kind.QUEUE else None
     if delay_ms and queue is None:
         raise EncodeError(f"{target}: only a send to a queue can be delayed")
     if dialect.outlived(message, headers, delay_ms):
+        log.info("message %s expires before it could be delivered from %s: its copy is not "
+                 "sent (the broker would drop it)", message.headers.get(m.ID), target)
         return None
     if not delay_ms or queue is None:
-        return dialect.address(target), headers
+        headers["destination"] = dialect.address(target)
+        return headers
     path, held = dialect.delayed(queue, delay_ms, headers)
     headers.update(held)
-    return path, headers
-
-
-def log_outlived(message: OutgoingMessage, target: ReplyTo) -> None:
-    """Say that a copy was not sent to ``target`` because it expires first."""
-    log.info("message %s expires before it could be delivered from %s: its copy is not sent "
-             "(the broker would drop it)", message.headers.get(m.ID), target)
+    headers["destination"] = path
+    return headers
 
 
 def _logical(reply_to: str | None) -> Destination | None:

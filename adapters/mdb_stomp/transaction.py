@@ -19,7 +19,7 @@ from mdb.broker import Delivery, Transaction
 from mdb.errors import ConnectionLost, TransactionRolledBack
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp.dialect import Dialect
-from mdb_stomp.frames import log_outlived, send_frame
+from mdb_stomp.frames import send_frame
 from mdb_stomp.receipts import ReceiptErrors
 from mdb_stomp.subscription import AckToken, ack_token
 from mdb_stomp.unsettled import Unsettled
@@ -83,12 +83,9 @@ class StompTransaction(Transaction):
         A copy that expires before it could be delivered, where the broker would drop it
         then, is not sent (``Dialect.outlived``): the commit settles its delivery all the
         same, as the broker's expiry would have."""
-        frame = send_frame(destination, message, self._dialect)
-        if frame is None:
-            log_outlived(message, destination)
+        headers = send_frame(destination, message, self._dialect)
+        if headers is None:
             return
-        path, headers = frame
-        headers["destination"] = path
         headers["transaction"] = self.id
         try:
             self._check_usable()

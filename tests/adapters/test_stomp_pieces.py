@@ -469,10 +469,10 @@ def test_each_frame_read_goes_where_it_is_handled() -> None:
 
 def framed(target: ReplyTo, message: OutgoingMessage,
            dialect: Dialect) -> tuple[str, dict[str, str]]:
-    """``send_frame`` of a message it sends."""
-    frame = send_frame(target, message, dialect)
-    assert frame is not None
-    return frame
+    """The STOMP destination and the headers ``send_frame`` gives a message it sends."""
+    headers = send_frame(target, message, dialect)
+    assert headers is not None
+    return headers["destination"], headers
 
 
 def test_a_delayed_send_is_held_as_each_dialect_says_at_least_its_delay() -> None:
