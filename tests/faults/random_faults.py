@@ -59,7 +59,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import ExitStack
 
 from tests.contract.support import unique
@@ -154,6 +154,16 @@ def schedule(rng: random.Random, minutes: float, kinds: Sequence[str], processes
     return survived, []
 
 
+def wind_down(processes: Fleet, told: Collection[str], drain: float,
+              failures: list[str]) -> dict[str, Verdict]:
+    """Wait until everything told-sent is processed (after ``drain`` seconds, a failure),
+    stop the processes in order, and give the verdicts."""
+    if not processes.drain(told, timeout=drain):
+        failures.append(f"drain: not everything processed within {drain} s")
+    processes.stop()
+    return processes.verdicts(told)
+
+
 def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
     rng = random.Random(seed)
     topic, shop, audit = unique("soak"), unique("shop"), unique("audit")
@@ -191,10 +201,7 @@ def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
                 survived, failures = schedule(rng, minutes, kinds, processes, producer,
                                               fault, undo)
             told = producer.told
-            if not processes.drain(told, timeout=drain):
-                failures.append(f"drain: not everything processed within {drain} s")
-            processes.stop()
-            verdicts = processes.verdicts(told)
+            verdicts = wind_down(processes, told, drain, failures)
             stored = left_behind([*brokers, pair.master()], processes, told)
             if rabbit is not None:
                 stored |= left_on_cluster(rabbit.nodes, [topic], told)
@@ -240,10 +247,7 @@ def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float) -> int:
                 survived, failures = schedule(rng, minutes, kinds, processes, producer,
                                               fault, undo)
             told = producer.told
-            if not processes.drain(told, timeout=drain):
-                failures.append(f"drain: not everything processed within {drain} s")
-            processes.stop()
-            verdicts = processes.verdicts(told)
+            verdicts = wind_down(processes, told, drain, failures)
             # Whatever is left in the second stage's queues was sent on by the first.
             stored = {**left_on_cluster(nodes, [topic], told),
                       **left_on_cluster(nodes, [queue], None)}
