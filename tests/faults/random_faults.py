@@ -274,16 +274,21 @@ def upset_node(kind: str, rng: random.Random, node: BrokerProcess, processes: Fl
                producer: LoadProducer, app: str) -> None:
     """``node-kill`` (a lone node: it cannot be consumed while down) or ``node-pause`` of
     ``node`` for 0.5 to 6 s, then wait until ``app`` consumes again."""
-    outage = rng.uniform(0.5, 6.0)
-    if kind == "node-kill":
-        node.kill()
-        processes.hold(outage)
-        node.restart()  # same ports, same data directory
-    else:
-        node.pause()
-        processes.hold(outage)
-        node.resume()
+    outage(kind == "node-kill", node, rng.uniform(0.5, 6.0), processes)
     consumed_again(processes, producer, app, NAMES[0])
+
+
+def outage(kill: bool, broker: BrokerProcess, seconds: float, processes: Fleet) -> None:
+    """Kill -9 ``broker`` and restart it after ``seconds`` (same ports, same data directory),
+    or pause it (SIGSTOP) that long and resume it; the ledger is read meanwhile."""
+    if kill:
+        broker.kill()
+        processes.hold(seconds)
+        broker.restart()
+    else:
+        broker.pause()
+        processes.hold(seconds)
+        broker.resume()
 
 
 def disturb_container(kind: str, rng: random.Random, processes: Fleet, rooms: Rooms) -> None:
@@ -315,15 +320,7 @@ def apply(kind: str, rng: random.Random, brokers: Sequence[BrokerProcess], proce
           producer: LoadProducer, shop: str) -> None:
     """``broker-kill`` or ``broker-pause`` of one of the ActiveMQ ``brokers``."""
     index = rng.randrange(len(brokers))
-    broker, outage = brokers[index], rng.uniform(0.5, 6.0)
-    if kind == "broker-kill":
-        broker.kill()
-        processes.hold(outage)
-        broker.restart()  # same port, same data directory
-    else:
-        broker.pause()
-        processes.hold(outage)
-        broker.resume()
+    outage(kind == "broker-kill", brokers[index], rng.uniform(0.5, 6.0), processes)
     consumed_again(processes, producer, shop, NAMES[index])
 
 
