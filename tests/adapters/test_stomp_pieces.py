@@ -2,7 +2,8 @@
 (``mdb_stomp.unsettled``), receipts and how an unanswered one is reported
 (``mdb_stomp.receipts``), the SEND headers (``mdb_stomp.frames``), the heart-beats and the
 silence rule and where each frame read goes (``mdb_stomp.heartbeats``,
-``mdb_stomp.inbound.FrameReader``), and the inbox of a subscription
+``mdb_stomp.inbound.FrameReader``), the order in which a settlement with confirmed sends
+writes its frames (``mdb_stomp.confirmed``), and the inbox of a subscription
 (``mdb_stomp.inbox``)."""
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mdb.errors import (
 )
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 from mdb_stomp import ActiveMQDialect, Dialect, RabbitMQDialect
+from mdb_stomp.confirmed import ConfirmedTransaction
 from mdb_stomp.frames import encode, escape_name, send_frame, send_headers, text
 from mdb_stomp.heartbeats import Heartbeats, Silence
 from mdb_stomp.inbound import NO_SUBSCRIPTION, NUL_IN_HEADER, FrameReader
@@ -593,6 +595,66 @@ def test_a_transaction_writes_one_ack_per_cumulative_subscription(cumulative: bo
     assert acks == (["a2"] if cumulative else ["a0", "a1", "a2"])
     assert wire.frames[-1][0] == "COMMIT"
     assert len(subscription.unsettled) == 0
+
+
+# -- settling with confirmed sends (RabbitMQ) ---------------------------------------------------
+
+
+class AwaitedReceipts(WrittenFrames):
+    """A ``Wire`` whose receipts come when ``answer`` is set: the SEND to ``refused`` is refused."""
+
+    def __init__(self, refused: str = "") -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+        self.refused = refused
+
+    async def request(self, command: str, headers: Mapping[str, str], body: bytes = b"",
+                      **kwargs: object) -> None:
+        self.write(command, headers, body)
+        await self.answer.wait()
+        if headers.get("destination") == self.refused:
+            errors = kwargs["errors"]
+            assert isinstance(errors, ReceiptErrors)
+            raise errors.error(Unanswered("refused", SEND, "access_refused"))
+
+
+@pytest.mark.parametrize("refused", ["", "/queue/out1"])
+def test_a_confirmed_commit_writes_every_send_before_awaiting_one_and_acks_after_them_all(
+        refused: str) -> None:
+    """One round trip for all of a settlement's sends, however many; its ACKs only once every
+    send was confirmed, none after a refused one (docs/architecture.md, "Delivery contract")."""
+    wire = AwaitedReceipts(refused)
+    queue = Destination.parse("queue:q")
+    subscription = StompSubscription(
+        wire, "1", queue, queue, cumulative=False, releases_unacked=False,  # type: ignore[arg-type]
+        dialect=RabbitMQDialect())
+    for n in range(2):
+        subscription.deliver({"ack": f"a{n}", "message-id": f"m{n}", "subscription": "1"}, b"x")
+    transaction = ConfirmedTransaction(wire, RabbitMQDialect(), "t")  # type: ignore[arg-type]
+
+    async def settle() -> None:
+        for n in range(3):
+            await transaction.send(Destination.parse(f"queue:out{n}"),
+                                   OutgoingMessage(b"x", {"mdb_id": f"o{n}"}))
+        for _ in range(2):
+            delivery = subscription.receive_nowait()
+            assert delivery is not None
+            await transaction.ack(delivery)
+        commit = asyncio.ensure_future(transaction.commit())
+        await anyio.wait_all_tasks_blocked()
+        assert [command for command, _ in wire.frames] == ["SEND"] * 3  # none answered yet
+        wire.answer.set()
+        await commit
+
+    if refused:
+        with pytest.raises(TransactionRolledBack, match="access_refused"):
+            asyncio.run(settle())
+        assert [command for command, _ in wire.frames] == ["SEND"] * 3
+        assert len(subscription.unsettled) == 2
+    else:
+        asyncio.run(settle())
+        assert [command for command, _ in wire.frames] == ["SEND"] * 3 + ["ACK"] * 2
+        assert len(subscription.unsettled) == 0
 
 
 # -- the inbox ---------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ from mdb.listener import ListenerSpec, spec_of
 from mdb.message import ID, OutgoingMessage
 from mdb.producer import Producer
 from mdb.settings import Settings
-from tests.bench.benchmark_activemq import Login, Measured, consume, preload, print_table
+from tests.bench.loops import Measured, consume, print_table, queue_of
 from tests.harness.activemq import ActiveMQ
 
 user_tables = MetaData()
@@ -131,7 +131,7 @@ def sync_url(url: str) -> str:
         hide_password=False)
 
 
-def hand_written(port: int, login: Login, queue: str, count: int, database_url: str) -> Measured:
+def hand_written(broker: ActiveMQ, queue: str, count: int, database_url: str) -> Measured:
     """What a user writes with stomp.py and SQLAlchemy alone, at least once: per message on
     the receiver thread, a database transaction with the insert and the SEND, its COMMIT,
     then the ACK (a crash between the two repeats both: no inbox). TCP_NODELAY, no receipt
@@ -140,15 +140,16 @@ def hand_written(port: int, login: Login, queue: str, count: int, database_url: 
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", sqlite_pragmas)
 
-    def handle(conn: stomp.Connection12, frame: stomp.utils.Frame) -> None:
+    def handle(conn: stomp.Connection12, frame: stomp.utils.Frame) -> bool:
         with engine.begin() as db:
             db.execute(rows.insert().values(id=frame.headers["message-id"],
                                             body=frame.body.encode()))
             conn.send(f"/queue/{queue}.out", frame.body, headers={"persistent": "true"})
         conn.ack(frame.headers["ack"])
+        return True
 
     try:
-        return consume(port, login, queue, count, handle)
+        return consume(broker, queue, count, handle)
     finally:
         engine.dispose()
 
@@ -237,16 +238,13 @@ def main() -> None:
                          f"{guarded[0] / plain[0]:.2f}x the rate, {guarded[1] / plain[1]:.2f}x "
                          "the CPU"))
         with ActiveMQ(heap_mb=1024) as broker:
-            login = (broker.username, broker.password)
 
             def queue(kind: str) -> str:
-                name = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
-                preload(broker.port, login, name, n)
-                return name
+                return queue_of(broker, kind, n)
 
             e1 = "E1 ActiveMQ: insert 1 row, send 1 message"
             run(made, url)
-            hand = hand_written(broker.port, login, queue("e1h"), n,
+            hand = hand_written(broker, queue("e1h"), n,
                                 args.sync_database or sync_url(url))
             measured.append((e1, "hand-written: DB BEGIN/INSERT, SEND, DB COMMIT, ACK", hand,
                              ""))

@@ -2,15 +2,16 @@
 with ``--callgrind``, CPU instructions (valgrind), for W1 (an empty handler, pool=1) and W1s
 (a handler sending one message on, pool=1).
 
-    .venv/bin/python -m tests.bench.profile_calls [--messages 2000] [--brokers memory activemq]
-                                                  [--workloads W1 W1s] [--callgrind]
+    .venv/bin/python -m tests.bench.profile_calls [--messages 2000]
+        [--brokers memory activemq rabbitmq] [--workloads W1 W1s] [--callgrind]
 
 Each case runs in a process of its own (OpenTelemetry's providers can be set once per process):
 a queue preloaded with ``--messages`` messages, then a container with one listener consumes
-them, on the memory broker and/or (``--brokers``) on a private ActiveMQ (reference config). The
-listener (``--workloads``, as the benchmark's) is W1's empty ``async def handler(body: bytes,
-ctx: Context)`` and/or W1s's, which ``await ctx.send("queue:<queue>.out", body)`` (transacted:
-on ActiveMQ BEGIN, SEND with a receipt, ACK, COMMIT with a receipt). *Tracing
+them, on the memory broker and/or (``--brokers``) on a private ActiveMQ (reference config) or
+RabbitMQ node. The listener (``--workloads``, as the benchmark's) is W1's empty ``async def
+handler(body: bytes, ctx: Context)`` and/or W1s's, which ``await ctx.send("queue:<queue>.out",
+body)`` (transacted: on ActiveMQ BEGIN, SEND with a receipt, ACK, COMMIT with a receipt; on
+RabbitMQ a SEND with a receipt, then an ACK with a receipt, ``mdb_stomp.confirmed``). *Tracing
 off*: no provider set; *tracing on*: the SDK's tracer provider (every span recorded, none
 exported) and meter provider (with a reader that is never read) set. The profiler runs from
 the container's ready to its last message, on the event loop's thread, which does everything
@@ -44,12 +45,14 @@ import anyio
 from mdb import Container, Context, Producer, listener
 from mdb.broker_settings import BrokerSettings
 from mdb.settings import Settings
+from tests.harness.process import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("adapter", "core", "telemetry", "loop/stdlib", "C")
 WORKLOADS = ("W1", "W1s")
+BROKERS = ("memory", "activemq", "rabbitmq")
 CASES = [(workload, broker, tracing) for workload in WORKLOADS
-         for broker in ("memory", "activemq") for tracing in ("off", "on")]
+         for broker in BROKERS for tracing in ("off", "on")]
 
 
 def kind_of(filename: str) -> str:
@@ -113,25 +116,26 @@ def one(workload: str, broker: str, tracing: str, count: int, profiled: bool,
     """One case in this process, ``count`` of ``preload_count`` messages consumed: calls per
     message by kind (profiled), else nothing."""
     queue = f"profile-{uuid.uuid4().hex[:6]}"
-    activemq = None
+    private: BrokerProcess | None = None
     if broker == "memory":
         url = f"memory://{queue}"
         anyio.run(preload_memory, url, queue, preload_count)
     else:
-        from tests.bench.benchmark_activemq import preload
+        from tests.bench.loops import preload
         from tests.harness.activemq import ActiveMQ
+        from tests.harness.rabbitmq import RabbitMQ
 
-        activemq = ActiveMQ(heap_mb=1024).start()
-        url = activemq.url
-        preload(activemq.port, (activemq.username, activemq.password), queue, preload_count)
+        private = ActiveMQ(heap_mb=1024) if broker == "activemq" else RabbitMQ()
+        url = private.start().url
+        preload(private, queue, preload_count)
     if tracing == "on":
         turn_tracing_on()
     profile = cProfile.Profile() if profiled else None
     try:
         anyio.run(consume, url, queue, count, profile, workload == "W1s")
     finally:
-        if activemq is not None:
-            activemq.close()
+        if private is not None:
+            private.close()
     if profile is None:
         return {}
     calls = dict.fromkeys(KINDS, 0)
@@ -162,8 +166,8 @@ def instructions(workload: str, broker: str, tracing: str, count: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=2000)
-    parser.add_argument("--brokers", nargs="+", choices=("memory", "activemq"),
-                        default=["memory"], help="memory (default) and/or a private ActiveMQ")
+    parser.add_argument("--brokers", nargs="+", choices=BROKERS, default=["memory"],
+                        help="memory (default) and/or a private ActiveMQ or RabbitMQ node")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=["W1"],
                         help="W1 (default: an empty handler) and/or W1s (it sends one message)")
     parser.add_argument("--callgrind", action="store_true", help="instructions too")

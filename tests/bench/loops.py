@@ -1,0 +1,326 @@
+"""What the broker benchmarks measure, on a private ActiveMQ or RabbitMQ (``tests.harness``):
+the hand-written stomp.py consumers, each written once, and mdb's container in this process.
+
+Every hand-written consumer handles messages on stomp.py's receiver thread, one connection
+with TCP_NODELAY as mdb uses (without it every commit waits ~40 ms for a delayed TCP ACK),
+and subscribes as mdb does on that broker: ``ack:client`` on ActiveMQ (its transacted
+``client-individual`` acks degrade, docs/architecture.md "Pools and prefetch"),
+``client-individual`` on RabbitMQ. None waits for a COMMIT's receipt, the most favourable
+case for them: they cannot tell whether a commit happened. ``Measured`` is the rate and the
+consuming process's CPU (user + system, all its threads) per message. Not a test: CI never
+times anything.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from statistics import median
+from typing import Literal, NamedTuple
+
+import anyio
+import stomp
+
+from mdb import Container, Context, listener
+from mdb.broker_settings import BrokerSettings
+from mdb.settings import Settings
+from tests.harness.process import BrokerProcess
+
+Measured = tuple[float, float]  # msg/s, consumer CPU µs per message
+# What the loop does per message: ack it; BEGIN/(SEND)/ACK/COMMIT; or SEND with a receipt and
+# ACK once the receipt came (a publisher confirm on RabbitMQ, docs/rabbitmq.md).
+Mode = Literal["ack", "transaction", "confirm"]
+
+
+class Row(NamedTuple):
+    """One consumer measured on one workload; ``versus`` names the consumers of the same
+    workload (earlier rows) its rate and CPU are compared with."""
+
+    workload: str
+    consumer: str
+    measured: Measured
+    versus: tuple[str, ...] = ()
+
+
+def connect(broker: BrokerProcess) -> stomp.Connection12:
+    conn = stomp.Connection12([(broker.host, broker.port)], vhost=broker.vhost)
+    conn.connect(broker.username, broker.password, wait=True)
+    conn.transport.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return conn
+
+
+def subscribe(conn: stomp.Connection12, broker: BrokerProcess, queue: str,
+              prefetch: int) -> None:
+    if broker.name == "RabbitMQ":
+        conn.subscribe(f"/queue/{queue}", id="1", ack="client-individual",
+                       headers={"prefetch-count": str(prefetch)})
+    else:
+        conn.subscribe(f"/queue/{queue}", id="1", ack="client",
+                       headers={"activemq.prefetchSize": str(prefetch)})
+
+
+def preload(broker: BrokerProcess, queue: str, count: int) -> None:
+    """``count`` persistent messages on ``queue``, the last one's receipt awaited."""
+    conn = connect(broker)
+    receipt = threading.Event()
+
+    class Done(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_receipt(self, frame: stomp.utils.Frame) -> None:
+            receipt.set()
+
+    conn.set_listener("done", Done())
+    for n in range(count - 1):
+        conn.send(f"/queue/{queue}", f"message {n}", headers={"persistent": "true"})
+    conn.send(f"/queue/{queue}", "last", headers={"persistent": "true", "receipt": "end"})
+    receipt.wait(120)
+    conn.disconnect()
+
+
+def queue_of(broker: BrokerProcess, kind: str, count: int) -> str:
+    """A new queue named after ``kind``, preloaded with ``count`` messages."""
+    name = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
+    preload(broker, name, count)
+    return name
+
+
+def hand_written(broker: BrokerProcess, queue: str, count: int, mode: Mode, *,
+                 send: bool = False, work: Callable[[], None] = lambda: None) -> Measured:
+    """What a user writes with stomp.py alone, one message at a time (prefetch 1): ``work``,
+    then per ``mode`` (``Mode``); ``send`` sends the body on to ``<queue>.out`` (persistent),
+    as ``confirm`` always does."""
+    out = f"/queue/{queue}.out"
+    awaiting = ""  # confirm: the ack id of the message whose SEND awaits its receipt
+
+    def handle(conn: stomp.Connection12, frame: stomp.utils.Frame) -> bool:
+        nonlocal awaiting
+        work()
+        ack_id = frame.headers["ack"]
+        if mode == "ack":
+            conn.ack(ack_id)
+        elif mode == "confirm":  # acked by receipt() (prefetch 1: nothing comes meanwhile)
+            awaiting = ack_id
+            conn.send(out, frame.body, headers={"persistent": "true", "receipt": "s"})
+            return False
+        else:
+            tx = conn.begin()
+            if send:
+                conn.send(out, frame.body, transaction=tx, headers={"persistent": "true"})
+            conn.ack(ack_id, transaction=tx)
+            conn.commit(tx)
+        return True
+
+    def receipt(conn: stomp.Connection12) -> None:
+        conn.ack(awaiting)
+
+    return consume(broker, queue, count, handle, receipt if mode == "confirm" else None)
+
+
+def consume(broker: BrokerProcess, queue: str, count: int,
+            handle: Callable[[stomp.Connection12, stomp.utils.Frame], bool],
+            receipt: Callable[[stomp.Connection12], None] | None = None) -> Measured:
+    """``count`` messages of ``queue`` through ``handle`` on stomp.py's receiver thread, one
+    connection, prefetch 1; ``handle`` acks and says True, or says False and leaves the ack
+    to ``receipt``, called on each RECEIPT frame. The rate and this process's CPU per
+    message, until the last one's ack was written."""
+    finished = threading.Event()
+    seen = 0
+
+    def settled() -> None:
+        nonlocal seen
+        seen += 1
+        if seen == count:
+            finished.set()
+
+    class Consumer(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_message(self, frame: stomp.utils.Frame) -> None:
+            if handle(conn, frame):
+                settled()
+
+        def on_receipt(self, frame: stomp.utils.Frame) -> None:
+            if receipt is not None and not finished.is_set():  # not DISCONNECT's
+                receipt(conn)
+                settled()
+
+    conn = connect(broker)
+    conn.set_listener("consumer", Consumer())
+    start, cpu = time.perf_counter(), time.process_time()
+    subscribe(conn, broker, queue, 1)
+    finished.wait(600)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    conn.disconnect()
+    return count / elapsed, cpu / count * 1e6
+
+
+def hand_written_pool(broker: BrokerProcess, queue: str, count: int, connections: int,
+                      prefetch: int, work: Callable[[], None]) -> Measured:
+    """``connections`` hand-written consumers of one queue, each on its own connection with a
+    subscription of ``prefetch``, acking each message after ``work`` on its receiver thread
+    (in order, so that a cumulative ack covers just that message)."""
+    lock = threading.Lock()
+    finished = threading.Event()
+    seen = 0
+
+    class Consumer(stomp.ConnectionListener):  # type: ignore[misc]
+        def __init__(self, conn: stomp.Connection12) -> None:
+            self.conn = conn
+
+        def on_message(self, frame: stomp.utils.Frame) -> None:
+            nonlocal seen
+            work()
+            self.conn.ack(frame.headers["ack"])
+            with lock:
+                seen += 1
+                if seen == count:
+                    finished.set()
+
+    conns = [connect(broker) for _ in range(connections)]
+    for conn in conns:
+        conn.set_listener("consumer", Consumer(conn))
+    start, cpu = time.perf_counter(), time.process_time()
+    for conn in conns:
+        subscribe(conn, broker, queue, prefetch)
+    finished.wait(600)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    for conn in conns:
+        conn.disconnect()
+    return count / elapsed, cpu / count * 1e6
+
+
+async def container_rate(url: str, queue: str, count: int, pool: int, sleep: float,
+                         rss_at: tuple[int, ...] = (), send: bool = False,
+                         prefetch: int | None = None) -> tuple[Measured, dict[int, int]]:
+    """``count`` messages of ``queue`` through a container in this process, whose listener
+    awaits ``sleep`` seconds and, with ``send``, sends the body on to ``<queue>.out``
+    (transacted, the default); with this process's RSS (KiB) once ``rss_at`` were
+    processed."""
+    @listener(f"queue:{queue}", pool=pool, prefetch=prefetch, name="bench")
+    async def handler(body: bytes, ctx: Context) -> None:
+        if sleep:
+            await anyio.sleep(sleep)
+        if send:
+            await ctx.send(f"queue:{queue}.out", body)
+
+    settings = Settings(app="bench", server="s1",
+                        brokers={"default": BrokerSettings(url=url)})
+    container = Container(settings, [handler.__mdb_listener__])  # type: ignore[attr-defined]
+    rss: dict[int, int] = {}
+    async with anyio.create_task_group() as tg:
+        await tg.start(container.run)
+        stats = container.deployed[0].stats
+        start, cpu = time.perf_counter(), time.process_time()
+        pending = sorted(rss_at)
+        while stats.processed < count:
+            await anyio.sleep(0.01)
+            while pending and stats.processed >= pending[0]:
+                rss[pending.pop(0)] = rss_kib()
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        container.request_stop()
+    return (count / elapsed, cpu / count * 1e6), rss
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def mdb_rate(broker: BrokerProcess, queue: str, count: int, pool: int, sleep: float = 0.0,
+             send: bool = False, prefetch: int | None = None) -> Measured:
+    rate, _ = anyio.run(container_rate, broker.url, queue, count, pool, sleep, (), send,
+                        prefetch)
+    return rate
+
+
+W1 = "W1 empty handler, transacted"
+W1S = "W1s handler sends 1 message, transacted"
+W2 = "W2 handler awaits 2 ms"
+ACK_LOOP = "hand-written client ACK per message, not transacted"
+TX_LOOP = "hand-written BEGIN/SEND/ACK/COMMIT"
+CONFIRM_LOOP = "hand-written SEND with a receipt, awaited, then ACK"
+ONE_AT_A_TIME = "hand-written one at a time"
+SIXTEEN = "hand-written client acks, 16 connections, prefetch 10"
+SHORT = {ACK_LOOP: "client-ack loop", TX_LOOP: "BEGIN/SEND/ACK/COMMIT loop",
+         CONFIRM_LOOP: "confirm loop", ONE_AT_A_TIME: "one-at-a-time loop",
+         SIXTEEN: "16 connections"}  # in the comparisons
+
+
+def w1_rows(broker: BrokerProcess, n: int, pools: tuple[int, ...] = (1, 4)) -> list[Row]:
+    """W1: the client-ack and BEGIN/ACK/COMMIT loops, then mdb with each of ``pools``."""
+    rows = [Row(W1, ACK_LOOP, hand_written(broker, queue_of(broker, "w1a", n), n, "ack")),
+            Row(W1, "hand-written BEGIN/ACK/COMMIT",
+                hand_written(broker, queue_of(broker, "w1h", n), n, "transaction"))]
+    rows += [Row(W1, f"mdb pool={pool}", mdb_rate(broker, queue_of(broker, f"w1c{pool}", n), n,
+                                                  pool), (ACK_LOOP,)) for pool in pools]
+    return rows
+
+
+def w1s_rows(broker: BrokerProcess, n: int, workload: str = W1S,
+             confirm_loop: bool = False) -> list[Row]:
+    """W1s: the BEGIN/SEND/ACK/COMMIT loop, with ``confirm_loop`` the SEND-with-a-receipt
+    loop too (what a settlement that lasts needs on RabbitMQ), then mdb with pool=1 and
+    pool=4 against them."""
+    rows = [Row(workload, TX_LOOP, hand_written(broker, queue_of(broker, "w1sh", n), n,
+                                                "transaction", send=True))]
+    if confirm_loop:
+        rows.append(Row(workload, CONFIRM_LOOP,
+                        hand_written(broker, queue_of(broker, "w1sc", n), n, "confirm")))
+    versus = (CONFIRM_LOOP, TX_LOOP) if confirm_loop else (TX_LOOP,)
+    rows += [Row(workload, f"mdb pool={pool}",
+                 mdb_rate(broker, queue_of(broker, f"w1s{pool}", n), n, pool, send=True),
+                 versus) for pool in (1, 4)]
+    return rows
+
+
+def w2_rows(broker: BrokerProcess, n: int, pools: tuple[int, ...] = ()) -> list[Row]:
+    """W2 (a 2 ms wait per message): a one-at-a-time loop on ``max(n // 4, 500)`` messages,
+    sixteen connections with a prefetch of 10, mdb with each of ``pools`` (prefetch 1; on the
+    slow one-at-a-time count for pool=1) and with pool=16 and prefetch=4, what a user sets for
+    a handler that waits on I/O (docs/concepts.md)."""
+    m = max(n // 4, 500)
+    rows = [Row(W2, ONE_AT_A_TIME, hand_written(broker, queue_of(broker, "w2h", m), m, "ack",
+                                                work=lambda: time.sleep(0.002))),
+            Row(W2, SIXTEEN, hand_written_pool(broker, queue_of(broker, "w2p", n), n, 16, 10,
+                                               lambda: time.sleep(0.002)))]
+    for pool in pools:
+        count = m if pool == 1 else n
+        rows.append(Row(W2, f"mdb pool={pool}", mdb_rate(
+            broker, queue_of(broker, f"w2c{pool}", count), count, pool, 0.002),
+            (ONE_AT_A_TIME, SIXTEEN)))
+    rows.append(Row(W2, "mdb pool=16, prefetch=4", mdb_rate(
+        broker, queue_of(broker, "w2c", n), n, 16, 0.002, prefetch=4), (ONE_AT_A_TIME, SIXTEEN)))
+    return rows
+
+
+def versus(rows: list[Row], row: Row) -> str:
+    """``row`` against the consumers it names: "0.52x the rate, 2.1x the CPU of ..."."""
+    by_name = {(r.workload, r.consumer): r.measured for r in rows}
+    (rate, cpu) = row.measured
+    return "; ".join(f"{rate / base[0]:.2f}x the rate, {cpu / base[1]:.2f}x the CPU of the "
+                     f"{SHORT.get(name, name)}" for name in row.versus
+                     if (base := by_name.get((row.workload, name))) is not None)
+
+
+def medians(runs: list[list[Row]]) -> list[Row]:
+    """Each row's median rate and median CPU over ``runs`` (the same rows in each)."""
+    return [first._replace(measured=(median(run[i].measured[0] for run in runs),
+                                     median(run[i].measured[1] for run in runs)))
+            for i, first in enumerate(runs[0])]
+
+
+def print_table(rows: list[tuple[str, str, Measured, str]]) -> None:
+    """``rows`` (workload, consumer, (msg/s, CPU µs/msg), against the baseline) as the
+    markdown table the docs carry."""
+    print("| workload | consumer | msg/s | CPU µs/msg | vs baseline |")
+    print("|---|---|---:|---:|---|")
+    for workload, consumer, (msgs, cpu), ratio in rows:
+        print(f"| {workload} | {consumer} | {msgs:,.0f} | {cpu:,.0f} | {ratio} |")
+
+
+def table(rows: list[Row]) -> list[tuple[str, str, Measured, str]]:
+    """``rows`` as ``print_table`` takes them, each compared with what it names."""
+    return [(row.workload, row.consumer, row.measured, versus(rows, row)) for row in rows]
