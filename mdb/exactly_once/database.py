@@ -32,6 +32,7 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -60,13 +61,13 @@ class Database:
         self.settings = settings
         self.engine = _engine(settings)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
-        self.single: AsyncEngine = (
+        # For a statement in a transaction of its own (``autocommitted``): on PostgreSQL
+        # committed as it runs, without the BEGIN and COMMIT round trips; SQLite's implicit
+        # transaction costs less than switching its connection to autocommit and back
+        # through aiosqlite's thread.
+        self._single: AsyncEngine = (
             self.engine if self.engine.dialect.name == "sqlite"
             else self.engine.execution_options(isolation_level="AUTOCOMMIT"))
-        """The engine for a statement in a transaction of its own (the delete after a
-        dispatch): on PostgreSQL committed as it runs, without the BEGIN and COMMIT round
-        trips; SQLite's implicit transaction costs less than switching its connection to
-        autocommit and back through aiosqlite's thread."""
         self.down: DatabaseUnavailable | None = None
         """Why the last session could not reach the database; None once one did."""
         # Not a ping each time a connection leaves the pool (three round trips on asyncpg,
@@ -96,11 +97,26 @@ class Database:
         """A session in a transaction: committed when the block ends, rolled back when it
         raises. A driver error saying the database cannot be reached, or a commit that takes
         longer than ``timeout``, becomes ``DatabaseUnavailable``."""
+        async with self._reaching(), self._sessions() as session, session.begin():
+            yield session
+            with _deadline(self):  # in doubt then: the message's next claim finds out
+                await session.commit()
+
+    @asynccontextmanager
+    async def autocommitted(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for one statement in a transaction of its own (the delete after a
+        dispatch), its errors translated as a session's."""
+        async with self._reaching(), self._single.begin() as connection:
+            yield connection
+
+    @asynccontextmanager
+    async def _reaching(self) -> AsyncIterator[None]:
+        # Every failure to reach the database starts (or goes on with) an outage, whichever
+        # statement met it: the connections made before it are then replaced as they leave
+        # the pool, so that the run made again next does not meet the same dead server.
         try:
-            async with translated(self), self._sessions() as session, session.begin():
-                yield session
-                with _deadline(self):  # in doubt then: the message's next claim finds out
-                    await session.commit()
+            async with translated(self):
+                yield
         except DatabaseUnavailable as exc:
             self.unavailable(exc)
             raise

@@ -32,7 +32,7 @@ from mdb.errors import (
     SendOutcomeUnknown,
     error_type,
 )
-from mdb.exactly_once.database import Database, translated
+from mdb.exactly_once.database import Database
 from mdb.exactly_once.tables import outbox
 from mdb.message import ID, OutgoingMessage, ReplyAddress, ReplyTo
 from mdb.producer import Producer
@@ -233,7 +233,7 @@ class Dispatcher:
     async def _forget(self, seq: int) -> None:
         # A connection, not a session: an ORM session costs more than the delete.
         database = self._database
-        async with translated(database), database.single.begin() as connection:
+        async with database.autocommitted() as connection:
             with database.deadline():
                 await connection.execute(_FORGET, {"seq": seq})
 

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, event, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mdb import ConfigurationError, Container, Context, Redelivery, listener
+from mdb import ConfigurationError, Container, Context, DatabaseUnavailable, Redelivery, listener
 from mdb.broker import ConnectionOptions, broker_for
 from mdb.context import SendFunction
 from mdb.database_settings import DatabaseSettings
@@ -321,6 +321,100 @@ async def test_an_outage_of_postgresql_holds_deliveries_and_the_container_unread
     outage = [r.getMessage() for r in caplog.records if r.name == "mdb.database"]
     assert len(outage) == 2, outage  # one line as it began, one as it ended
     assert "hold their deliveries" in outage[0] and "answers again" in outage[1]
+
+
+async def terminate_backends(database: Database) -> None:
+    """End every other session on ``database``'s database, as an operator's
+    ``pg_terminate_backend`` does, and return once they are gone."""
+    async with database.engine.connect() as connection:
+        ended = [pid for pid, _ in await connection.execute(text(
+            "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"))]
+        with anyio.fail_after(WAIT):
+            while (await connection.execute(text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(:ended)"),
+                    {"ended": ended})).scalar_one():
+                await connection.commit()  # a transaction sees one snapshot of the activity
+                await anyio.sleep(0.01)
+
+
+@pytest.mark.postgresql
+async def test_a_dead_connection_met_by_the_delete_after_a_dispatch_starts_an_outage(
+    postgres_database: Database, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first statement to meet a terminated backend may be the delete after a dispatch:
+    that is an outage as any other (the container unready, the connections made before it
+    retired), so that the held delivery's next run is not handed another dead connection,
+    which the pool would not ping (used a moment ago), and sent back to the broker."""
+    monkeypatch.setattr(database_module, "IDLE_PING", 3600.0)  # however loaded the machine
+    database = Database("main", postgres_database.settings)  # its pool: connections made here
+    async with Producer(settings_for(f"memory://{unique('m')}")) as producer:
+        dispatcher = Dispatcher(database, producer, "this-process")
+        await dispatcher.sweep()  # nothing left by an earlier process: a dispatch sends at once
+        async with database.session() as session, database.session() as other:
+            await other.execute(text("SELECT 1"))  # two connections in the pool
+            writer = Writer(session, "this-process", lease=60.0, error_destination=None)
+            await writer.send(Destination.parse("queue:eo.out"),
+                              OutgoingMessage(b"o-1", {ID: "id-1"}), None)
+        await terminate_backends(postgres_database)
+        with pytest.raises(DatabaseUnavailable):
+            await dispatcher.dispatch(writer.rows)  # sent; its delete meets a dead connection
+        assert database.down is not None
+        async with database.session() as session:
+            assert (await session.execute(text("SELECT count(*) FROM mdb_outbox"))
+                    ).scalar_one() == 1  # sent, not deleted: the next run sends it again
+        assert database.down is None
+    await database.close()
+
+
+@pytest.mark.postgresql
+async def test_backends_terminated_mid_stream_leave_no_delivery_unsettled(
+    broker_url: str, postgres: PostgreSQL,
+) -> None:
+    url = await anyio.to_thread.run_sync(postgres.create_database, unique("eo"))
+    database = await prepared(url, timeout=3.0, outbox_lease=1.5)
+    queue, out = f"queue:{unique('eo')}", f"queue:{unique('eo_out')}"
+    rounds, per_round = 6, 10
+    runs = 0
+
+    @listener(queue, exactly_once="main", pool=2)
+    async def handler(body: str, ctx: Context, session: AsyncSession) -> None:
+        nonlocal runs
+        await session.execute(orders.insert().values(id=body, quantity=1))
+        await ctx.send(out, body)
+        runs += 1
+
+    ids_of: dict[bytes, set[str]] = {}
+
+    async def sent_on(bodies: list[str]) -> None:
+        while not {b.encode() for b in bodies} <= ids_of.keys():
+            for delivery in await read(broker_url, out, 1):
+                ids_of.setdefault(delivery.body, set()).add(delivery.headers[ID])
+
+    async with running(with_database(broker_url, database), handler) as container:
+        for r in range(rounds):
+            bodies = [f"o-{r}-{n}" for n in range(per_round)]
+            await send_bodies(broker_url, queue, bodies)
+            # Mid-stream, every connection of the container's dies, whatever it is doing (a
+            # session, the delete after a dispatch, idle in the pool): the statements that
+            # meet it fail. Once a round: a delivery is held once for an outage.
+            with anyio.fail_after(WAIT):
+                while runs < r * per_round + per_round // 2:
+                    await anyio.sleep(0.01)
+            await terminate_backends(database)
+            await sent_on(bodies)
+        # A row sent whose delete met a dead connection is sent again, with its id.
+        with anyio.fail_after(WAIT):
+            while await count(database, tables.outbox):
+                await anyio.sleep(0.05)
+    # Each delivery that met a dead connection was held and run again on a new one: not
+    # one was sent back to the broker (on RabbitMQ that closes the slots' connection).
+    assert container.deployed[0].stats.rolled_back == 0
+    async with database.session() as session:
+        effects = (await session.execute(select(orders.c.id))).scalars().all()
+    assert sorted(effects) == sorted(f"o-{r}-{n}" for r in range(rounds)
+                                     for n in range(per_round))
+    assert all(len(sent_ids) == 1 for sent_ids in ids_of.values())
 
 
 @pytest.mark.postgresql
