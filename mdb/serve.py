@@ -135,6 +135,8 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
         try:
             async with anyio.create_task_group() as helpers:
                 helpers.start_soon(_stop_on_signals, container)
+                if args.config is None:
+                    helpers.start_soon(_hangups_without_config)
                 if channel is not None:
                     helpers.start_soon(channel.watch, container.request_stop)
                 if args.lifeline is not None:
@@ -175,6 +177,15 @@ def _metrics(container: Container) -> Callable[[str], Page] | None:
     from mdb.metrics import ContainerMetrics  # the extra: tracing.configure checked it is there
 
     return ContainerMetrics(container)
+
+
+async def _hangups_without_config() -> None:
+    # A process manager's SIGHUP means "reload" (a closed terminal sends it too): without
+    # --config there is nothing to read again, and Python's default, the process ending at
+    # once with its in-flight messages abandoned, is never what was meant.
+    with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+        async for _ in signals:
+            logs.tell("mdb: SIGHUP: nothing to reload without --config; running on")
 
 
 async def _stop_on_signals(container: Container) -> None:

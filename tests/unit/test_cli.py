@@ -252,6 +252,26 @@ def test_mdb_run_says_ready_once_and_only_the_counters_that_moved(app: Path) -> 
     assert out.splitlines()[-1] == "mdb: stopped; processed 0, in flight 0"
 
 
+def test_mdb_run_without_config_runs_on_after_sighup(app: Path) -> None:
+    process = subprocess.Popen([sys.executable, "-m", "mdb.cli", "run", "app_listeners"],
+                               cwd=app, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    assert process.stdout is not None and process.stderr is not None
+    for line in process.stdout:
+        if line.startswith("mdb: ready"):
+            break
+    process.send_signal(signal.SIGHUP)
+    for line in process.stderr:
+        if "SIGHUP" in line:
+            break
+    assert process.poll() is None
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert "SIGHUP: nothing to reload without --config" in line
+    assert out.splitlines()[-1] == "mdb: stopped; processed 0, in flight 0"
+
+
 def test_mdb_send_refuses_the_embedded_broker_it_cannot_reach(app: Path) -> None:
     # The default broker is memory://, inside the process of `mdb run`: a send from another
     # process would go to a broker of its own and reach nothing.
