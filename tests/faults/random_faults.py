@@ -56,17 +56,22 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import signal
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from contextlib import ExitStack
+from typing import Protocol
 
 from tests.contract.support import unique
+from tests.contract.test_crash import ContainerProcess
+from tests.faults.exactly_once_stages import TIMEOUT, Stages, check_once
 from tests.faults.ledger import (
     PER_APP,
     PER_SERVER,
     SEND_TO,
+    WAIT,
     Fleet,
     LoadProducer,
     Verdict,
@@ -80,6 +85,7 @@ from tests.faults.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
 from tests.harness.netns import Namespace, Network, network_available, private_network
+from tests.harness.postgresql import PostgreSQL, postgresql_available
 from tests.harness.process import BrokerProcess, started_together
 from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
 from tests.harness.rabbitmq_cluster import RabbitMQCluster
@@ -87,6 +93,9 @@ from tests.harness.rabbitmq_cluster import RabbitMQCluster
 KINDS = ("broker-kill", "broker-pause", "container-kill", "master-kill", "node-kill",
          "partition")
 RABBITMQ_KINDS = ("node-kill", "node-pause", "container-kill", "partition")
+EXACTLY_ONCE_KINDS = ("pg-kill", "pg-pause", "broker-kill", "broker-pause", "container-kill",
+                      "partition")
+EO_APP = "eo"  # the app of the exactly-once run's processes (``Stages.start``)
 TOPOLOGIES = ("cluster", "node")  # of --rabbitmq: three nodes, quorum queues; one, classic
 RABBITMQ_HEARTBEAT_MS = 4000  # what RabbitMQ makes of a smaller one (docs/rabbitmq.md)
 NAMES = ("a", "b", "c")
@@ -129,7 +138,14 @@ def consumed_again(processes: Fleet, producer: LoadProducer, app: str, broker: s
     processes.wait(again, f"{app} consuming {broker}'s member again")
 
 
-def schedule(rng: random.Random, minutes: float, kinds: Sequence[str], processes: Fleet,
+class Holder(Protocol):
+    """What lets a fault's time pass: a ``Fleet`` (which reads its ledger meanwhile) or a
+    ``Pipeline`` of exactly-once stages."""
+
+    def hold(self, seconds: float) -> None: ...
+
+
+def schedule(rng: random.Random, minutes: float, kinds: Sequence[str], processes: Holder,
              producer: LoadProducer, fault: Callable[[str], None],
              undo: Callable[[], None]) -> tuple[Counter[str], list[str]]:
     """For ``minutes``, a gap of load then a fault of a kind drawn from ``kinds`` (``fault``
@@ -256,6 +272,177 @@ def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float) -> int:
                        RABBITMQ_KINDS)
 
 
+class Pipeline:
+    """The exactly-once run's two container processes (``s1``, ``s2``), each running both
+    stages, each in its own network namespace where there are any."""
+
+    def __init__(self, stages: Stages, rooms: Rooms) -> None:
+        self.stages, self.rooms = stages, rooms
+        self.processes: dict[str, ContainerProcess] = {}
+        self.mark = 0  # the ledger's rows up to this number are before the last fault's end
+
+    def start(self, server: str) -> None:
+        room = self.rooms.of(EO_APP, server)
+        self.processes[server] = self.stages.start(server, room.prefix if room else ())
+
+    def hold(self, seconds: float) -> None:
+        time.sleep(seconds)  # the processes' ledger is the database, read when asked
+
+    def resumed(self, producer: LoadProducer, server: str | None = None,
+                count: int = 3) -> None:
+        """Wait until the second stage recorded ``count`` messages sent from now on and, with
+        ``server``, until that server ran the first stage of one of them: consumption
+        resumed, the outbox's dispatch too."""
+        before = set(producer.told)
+        ran: set[str] = set()
+        passed: set[str] = set()
+
+        def again() -> bool:
+            if exited := {s: p.process.poll() for s, p in self.processes.items()
+                          if p.process.poll() is not None}:
+                raise AssertionError(f"container processes exited: {exited}")
+            top, rows = self.stages.since(self.mark)
+            new = producer.told.keys() - before
+            for stage, key, by in rows:
+                if key in new and stage == "second":
+                    passed.add(key)
+                if key in new and stage == "first" and by == server:
+                    ran.add(key)
+            if len(passed) >= count and (server is None or ran):
+                self.mark = top
+                return True
+            return False
+        self.stages.poll(again, "consumption again" + (f" by {server}" if server else ""))
+
+    def stop(self) -> dict[str, str]:
+        """SIGTERM each process; each must exit 0. Their ``mdb: stopped`` lines (the
+        counters of what they did) per server."""
+        for process in self.processes.values():
+            process.process.send_signal(signal.SIGTERM)
+        codes = {s: p.process.wait(timeout=WAIT) for s, p in self.processes.items()}
+        assert all(code == 0 for code in codes.values()), codes
+        lines = {}
+        for server, process in self.processes.items():
+            while not process.lines.empty():
+                entry = process.lines.get_nowait()
+                if entry.get("event") == "stopped":
+                    lines[server] = entry["line"].strip()
+        return lines
+
+
+def run_exactly_once(minutes: float, seed: int, drain: float) -> int:
+    """The exactly-once run (``--exactly-once``): one ActiveMQ broker, a private PostgreSQL
+    server, two container processes of both stages of ``tests.faults.exactly_once_app``, a
+    producer sending to the first stage, faults of ``EXACTLY_ONCE_KINDS``; prints the table,
+    returns the exit status."""
+    rng = random.Random(seed)
+    with ExitStack() as stack:
+        network = stack.enter_context(private_network()) if network_available() else None
+        kinds = tuple(k for k in EXACTLY_ONCE_KINDS if k != "partition" or network)
+        host = network.address if network else None
+        [broker] = stack.enter_context(started_together(lambda: ActiveMQ(host=host), 1))
+        postgres = stack.enter_context(PostgreSQL(host=host or "127.0.0.1"))
+        pipeline = Pipeline(Stages(broker, postgres, stack), Rooms(network))
+        pipeline.start("s1")
+        pipeline.start("s2")
+        queue = pipeline.stages.queue
+        with LoadProducer(fault_settings([broker.url], queue), queue, pace=0.02,
+                          kind="queue") as producer:
+
+            def fault(kind: str) -> None:
+                upset_pipeline(kind, rng, broker, postgres, pipeline, producer)
+
+            def undo() -> None:
+                broker.resume()
+                postgres.resume()
+                for process in (broker, postgres):
+                    if not process.running:
+                        process.start()
+            survived, failures = schedule(rng, minutes, kinds, pipeline, producer, fault,
+                                          undo)
+        told, raised = producer.told, producer.raised
+        try:
+            settled(pipeline.stages, told, drain)
+        except AssertionError as exc:
+            failures.append(f"drain: {exc}")
+        stopped = pipeline.stop()
+        rows, outbox = pipeline.stages.ledger()
+        left = pipeline.stages.left()
+    accounts, bad = check_once(rows, told, raised)
+    print_faults(survived, EXACTLY_ONCE_KINDS, len(told), raised)
+    for server, line in sorted(stopped.items()):
+        print(f"{server} {line}")
+    print_rows([("stage", "owed", "once", "missing", "repeated", "extra")] + [
+        (stage, str(a.owed), str(a.once), str(len(a.missing)), str(len(a.repeated)),
+         str(len(a.extra))) for stage, a in accounts.items()])
+    print(f"left in the outbox: {len(outbox)} {sorted(outbox)[:10]}")
+    print(f"left in the queues: {sum(len(v) for v in left.values())} {left or ''}")
+    for failure in failures:
+        print(f"NOT SURVIVED: {failure}")
+    if bad:
+        print(f"ids breaking the contract ({len(bad)}): {bad[:20]}")
+    result = bad or outbox or left or failures
+    print("result: " + ", ".join(f"{stage} missing {len(a.missing)} repeated "
+                                 f"{len(a.repeated)}" for stage, a in accounts.items())
+          + " -> " + ("FAIL" if result else "ok"))
+    return 1 if result else 0
+
+
+def settled(stages: Stages, told: Collection[str], drain: float) -> None:
+    """Wait until both stages ran every message told-sent, the second every one the first
+    ran, the outbox is empty and so are the queues (``drain`` seconds at most)."""
+    def done() -> bool:
+        rows, outbox = stages.ledger()
+        first = {k for s, k in rows if s == "first"}
+        return set(told) <= first <= {k for s, k in rows if s == "second"} and not outbox
+    stages.poll(done, "both stages' effects of every message", drain)
+    stages.poll(lambda: not stages.left(), "the queues empty", drain)
+
+
+def upset_pipeline(kind: str, rng: random.Random, broker: BrokerProcess,
+                   postgres: PostgreSQL, pipeline: Pipeline, producer: LoadProducer) -> None:
+    """One fault of the exactly-once run, then wait until consumption resumed:
+
+    * ``pg-kill``: SIGKILL of the postmaster (its children follow), down 0.5 to 6 s, started
+      again (it recovers from its WAL);
+    * ``pg-pause``: SIGSTOP of every server process for 0.5 s to twice the databases'
+      ``timeout`` (a hung server: past the timeout or not), then SIGCONT;
+    * ``broker-kill``, ``broker-pause``: the broker's ``outage``, 0.5 to 6 s;
+    * ``container-kill``: SIGKILL one process, start it again 0 to 3 s later under its name;
+    * ``partition``: one process's link cut for 2 to 6 s (around the broker's tolerance of
+      silence, 2.5 s, and the database's ``timeout``), then healed; that process must run
+      the first stage again.
+    """
+    server = None
+    if kind == "pg-kill":
+        postgres.crash()
+        pipeline.hold(rng.uniform(0.5, 6.0))
+        postgres.start()
+    elif kind == "pg-pause":
+        postgres.pause()
+        pipeline.hold(rng.uniform(0.5, 2 * TIMEOUT))
+        postgres.resume()
+    elif kind in ("broker-kill", "broker-pause"):
+        outage(kind == "broker-kill", broker, rng.uniform(0.5, 6.0), pipeline)
+    elif kind == "container-kill":
+        server = rng.choice(sorted(pipeline.processes))
+        victim = pipeline.processes[server].process
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=WAIT)
+        pipeline.hold(rng.uniform(0.0, 3.0))
+        pipeline.start(server)
+    else:
+        server = rng.choice(sorted(pipeline.processes))
+        room = pipeline.rooms.of(EO_APP, server)
+        assert room is not None  # partitions are drawn only where there are namespaces
+        room.cut()
+        try:
+            pipeline.hold(rng.uniform(2.0, 6.0))
+        finally:
+            room.heal()
+    pipeline.resumed(producer, server)
+
+
 def explain(processes: Fleet, verdicts: dict[str, Verdict], most: int = 5) -> None:
     """Print the ledger lines of (up to ``most``) ids lost, unflagged or renamed, at both
     stages, each with its place in the ledger and the events of the processes (connections
@@ -278,7 +465,7 @@ def upset_node(kind: str, rng: random.Random, node: BrokerProcess, processes: Fl
     consumed_again(processes, producer, app, NAMES[0])
 
 
-def outage(kill: bool, broker: BrokerProcess, seconds: float, processes: Fleet) -> None:
+def outage(kill: bool, broker: BrokerProcess, seconds: float, processes: Holder) -> None:
     """Kill -9 ``broker`` and restart it after ``seconds`` (same ports, same data directory),
     or pause it (SIGSTOP) that long and resume it; the ledger is read meanwhile."""
     if kill:
@@ -352,11 +539,7 @@ def print_table(survived: Counter[str], verdicts: dict[str, Verdict], told: int,
                 kinds: Sequence[str]) -> int:
     """Print the run's table and verdict; return the exit status (1: a fault not survived, a
     message lost, a repeat unflagged or under another id, or something left behind)."""
-    print()
-    print("faults survived: " + ", ".join(f"{k} {survived[k]}" for k in kinds)
-          + f" (total {sum(survived.values())})")
-    print(f"messages told-sent: {told}; sends that raised: {len(raised)} "
-          f"{dict(Counter(raised.values()))}")
+    print_faults(survived, kinds, told, raised)
     header = ("view", "told", "processed", "deliveries", "dup flagged", "dup unflagged",
               "lost", "unconfirmed", "renamed")
     rows = [header] + [
@@ -364,10 +547,7 @@ def print_table(survived: Counter[str], verdicts: dict[str, Verdict], told: int,
          str(v.told), str(v.processed), str(v.deliveries), str(v.flagged),
          str(len(v.unflagged)), str(len(v.lost)), str(v.unconfirmed), str(len(v.renamed)))
         for key, v in sorted(verdicts.items())]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    for row in rows:
-        print("  ".join(c.rjust(w) if i else c.ljust(w)
-                        for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+    print_rows(rows)
     print(f"left behind on the brokers: {sum(len(v) for v in stored.values())} {stored or ''}")
     for failure in failures:
         print(f"NOT SURVIVED: {failure}")
@@ -379,6 +559,24 @@ def print_table(survived: Counter[str], verdicts: dict[str, Verdict], told: int,
     bad = not all(v.ok for v in verdicts.values()) or bool(stored or failures)
     print(f"result: lost {lost}, unflagged {unflagged} -> " + ("FAIL" if bad else "ok"))
     return 1 if bad else 0
+
+
+def print_faults(survived: Counter[str], kinds: Sequence[str], told: int,
+                 raised: dict[str, str]) -> None:
+    """The head of a run's table: the faults survived, the messages sent."""
+    print()
+    print("faults survived: " + ", ".join(f"{k} {survived[k]}" for k in kinds)
+          + f" (total {sum(survived.values())})")
+    print(f"messages told-sent: {told}; sends that raised: {len(raised)} "
+          f"{dict(Counter(raised.values()))}")
+
+
+def print_rows(rows: Sequence[Sequence[str]]) -> None:
+    """Columns aligned: the first to the left, the others (numbers) to the right."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.rjust(w) if i else c.ljust(w)
+                        for i, (c, w) in enumerate(zip(row, widths, strict=True))))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -393,7 +591,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rabbitmq", choices=TOPOLOGIES,
                         help="RabbitMQ only, a two-stage pipeline: a three-node cluster with "
                              "quorum queues, or one node with classic queues")
+    parser.add_argument("--exactly-once", action="store_true",
+                        help="ActiveMQ and PostgreSQL, two exactly-once stages, database "
+                             "faults among the others")
     args = parser.parse_args(argv)
+    if args.exactly_once:
+        if not activemq_available() or not postgresql_available():
+            print("ActiveMQ Classic and PostgreSQL are needed", file=sys.stderr)
+            return 2
+        return run_exactly_once(args.minutes, args.seed, args.drain)
     if args.rabbitmq:
         if not rabbitmq_available():
             print("RabbitMQ with the STOMP plugin is not installed here", file=sys.stderr)
