@@ -49,6 +49,26 @@ queue too (stage 2, ``tests.faults.ledger_app``). Its faults:
 The table has a row for each stage: the second stage owes each message the first processed,
 under one ``mdb_id``, repeats flagged ``redelivered`` or ``mdb_maybe_repeat``
 (``tests.faults.ledger.check_sent_on``); nothing may be left in either queue.
+
+``--exactly-once`` runs exactly-once listeners (docs/exactly-once.md) on one ActiveMQ broker
+and a private PostgreSQL server: two container processes (``s1``, ``s2``) of the two stages
+of ``tests.faults.exactly_once_app`` (the first inserts a row of an effect ledger per message
+and sends its id on through the outbox, the second inserts a row per id it receives), a
+producer sending to the first stage. Its faults (``upset_pipeline``):
+
+* ``pg-kill``: SIGKILL of the postmaster, PostgreSQL down 0.5 to 6 s, then started again
+  (it recovers from its WAL);
+* ``pg-pause``: SIGSTOP of PostgreSQL's processes for 0.5 s to twice the databases'
+  ``timeout`` (3 s), then SIGCONT;
+* ``broker-kill``, ``broker-pause``, ``container-kill`` as above; ``partition``: a process's
+  link cut for 2 to 6 s (the broker and the database both out of reach).
+
+After each it waits until the second stage recorded messages sent after the fault (and,
+after a container's fault, until that container ran the first stage again), reading the
+ledger in the database. The table counts each stage's rows against what it owes: the first
+one row per message told-sent (a message whose send raised may have one, ``extra``), the
+second one per message the first ran; nothing may be left in the outbox, the queues or
+their DLQs. The exit status is 1 otherwise, and the offending ids are printed.
 """
 
 from __future__ import annotations
