@@ -1,7 +1,8 @@
 """Two exactly-once stages, run as container processes by the exactly-once fault tests.
 
 ``first`` consumes ``queue:$EO_QUEUE``, inserts a row of the effect ledger keyed by the
-message's id and sends the id on to ``queue:$EO_QUEUE.second`` (through the outbox);
+message's id (with the server that ran it, ``$MDB_SERVER``) and sends the id on to
+``queue:$EO_QUEUE.second`` (through the outbox);
 ``second`` consumes that and inserts its own row, keyed by the id it received. The ledger has no
 unique key: a run that happened twice would leave two rows, which the test counts.
 
@@ -31,6 +32,7 @@ from mdb import Context, Redelivery, listener
 from mdb.exactly_once.outbox import Dispatcher, Row
 
 QUEUE = os.environ.get("EO_QUEUE", "eo")
+SERVER = os.environ.get("MDB_SERVER")
 FREEZE = int(os.environ.get("EO_FREEZE", "0"))
 DELAY = float(os.environ.get("EO_DELAY", "0"))
 BEFORE = os.environ.get("EO_FREEZE_BEFORE", "dispatch")
@@ -39,7 +41,8 @@ ledger_tables = MetaData()
 effects = Table("effects", ledger_tables,
                 Column("seq", Integer, primary_key=True, autoincrement=True),
                 Column("stage", String(20), nullable=False),
-                Column("key", String(200), nullable=False))
+                Column("key", String(200), nullable=False),
+                Column("server", String(50)))
 
 # An outage of the database or the broker brings deliveries back flagged, each a delivery of
 # its count: enough of them, soon, so that a fault test's outage never reaches the error queue.
@@ -48,7 +51,7 @@ PATIENT = Redelivery(limit=50, delay=0.2, max_delay=1.0)
 
 @listener(f"queue:{QUEUE}", exactly_once="main", pool=2, redelivery=PATIENT)
 async def first(body: str, ctx: Context, session: AsyncSession) -> None:
-    await session.execute(effects.insert().values(stage="first", key=ctx.id))
+    await session.execute(effects.insert().values(stage="first", key=ctx.id, server=SERVER))
     if DELAY:
         await anyio.sleep(DELAY)
     await ctx.send(f"queue:{QUEUE}.second", ctx.id)
@@ -56,7 +59,7 @@ async def first(body: str, ctx: Context, session: AsyncSession) -> None:
 
 @listener(f"queue:{QUEUE}.second", exactly_once="main", pool=2, redelivery=PATIENT)
 async def second(body: str, session: AsyncSession) -> None:
-    await session.execute(effects.insert().values(stage="second", key=body))
+    await session.execute(effects.insert().values(stage="second", key=body, server=SERVER))
 
 
 if FREEZE:

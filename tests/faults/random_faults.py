@@ -49,6 +49,27 @@ queue too (stage 2, ``tests.faults.ledger_app``). Its faults:
 The table has a row for each stage: the second stage owes each message the first processed,
 under one ``mdb_id``, repeats flagged ``redelivered`` or ``mdb_maybe_repeat``
 (``tests.faults.ledger.check_sent_on``); nothing may be left in either queue.
+
+``--exactly-once`` runs exactly-once listeners (docs/exactly-once.md) on one ActiveMQ broker
+and a private PostgreSQL server: two container processes (``s1``, ``s2``) of the two stages
+of ``tests.faults.exactly_once_app`` (the first inserts a row of an effect ledger per message
+and sends its id on through the outbox, the second inserts a row per id it receives), a
+producer sending to the first stage. Its faults (``upset_pipeline``):
+
+* ``pg-kill``: SIGKILL of the postmaster, PostgreSQL down 0.5 to 6 s, then started again
+  (it recovers from its WAL);
+* ``pg-pause``: SIGSTOP of PostgreSQL's processes for 0.5 s to twice the databases'
+  ``timeout`` (3 s), then SIGCONT;
+* ``broker-kill``, ``broker-pause``, ``container-kill`` as above; ``partition``: a process's
+  link cut for 2 to 6 s (the broker and the database both out of reach).
+
+After each it waits until the second stage recorded more rows (and, after a container's
+fault, until that container ran the first stage again), reading the ledger in the database.
+The table counts each stage's rows against what it owes: the first one row per message
+told-sent (a message whose send raised may have one, ``extra``), the second one per message
+the first ran; nothing may be left in the outbox, the queues or their DLQs. The exit status
+is 1 otherwise, and the offending ids are printed. ``--delay S`` keeps each run of the first
+stage S seconds in its transaction: more work in flight when a fault comes.
 """
 
 from __future__ import annotations
@@ -56,17 +77,22 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import signal
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from contextlib import ExitStack
+from typing import Protocol
 
 from tests.contract.support import unique
+from tests.contract.test_crash import ContainerProcess
+from tests.faults.exactly_once_stages import TIMEOUT, Stages, check_once
 from tests.faults.ledger import (
     PER_APP,
     PER_SERVER,
     SEND_TO,
+    WAIT,
     Fleet,
     LoadProducer,
     Verdict,
@@ -80,6 +106,7 @@ from tests.faults.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
 from tests.harness.netns import Namespace, Network, network_available, private_network
+from tests.harness.postgresql import PostgreSQL, postgresql_available
 from tests.harness.process import BrokerProcess, started_together
 from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
 from tests.harness.rabbitmq_cluster import RabbitMQCluster
@@ -87,6 +114,9 @@ from tests.harness.rabbitmq_cluster import RabbitMQCluster
 KINDS = ("broker-kill", "broker-pause", "container-kill", "master-kill", "node-kill",
          "partition")
 RABBITMQ_KINDS = ("node-kill", "node-pause", "container-kill", "partition")
+EXACTLY_ONCE_KINDS = ("pg-kill", "pg-pause", "broker-kill", "broker-pause", "container-kill",
+                      "partition")
+EO_APP = "eo"  # the app of the exactly-once run's processes (``Stages.start``)
 TOPOLOGIES = ("cluster", "node")  # of --rabbitmq: three nodes, quorum queues; one, classic
 RABBITMQ_HEARTBEAT_MS = 4000  # what RabbitMQ makes of a smaller one (docs/rabbitmq.md)
 NAMES = ("a", "b", "c")
@@ -129,7 +159,14 @@ def consumed_again(processes: Fleet, producer: LoadProducer, app: str, broker: s
     processes.wait(again, f"{app} consuming {broker}'s member again")
 
 
-def schedule(rng: random.Random, minutes: float, kinds: Sequence[str], processes: Fleet,
+class Holder(Protocol):
+    """What lets a fault's time pass: a ``Fleet`` (which reads its ledger meanwhile) or a
+    ``Pipeline`` of exactly-once stages."""
+
+    def hold(self, seconds: float) -> None: ...
+
+
+def schedule(rng: random.Random, minutes: float, kinds: Sequence[str], processes: Holder,
              producer: LoadProducer, fault: Callable[[str], None],
              undo: Callable[[], None]) -> tuple[Counter[str], list[str]]:
     """For ``minutes``, a gap of load then a fault of a kind drawn from ``kinds`` (``fault``
@@ -256,6 +293,181 @@ def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float) -> int:
                        RABBITMQ_KINDS)
 
 
+class Pipeline:
+    """The exactly-once run's two container processes (``s1``, ``s2``), each running both
+    stages, each in its own network namespace where there are any."""
+
+    def __init__(self, stages: Stages, rooms: Rooms, delay: float = 0.0) -> None:
+        self.stages, self.rooms = stages, rooms
+        self.env = {"EO_DELAY": str(delay)} if delay else {}
+        self.processes: dict[str, ContainerProcess] = {}
+        self.mark = 0  # the ledger's highest row number when the last fault was survived
+
+    def start(self, server: str) -> None:
+        room = self.rooms.of(EO_APP, server)
+        self.processes[server] = self.stages.start(server, room.prefix if room else (),
+                                                   **self.env)
+
+    def hold(self, seconds: float) -> None:
+        time.sleep(seconds)  # the processes' ledger is the database, read when asked
+
+    def resumed(self, server: str | None = None, count: int = 3) -> None:
+        """Wait until the second stage recorded ``count`` more rows and, with ``server``, that
+        server ``count`` more of the first stage: consumption resumed, the outbox's dispatch
+        too. Rows are counted from the ledger's highest number when it could first be read
+        after the fault (not from messages sent after it: those may wait behind a backlog the
+        fault left); a run in flight through the fault may commit a row numbered before, and
+        is not counted."""
+        mark: int | None = None
+
+        def again() -> bool:
+            nonlocal mark
+            if exited := {s: p.process.poll() for s, p in self.processes.items()
+                          if p.process.poll() is not None}:
+                raise AssertionError(f"container processes exited: {exited}")
+            top, rows = self.stages.since(self.mark if mark is None else mark)
+            if mark is None:
+                mark = top
+                return False
+            second = sum(stage == "second" for stage, _, _ in rows)
+            ran = sum(stage == "first" and by == server for stage, _, by in rows)
+            if second >= count and (server is None or ran >= count):
+                self.mark = top
+                return True
+            return False
+        self.stages.poll(again, "consumption again" + (f" by {server}" if server else ""))
+
+    def stop(self, failures: list[str]) -> dict[str, str]:
+        """SIGTERM each process; one that does not exit 0 is a failure. Their ``mdb:
+        stopped`` lines (the counters of what they did) per server."""
+        for process in self.processes.values():
+            process.process.send_signal(signal.SIGTERM)
+        codes = {s: p.process.wait(timeout=WAIT) for s, p in self.processes.items()}
+        if any(codes.values()):
+            failures.append(f"exit statuses {codes}")
+        lines = {}
+        for server, process in self.processes.items():
+            while not process.lines.empty():
+                entry = process.lines.get_nowait()
+                if entry.get("event") == "stopped":
+                    lines[server] = entry["line"].strip()
+        return lines
+
+
+def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0) -> int:
+    """The exactly-once run (``--exactly-once``): one ActiveMQ broker, a private PostgreSQL
+    server, two container processes of both stages of ``tests.faults.exactly_once_app``, a
+    producer sending to the first stage, faults of ``EXACTLY_ONCE_KINDS``; each run of the
+    first stage holds its transaction open ``delay`` seconds (more work in flight at a
+    fault). Prints the table, returns the exit status."""
+    rng = random.Random(seed)
+    with ExitStack() as stack:
+        network = stack.enter_context(private_network()) if network_available() else None
+        kinds = tuple(k for k in EXACTLY_ONCE_KINDS if k != "partition" or network)
+        host = network.address if network else None
+        [broker] = stack.enter_context(started_together(lambda: ActiveMQ(host=host), 1))
+        postgres = stack.enter_context(PostgreSQL(host=host or "127.0.0.1"))
+        pipeline = Pipeline(Stages(broker, postgres, stack), Rooms(network), delay)
+        pipeline.start("s1")
+        pipeline.start("s2")
+        queue = pipeline.stages.queue
+        with LoadProducer(fault_settings([broker.url], queue), queue, pace=0.02,
+                          kind="queue") as producer:
+
+            def fault(kind: str) -> None:
+                upset_pipeline(kind, rng, broker, postgres, pipeline)
+
+            def undo() -> None:
+                broker.resume()
+                postgres.resume()
+                for process in (broker, postgres):
+                    if not process.running:
+                        process.start()
+            survived, failures = schedule(rng, minutes, kinds, pipeline, producer, fault,
+                                          undo)
+        told, raised = producer.told, producer.raised
+        try:
+            settled(pipeline.stages, told, drain)
+        except AssertionError as exc:
+            failures.append(f"drain: {exc}")
+        stopped = pipeline.stop(failures)
+        rows, outbox = pipeline.stages.ledger()
+        left = pipeline.stages.left()
+    accounts, bad = check_once(rows, told, raised)
+    print_faults(survived, EXACTLY_ONCE_KINDS, len(told), raised)
+    for server, line in sorted(stopped.items()):
+        print(f"{server} {line}")
+    print_rows([("stage", "owed", "once", "missing", "repeated", "extra")] + [
+        (stage, str(a.owed), str(a.once), str(len(a.missing)), str(len(a.repeated)),
+         str(len(a.extra))) for stage, a in accounts.items()])
+    print(f"left in the outbox: {len(outbox)} {sorted(outbox)[:10]}")
+    print(f"left in the queues: {sum(len(v) for v in left.values())} {left or ''}")
+    for failure in failures:
+        print(f"NOT SURVIVED: {failure}")
+    if bad:
+        print(f"ids breaking the contract ({len(bad)}): {bad[:20]}")
+    result = bad or outbox or left or failures
+    print("result: " + ", ".join(f"{stage} missing {len(a.missing)} repeated "
+                                 f"{len(a.repeated)}" for stage, a in accounts.items())
+          + " -> " + ("FAIL" if result else "ok"))
+    return 1 if result else 0
+
+
+def settled(stages: Stages, told: Collection[str], drain: float) -> None:
+    """Wait until both stages ran every message told-sent, the second every one the first
+    ran, the outbox is empty and so are the queues (``drain`` seconds at most)."""
+    def done() -> bool:
+        rows, outbox = stages.ledger()
+        first = {k for s, k in rows if s == "first"}
+        return set(told) <= first <= {k for s, k in rows if s == "second"} and not outbox
+    stages.poll(done, "both stages' effects of every message", drain)
+    stages.poll(lambda: not stages.left(), "the queues empty", drain)
+
+
+def upset_pipeline(kind: str, rng: random.Random, broker: BrokerProcess,
+                   postgres: PostgreSQL, pipeline: Pipeline) -> None:
+    """One fault of the exactly-once run, then wait until consumption resumed:
+
+    * ``pg-kill``: SIGKILL of the postmaster (its children follow), down 0.5 to 6 s, started
+      again (it recovers from its WAL);
+    * ``pg-pause``: SIGSTOP of every server process for 0.5 s to twice the databases'
+      ``timeout`` (a hung server: past the timeout or not), then SIGCONT;
+    * ``broker-kill``, ``broker-pause``: the broker's ``outage``, 0.5 to 6 s;
+    * ``container-kill``: SIGKILL one process, start it again 0 to 3 s later under its name;
+    * ``partition``: one process's link cut for 2 to 6 s (around the broker's tolerance of
+      silence, 2.5 s, and the database's ``timeout``), then healed; that process must run
+      the first stage again.
+    """
+    server = None
+    if kind == "pg-kill":
+        postgres.crash()
+        pipeline.hold(rng.uniform(0.5, 6.0))
+        postgres.start()
+    elif kind == "pg-pause":
+        postgres.pause()
+        pipeline.hold(rng.uniform(0.5, 2 * TIMEOUT))
+        postgres.resume()
+    elif kind in ("broker-kill", "broker-pause"):
+        outage(kind == "broker-kill", broker, rng.uniform(0.5, 6.0), pipeline)
+    elif kind == "container-kill":
+        server = rng.choice(sorted(pipeline.processes))
+        victim = pipeline.processes[server].process
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=WAIT)
+        pipeline.hold(rng.uniform(0.0, 3.0))
+        pipeline.start(server)
+    else:
+        server = rng.choice(sorted(pipeline.processes))
+        room = pipeline.rooms.of(EO_APP, server)
+        assert room is not None  # partitions are drawn only where there are namespaces
+        room.cut()
+        try:
+            pipeline.hold(rng.uniform(2.0, 6.0))
+        finally:
+            room.heal()
+    pipeline.resumed(server)
+
+
 def explain(processes: Fleet, verdicts: dict[str, Verdict], most: int = 5) -> None:
     """Print the ledger lines of (up to ``most``) ids lost, unflagged or renamed, at both
     stages, each with its place in the ledger and the events of the processes (connections
@@ -278,7 +490,7 @@ def upset_node(kind: str, rng: random.Random, node: BrokerProcess, processes: Fl
     consumed_again(processes, producer, app, NAMES[0])
 
 
-def outage(kill: bool, broker: BrokerProcess, seconds: float, processes: Fleet) -> None:
+def outage(kill: bool, broker: BrokerProcess, seconds: float, processes: Holder) -> None:
     """Kill -9 ``broker`` and restart it after ``seconds`` (same ports, same data directory),
     or pause it (SIGSTOP) that long and resume it; the ledger is read meanwhile."""
     if kill:
@@ -352,11 +564,7 @@ def print_table(survived: Counter[str], verdicts: dict[str, Verdict], told: int,
                 kinds: Sequence[str]) -> int:
     """Print the run's table and verdict; return the exit status (1: a fault not survived, a
     message lost, a repeat unflagged or under another id, or something left behind)."""
-    print()
-    print("faults survived: " + ", ".join(f"{k} {survived[k]}" for k in kinds)
-          + f" (total {sum(survived.values())})")
-    print(f"messages told-sent: {told}; sends that raised: {len(raised)} "
-          f"{dict(Counter(raised.values()))}")
+    print_faults(survived, kinds, told, raised)
     header = ("view", "told", "processed", "deliveries", "dup flagged", "dup unflagged",
               "lost", "unconfirmed", "renamed")
     rows = [header] + [
@@ -364,10 +572,7 @@ def print_table(survived: Counter[str], verdicts: dict[str, Verdict], told: int,
          str(v.told), str(v.processed), str(v.deliveries), str(v.flagged),
          str(len(v.unflagged)), str(len(v.lost)), str(v.unconfirmed), str(len(v.renamed)))
         for key, v in sorted(verdicts.items())]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    for row in rows:
-        print("  ".join(c.rjust(w) if i else c.ljust(w)
-                        for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+    print_rows(rows)
     print(f"left behind on the brokers: {sum(len(v) for v in stored.values())} {stored or ''}")
     for failure in failures:
         print(f"NOT SURVIVED: {failure}")
@@ -379,6 +584,24 @@ def print_table(survived: Counter[str], verdicts: dict[str, Verdict], told: int,
     bad = not all(v.ok for v in verdicts.values()) or bool(stored or failures)
     print(f"result: lost {lost}, unflagged {unflagged} -> " + ("FAIL" if bad else "ok"))
     return 1 if bad else 0
+
+
+def print_faults(survived: Counter[str], kinds: Sequence[str], told: int,
+                 raised: dict[str, str]) -> None:
+    """The head of a run's table: the faults survived, the messages sent."""
+    print()
+    print("faults survived: " + ", ".join(f"{k} {survived[k]}" for k in kinds)
+          + f" (total {sum(survived.values())})")
+    print(f"messages told-sent: {told}; sends that raised: {len(raised)} "
+          f"{dict(Counter(raised.values()))}")
+
+
+def print_rows(rows: Sequence[Sequence[str]]) -> None:
+    """Columns aligned: the first to the left, the others (numbers) to the right."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.rjust(w) if i else c.ljust(w)
+                        for i, (c, w) in enumerate(zip(row, widths, strict=True))))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -393,7 +616,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rabbitmq", choices=TOPOLOGIES,
                         help="RabbitMQ only, a two-stage pipeline: a three-node cluster with "
                              "quorum queues, or one node with classic queues")
+    parser.add_argument("--exactly-once", action="store_true",
+                        help="ActiveMQ and PostgreSQL, two exactly-once stages, database "
+                             "faults among the others")
+    parser.add_argument("--delay", type=float, default=0.0,
+                        help="with --exactly-once: seconds each run of the first stage holds "
+                             "its transaction open (more work in flight at a fault)")
     args = parser.parse_args(argv)
+    if args.exactly_once:
+        if not activemq_available() or not postgresql_available():
+            print("ActiveMQ Classic and PostgreSQL are needed", file=sys.stderr)
+            return 2
+        return run_exactly_once(args.minutes, args.seed, args.drain, args.delay)
     if args.rabbitmq:
         if not rabbitmq_available():
             print("RabbitMQ with the STOMP plugin is not installed here", file=sys.stderr)

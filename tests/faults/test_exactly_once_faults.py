@@ -10,26 +10,18 @@ the outbox, in the queues or in an error or dead-letter queue (docs/exactly-once
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 
-import anyio
 import pytest
-from sqlalchemy import select
 
-from mdb.database_settings import DatabaseSettings
-from mdb.exactly_once import tables
-from mdb.exactly_once.database import Database
 from tests.conftest import missing, private_brokers
-from tests.contract.support import unique
 from tests.contract.test_crash import ContainerProcess
-from tests.contract.test_delivery import send_all
-from tests.faults.exactly_once_app import effects, ledger_tables
-from tests.faults.ledger import WAIT, browse
+from tests.faults.exactly_once_stages import Stages
+from tests.faults.ledger import WAIT
 from tests.harness.activemq import ActiveMQ
 from tests.harness.netns import Network
 from tests.harness.postgresql import PostgreSQL, postgresql_available
@@ -59,96 +51,28 @@ def postgres_up(postgres: PostgreSQL) -> Iterator[PostgreSQL]:
         postgres.start()
 
 
-class Stages:
-    """The two stages' container processes on ``broker`` and a new database of ``postgres``."""
+def settle(stages: Stages, sent: list[str], *processes: ContainerProcess) -> None:
+    """Wait until both stages recorded every message and the outbox is empty, stop the
+    processes, and check the ledger, the outbox and the queues."""
+    expected = Counter([*(("first", i) for i in sent), *(("second", i) for i in sent)])
+    stages.wait(lambda rows, outbox: set(rows) >= set(expected) and not outbox,
+                "both stages' effects")
+    for process in processes:
+        process.process.send_signal(signal.SIGTERM)
+        assert process.process.wait(timeout=WAIT) == 0
+    rows, outbox = stages.ledger()
+    assert rows == expected, {k: n for k, n in rows.items() if n != 1 or k not in expected}
+    assert outbox == []
+    assert stages.left() == {}
 
-    def __init__(self, broker: BrokerProcess, postgres: PostgreSQL, stack: ExitStack) -> None:
-        self.broker, self.stack = broker, stack
-        self.queue = unique("eo")
-        self.url = postgres.create_database(self.queue)
-        anyio.run(self._prepare)
 
-    async def _prepare(self) -> None:
-        database = self.database()
-        try:
-            await tables.upgrade(database.engine)
-            async with database.engine.begin() as connection:
-                await connection.run_sync(ledger_tables.create_all)
-        finally:
-            await database.close()
-
-    def database(self) -> Database:
-        return Database("main", DatabaseSettings(url=self.url))
-
-    def start(self, server: str, prefix: Sequence[str] = (), **env: str) -> ContainerProcess:
-        """A container process of both stages, once it said it is ready; ``prefix`` goes
-        before its command (``Namespace.prefix`` runs it in a network namespace)."""
-        process = self.stack.enter_context(ContainerProcess(
-            str(self.broker.url), "unused", "eo", server, hang=False, prefix=prefix,
-            module="tests.faults.exactly_once_app", env={
-                "EO_QUEUE": self.queue,
-                # Short timeouts, lease and reconnect delays: a fault is noticed and over soon.
-                "MDB_DATABASES": json.dumps({"main": {
-                    "url": self.url, "timeout": 3, "outbox_lease": 1.5}}),
-                "MDB_BROKERS__DEFAULT__HEARTBEAT_MS": "1000",
-                "MDB_BROKERS__DEFAULT__RECONNECT_DELAY": "0.2",
-                "MDB_BROKERS__DEFAULT__RECONNECT_MAX_DELAY": "1.0",
-                **env}))
-        process.take(1, "ready")
-        return process
-
-    def send(self, first: int) -> list[str]:
-        """``HALF`` messages to the first stage; their ids."""
-        return anyio.run(send_all, str(self.broker.url), f"queue:{self.queue}",
-                         [f"m{n}" for n in range(first, first + HALF)])
-
-    def ledger(self) -> tuple[Counter[tuple[str, str]], list[str]]:
-        """The effect ledger's rows, counted per (stage, key), and the bodies (ids of the
-        first stage's messages) waiting in the outbox."""
-        async def read() -> tuple[Counter[tuple[str, str]], list[str]]:
-            database = self.database()
-            try:
-                async with database.session() as session:
-                    rows = (await session.execute(select(effects.c.stage, effects.c.key))).all()
-                    waiting = (await session.execute(select(tables.outbox.c.body))).scalars()
-                    bodies = [body.decode() for body in waiting]
-            finally:
-                await database.close()
-            return Counter((stage, key) for stage, key in rows), bodies
-        return anyio.run(read)
-
-    def wait(self, condition: Callable[[Counter[tuple[str, str]], list[str]], bool],
-             what: str) -> None:
-        """Poll the ledger until ``condition(rows, outbox)`` holds: the database tells only
-        when asked."""
-        deadline = time.monotonic() + WAIT
-        while not condition(*self.ledger()):
-            assert time.monotonic() < deadline, f"waited {WAIT} s for {what}"
-            time.sleep(0.2)
-
-    def settle(self, sent: list[str], *processes: ContainerProcess) -> None:
-        """Wait until both stages recorded every message and the outbox is empty, stop the
-        processes, and check the ledger, the outbox and the queues."""
-        expected = Counter([*(("first", i) for i in sent), *(("second", i) for i in sent)])
-        self.wait(lambda rows, outbox: set(rows) >= set(expected) and not outbox,
-                  "both stages' effects")
-        for process in processes:
-            process.process.send_signal(signal.SIGTERM)
-            assert process.process.wait(timeout=WAIT) == 0
-        rows, outbox = self.ledger()
-        assert rows == expected, {k: n for k, n in rows.items() if n != 1 or k not in expected}
-        assert outbox == []
-        names = [self.queue, f"{self.queue}.second", f"{self.queue}.DLQ",
-                 f"{self.queue}.second.DLQ", "ActiveMQ.DLQ"]
-        assert {name: browse(self.broker, name) for name in names} == {n: [] for n in names}
-
-    def midway(self) -> None:
-        """Wait until the first stage committed some of the first ``HALF`` messages, not all:
-        the fault comes mid-stream."""
-        self.wait(lambda rows, _: sum(k[0] == "first" for k in rows) >= 3,
-                  "3 runs of the first stage")
-        rows, _ = self.ledger()
-        assert sum(k[0] == "first" for k in rows) < HALF, "the stream ended before the fault"
+def midway(stages: Stages) -> None:
+    """Wait until the first stage committed some of the first ``HALF`` messages, not all:
+    the fault comes mid-stream."""
+    stages.wait(lambda rows, _: sum(k[0] == "first" for k in rows) >= 3,
+                "3 runs of the first stage")
+    rows, _ = stages.ledger()
+    assert sum(k[0] == "first" for k in rows) < HALF, "the stream ended before the fault"
 
 
 @pytest.mark.parametrize("before", ["dispatch", "ack"])
@@ -159,7 +83,7 @@ def test_a_container_killed_between_the_commit_and_the_ack(
         stages = Stages(broker, postgres_up, stack)
         # Frozen once its fifth run committed: before its sends and its ack, or before its ack.
         frozen = stages.start("s1", EO_FREEZE="5", EO_FREEZE_BEFORE=before)
-        sent = stages.send(0)
+        sent = stages.send(0, HALF)
         [line] = frozen.take(1, "frozen")
         frozen.process.send_signal(signal.SIGKILL)
         frozen.process.wait(timeout=WAIT)
@@ -167,15 +91,15 @@ def test_a_container_killed_between_the_commit_and_the_ack(
         # The killed run committed; its send waits in the outbox, or was sent and forgotten.
         assert rows[("first", line["id"])] == 1
         assert (line["id"] in outbox) == (before == "dispatch")
-        sent += stages.send(HALF)
-        stages.settle(sent, stages.start("s2"))
+        sent += stages.send(HALF, HALF)
+        settle(stages, sent, stages.start("s2"))
 
 
 def test_a_broker_killed_mid_stream(broker: BrokerProcess, postgres_up: PostgreSQL) -> None:
     def kill_broker(stages: Stages) -> list[str]:
         broker.kill()
         broker.start()  # same port and data: what it stored comes back
-        return stages.send(HALF)
+        return stages.send(HALF, HALF)
 
     mid_stream(broker, postgres_up, kill_broker)
 
@@ -183,7 +107,7 @@ def test_a_broker_killed_mid_stream(broker: BrokerProcess, postgres_up: PostgreS
 def test_postgresql_stopped_mid_stream(broker: BrokerProcess, postgres_up: PostgreSQL) -> None:
     def stop_postgresql(stages: Stages) -> list[str]:
         postgres_up.stop_immediately()
-        sent = stages.send(HALF)  # arriving while it is down
+        sent = stages.send(HALF, HALF)  # arriving while it is down
         postgres_up.start()
         return sent
 
@@ -212,7 +136,7 @@ def test_a_container_cut_off_mid_stream(
     def cut_off(stages: Stages) -> list[str]:
         room.cut()
         try:
-            sent = stages.send(HALF)  # arriving while it is cut off
+            sent = stages.send(HALF, HALF)  # arriving while it is cut off
             time.sleep(CUT)  # the fault's duration
         finally:
             room.heal()
@@ -234,8 +158,8 @@ def mid_stream(broker: BrokerProcess, postgres: PostgreSQL,
     with ExitStack() as stack:
         stages = Stages(broker, postgres, stack)
         process = stages.start("s1", prefix, EO_DELAY=SLOW)
-        sent = stages.send(0)
-        stages.midway()
+        sent = stages.send(0, HALF)
+        midway(stages)
         sent += fault(stages)
-        stages.settle(sent, process)
+        settle(stages, sent, process)
     return process

@@ -1,12 +1,19 @@
-"""The random fault run on RabbitMQ (``python -m tests.faults.random_faults --rabbitmq``),
-short and seeded, on each topology: a three-node cluster with quorum queues and one node with
-classic queues. App ``shop`` is a two-stage pipeline (its topic listener sends each message
-on to a queue, its queue listener records it); a producer sends to the topic throughout, and
-faults drawn from the seed hit the nodes (kill -9 and restart, SIGSTOP and SIGCONT) and the
-container processes (kill -9 and restart, a network partition where there are namespaces).
-Then: every message whose send returned was processed by stage 1, stage 2 received each
-message stage 1 processed, repeats all flagged under one ``mdb_id``, nothing left in the
-queues (``tests.faults.ledger.check_sent_on``).
+"""The random fault run (``python -m tests.faults.random_faults``), short and seeded.
+
+On RabbitMQ (``--rabbitmq``), on each topology: a three-node cluster with quorum queues and
+one node with classic queues. App ``shop`` is a two-stage pipeline (its topic listener sends
+each message on to a queue, its queue listener records it); a producer sends to the topic
+throughout, and faults drawn from the seed hit the nodes (kill -9 and restart, SIGSTOP and
+SIGCONT) and the container processes (kill -9 and restart, a network partition where there
+are namespaces). Then: every message whose send returned was processed by stage 1, stage 2
+received each message stage 1 processed, repeats all flagged under one ``mdb_id``, nothing
+left in the queues (``tests.faults.ledger.check_sent_on``).
+
+Exactly-once (``--exactly-once``): two exactly-once stages in two container processes on
+ActiveMQ and PostgreSQL, faults of the database (kill -9 of the postmaster, SIGSTOP past the
+databases' timeout or not) among those of the broker and the processes. Then: every message
+whose send returned has its effect once in each stage's ledger, nothing is left in the
+outbox, the queues or the DLQs (``tests.faults.exactly_once_stages.check_once``).
 """
 
 from __future__ import annotations
@@ -14,16 +21,21 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import missing
-from tests.faults.random_faults import run_rabbitmq
+from tests.faults.random_faults import run_exactly_once, run_rabbitmq
+from tests.harness.activemq import activemq_available
+from tests.harness.postgresql import postgresql_available
 from tests.harness.rabbitmq import rabbitmq_available
-
-pytestmark = pytest.mark.rabbitmq
 
 MINUTES = 0.75  # of faults; a run takes about one more minute: the start, the drain
 # Seeds whose first five faults include all four kinds where there are network namespaces.
 SEEDS = {"cluster": 3, "node": 6}
+# Its first five faults, where there are namespaces, are five of the six kinds (broker-kill
+# aside): a partition, SIGSTOP of PostgreSQL past its timeout, a container kill, a kill -9 of
+# the postmaster, a broker pause. The whole test takes about 65 s.
+EXACTLY_ONCE_SEED = 21
 
 
+@pytest.mark.rabbitmq
 @pytest.mark.parametrize("topology", sorted(SEEDS))
 def test_a_seeded_random_fault_run_on_rabbitmq_loses_nothing_and_flags_every_repeat(
         topology: str) -> None:
@@ -31,3 +43,14 @@ def test_a_seeded_random_fault_run_on_rabbitmq_loses_nothing_and_flags_every_rep
         missing("RabbitMQ with the STOMP plugin")
     # The table and any finding's ledger lines are in the captured output.
     assert run_rabbitmq(topology, MINUTES, SEEDS[topology], drain=60.0) == 0
+
+
+@pytest.mark.activemq
+@pytest.mark.postgresql
+def test_a_seeded_random_fault_run_of_exactly_once_stages_has_every_effect_once() -> None:
+    if not activemq_available():
+        missing("ActiveMQ Classic")
+    if not postgresql_available():
+        missing("PostgreSQL")
+    # The table, with any offending ids, is in the captured output.
+    assert run_exactly_once(MINUTES, EXACTLY_ONCE_SEED, drain=60.0) == 0

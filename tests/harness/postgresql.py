@@ -6,6 +6,7 @@ cluster of ``pg_createcluster``, no service; the machine's own server on 5432 is
     server = PostgreSQL().start()        # blocks until it accepts connections
     server.create_database("orders")     # 'postgresql+asyncpg://mdb@127.0.0.1:PORT/orders'
     server.stop_immediately()            # `pg_ctl stop -m immediate`: a crash, recovered at start
+    server.crash()                       # kill -9 of the postmaster alone; its children follow
     server.pause(); server.resume()      # SIGSTOP / SIGCONT of its processes: a hung server
     server.start()                       # same port and data directory
     server.close()                       # stop and delete the temporary directory
@@ -156,6 +157,21 @@ class PostgreSQL:
         checkpoint; the next ``start`` recovers from the WAL, as after a crash."""
         self._end(signal.SIGQUIT, 30.0)
 
+    def crash(self, timeout: float = 30.0) -> None:
+        """SIGKILL of the postmaster alone, as an out-of-memory killer does it: its children
+        notice it died and exit (a backend once its statement ended, answered or not; a
+        commit it made is in the WAL); returns once they all did, as a new postmaster
+        refuses to start beside them. One still there after ``timeout`` is killed."""
+        children = self._server_pids()[1:]
+        self.kill()
+        deadline = time.monotonic() + timeout
+        while alive := [pid for pid in children if _alive(pid)]:
+            if time.monotonic() >= deadline:
+                for pid in alive:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+
     def pause(self) -> None:
         """SIGSTOP to every server process: a hung server, whose port still accepts
         connections (the kernel's backlog) and answers nothing, not even on the connections
@@ -247,6 +263,15 @@ class PostgreSQL:
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.running else "stopped"
         return f"<PostgreSQL {self.url()} {state} in {self.base_dir}>"
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs: not gone, not a zombie its new parent did not reap yet."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 @atexit.register
