@@ -748,6 +748,7 @@ async def test_a_delivery_left_to_a_closed_subscription_closes_the_connection_on
 
 @pytest.mark.anyio
 async def test_a_subscribe_answered_after_an_error_naming_no_receipt_closes_the_connection(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """RabbitMQ refuses a SUBSCRIBE the user may not make with an ERROR naming no receipt,
     then answers its receipt: it is reported refused. The ERROR may have been about something
@@ -758,7 +759,8 @@ async def test_a_subscribe_answered_after_an_error_naming_no_receipt_closes_the_
                 asyncio.get_running_loop(), Heartbeats.plan(4000), dialect.explain,
                 dialect.orphans_delivery)
     wire.on_connected()
-    wire._reading.write = lambda frame, held=False: None  # nothing connected: nothing written
+    # Nothing is connected: nothing is written.
+    monkeypatch.setattr(wire._reading, "write", lambda frame, held=False: None)
     outcome: list[BaseException] = []
 
     async def subscribe() -> None:
