@@ -48,7 +48,7 @@ _RARE_COUNTERS = (
     ("filtered", "not selected"),
     ("dead_lettered", "stuck, to the broker's dead-letter queue"),
     ("kept", "stuck, kept on its queue"),
-    ("already_processed", "already processed (exactly-once: not run again)"),
+    ("already_processed", "already processed (a copy not run again)"),
 )
 
 

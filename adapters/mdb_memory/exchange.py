@@ -72,6 +72,8 @@ class Exchange:
         #: How many more commits apply their sends but not their acks
         #: (``BrokerState.lose_acks``).
         self.acks_to_lose = 0
+        #: Whether such a commit says its sends were confirmed (``AcksUnconfirmed``).
+        self.lost_acks_confirmed = True
 
     # --- queues --------------------------------------------------------------------------------
 

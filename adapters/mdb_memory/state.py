@@ -154,14 +154,17 @@ class BrokerState:
             raise TypeError("error_type must be a subclass of mdb.errors.BrokerError")
         self.exchange.fail_next(count, error_type, stored)
 
-    def lose_acks(self, count: int) -> None:
+    def lose_acks(self, count: int, *, confirmed: bool = True) -> None:
         """Make the next ``count`` commits apply their sends but not their acks, and raise
         ``AcksUnconfirmed``, as a broker without atomic transactions whose connection closed
         between its confirms and its acks (RabbitMQ, ``Transaction.commit``): the acked
-        deliveries stay unsettled (0 cancels)."""
+        deliveries stay unsettled (0 cancels). ``confirmed=False``: they raise
+        ``TransactionRolledBack`` instead, as when the close cut off the receipt of a send the
+        broker stored all the same."""
         if count < 0:
             raise ValueError("count must be >= 0")
         self.exchange.acks_to_lose = count
+        self.exchange.lost_acks_confirmed = confirmed
 
     def refuse_sends_to(self, destination: Destination | str, refuse: bool = True) -> None:
         """While refusing, a send to ``destination`` is refused as a broker's authorization

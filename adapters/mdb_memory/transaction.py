@@ -80,6 +80,10 @@ class MemoryTransaction(Transaction):
             for destination, message in sends:
                 exchange.publish(destination, message)
             exchange.notify()
+            if not exchange.lost_acks_confirmed:
+                raise TransactionRolledBack(
+                    f"commit on memory broker {exchange.name!r}: its sends were applied, not "
+                    "its acks, and reported unconfirmed (injected)")
             raise AcksUnconfirmed(
                 f"commit on memory broker {exchange.name!r}: its sends were applied, not its "
                 "acks (injected)")

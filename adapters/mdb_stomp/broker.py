@@ -120,6 +120,6 @@ class StompBroker:
         heartbeats = Heartbeats.plan(self.options.heartbeat_ms, dialect.heartbeat_unit_ms,
                                      dialect.min_heartbeat_ms)
         wire = Wire(self.options, self._host, self._port, self.vhost, asyncio.get_running_loop(),
-                    heartbeats, dialect.explain)
+                    heartbeats, dialect.explain, dialect.orphans_delivery)
         await wire.open(self.username, self.password)
         return StompConnection(wire, self._dialect)

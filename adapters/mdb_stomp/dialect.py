@@ -106,6 +106,13 @@ class Dialect(abc.ABC):
         """The text of an ERROR frame, with what to do about it where the dialect knows."""
         return error
 
+    def orphans_delivery(self, error: str) -> bool:
+        """Whether an ERROR frame naming neither a receipt nor a subscription, by its
+        ``message`` header ``error``, says that the broker dispatched a delivery to a
+        subscription already closed and keeps it, unacknowledged, with the connection until
+        the connection closes (``Wire.on_error`` then closes it)."""
+        return False
+
     @abc.abstractmethod
     def send_path(self, destination: Destination) -> str:
         """The STOMP destination a message for ``destination`` is sent to."""

@@ -75,7 +75,15 @@ class RabbitMQDialect(Dialect):
       got it), and a NACK after the UNSUBSCRIBE is refused (``Subscription not found``); a NACK
       before it would be redispatched to the same consumer at once. Hence
       ``unsubscribe_releases_unacked = False``: closing a subscription that holds unsettled
-      deliveries closes its connection, and the broker redelivers them, flagged.
+      deliveries closes its connection, and the broker redelivers them, flagged. Nor does the
+      UNSUBSCRIBE's receipt end what is on the way: a delivery dispatched while the plugin
+      cancelled the consumer comes after that receipt as an ``ERROR`` ``Subscription not
+      found`` ("There is no current subscription with tag 'T_1'"), never as a MESSAGE, and
+      stays unacked with the connection (measured on 3.10.8: prefetch 1,000 on 3,000 queued
+      messages, UNSUBSCRIBE after the first MESSAGE: 22 to 217 MESSAGE frames before the
+      receipt, 161 to 189 such ERRORs after it in 4 trials of 5, every one of them unacked
+      while the connection stayed open). ``orphans_delivery`` says so, and the wire closes
+      the connection (a subscription holding no unsettled delivery keeps it open otherwise).
     * The ``selector`` header is ignored (a message not matching it was delivered), so a
       subscription with a selector is refused rather than silently given every message. (The
       container evaluates topic listeners' selectors itself and never asks for one.)
@@ -148,6 +156,12 @@ class RabbitMQDialect(Dialect):
     def _declared(self) -> dict[str, str]:
         """The header that declares a queue's type, if one is set."""
         return {} if self.queue_type is None else {"x-queue-type": self.queue_type}
+
+    def orphans_delivery(self, error: str) -> bool:
+        # Also the answer to an ACK of a subscription already closed: that delivery too stays
+        # unacked with the connection (mdb acks nothing stale, but a closed connection is the
+        # one way to hand it back).
+        return error == "Subscription not found"
 
     def send_path(self, destination: Destination) -> str:
         if destination.kind is Kind.QUEUE:

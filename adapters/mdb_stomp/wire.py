@@ -74,7 +74,9 @@ class Subscriber(Protocol):
 class Wire:
     """One STOMP 1.2 connection: the stomp.py object, its events, its receipts and whether it
     is open. Loop thread only: ``Listener`` posts stomp.py's events to the ``on_*`` handlers
-    and ``lose``. ``explain`` (``Dialect.explain``) rewrites the text of each ERROR frame."""
+    and ``lose``. ``explain`` (``Dialect.explain``) rewrites the text of each ERROR frame;
+    ``orphans_delivery`` (``Dialect.orphans_delivery``) tells one that leaves a delivery with
+    the connection for a subscription already closed."""
 
     def __init__(
         self,
@@ -85,9 +87,11 @@ class Wire:
         loop: asyncio.AbstractEventLoop,
         heartbeats: Heartbeats,
         explain: Callable[[str], str] = str,
+        orphans_delivery: Callable[[str], bool] = lambda error: False,
     ) -> None:
         self.options = options
         self._explain = explain
+        self._orphans_delivery = orphans_delivery
         self.address = f"{host}:{port}"
         self._stomp: Any = stomp.Connection12(
             host_and_ports=[(host, port)],
@@ -204,7 +208,12 @@ class Wire:
         await self._receipts.wait(receipt, request)
         if command == "SUBSCRIBE" and self._stray_errors > strays:
             # RabbitMQ refuses a SUBSCRIBE the user may not make (access_refused) with an ERROR
-            # frame naming no receipt, then answers the receipt and closes the connection.
+            # frame naming no receipt, then answers the receipt and closes the connection. But
+            # the ERROR may have been about something else, and the SUBSCRIBE made: its
+            # consumer, attached to nothing here, would hold what the broker hands it, unacked,
+            # for as long as the connection lives. Closing it first rules that out.
+            self.lose(f"a SUBSCRIBE answered after the broker's error {self._last_stray_error!r}")
+            self._shutdown_transport()
             raise Unanswered("refused", request, self._last_stray_error)
 
     def unsubscribe_quietly(self, sub_id: str) -> None:
@@ -374,6 +383,14 @@ class Wire:
             message = self._explain(f"{message}: {first_line}")
         if not self._connected.done():
             self._connected.set_exception(Unanswered("refused", self._connecting, message))
+            return
+        if self._orphans_delivery(headers.get("message") or ""):
+            # The broker keeps that delivery unacked with this connection, redelivering it
+            # only once the connection closes: held there, it would wait for ever.
+            log.warning("broker %s: %s; closing the connection so that the broker redelivers "
+                        "the delivery it holds for a closed subscription", self.address, message)
+            self.lose(f"the broker holds a delivery for a closed subscription ({message})")
+            self._shutdown_transport()
             return
         self._stray_errors += 1
         self._last_stray_error = message

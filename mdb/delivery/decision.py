@@ -19,7 +19,8 @@ else it stays with its subscription behind growing pauses (``Keep``).
 Two pure steps, shared by a delivery processed on its own and by a batch:
 
 * ``classify`` says once what a delivery is, before any handler runs: ``Fresh`` (for the
-  handler), ``NotSelected``, ``AckLost``, ``InDoubt``, ``Unreadable`` or ``Stuck``;
+  handler), ``NotSelected``, ``AckLost``, ``AlreadyProcessed``, ``InDoubt``, ``Unreadable``
+  or ``Stuck``;
 * ``decide`` maps (the message, what happened to it — the class, or what the handler run made
   of a fresh one —, the listener's ``Policy``) to an ``Outcome``, every one of them:
   ``Settle``, ``Filter``, ``Redeliver``, ``MoveToError``, ``DeadLetter`` or ``Keep``, with
@@ -41,6 +42,7 @@ from mdb import codec
 from mdb import message as headers_
 from mdb.broker import Delivery, HeaderLimits, Problem, ProblemKind
 from mdb.delivery.copies import bounded
+from mdb.delivery.strikes import Round
 from mdb.destinations import Destination
 from mdb.errors import error_type
 from mdb.message import Message
@@ -100,8 +102,10 @@ class Succeeded:
 
 @dataclass(frozen=True, slots=True)
 class AlreadyProcessed:
-    """An exactly-once listener's inbox holds the message: a copy of one whose run committed
-    (docs/exactly-once.md). It is settled without running the handler."""
+    """A copy of a message already processed, settled without running the handler: an
+    exactly-once listener's inbox holds it, its run committed (docs/exactly-once.md); or a
+    copy of a round this listener settled, or of an earlier round than one it saw
+    (``mdb.delivery.strikes``, ``Round.DONE``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +216,7 @@ class Fresh:
 
 
 Failure = InDoubt | Undecodable | Unreadable | Raised | Stuck
-Kind = Fresh | NotSelected | AckLost | InDoubt | Unreadable | Stuck
+Kind = Fresh | NotSelected | AckLost | AlreadyProcessed | InDoubt | Unreadable | Stuck
 """What a delivery is before any handler runs (``classify``)."""
 Happened = Succeeded | AlreadyProcessed | NotSelected | AckLost | Failure
 """What ``decide`` decides on: the class of a delivery that does not go to the handler, or
@@ -227,23 +231,29 @@ ACK_LOST = AckLost()
 IN_DOUBT = InDoubt()
 
 
-def classify(delivery: Delivery, *, selected: bool, strikes: int, copied: bool = False) -> Kind:
+def classify(delivery: Delivery, *, selected: bool, strikes: int, copied: bool = False,
+             seen: Round = Round.NEW) -> Kind:
     """What ``delivery`` is, whose message was struck ``strikes`` times
     (``mdb.delivery.strikes``) and is ``selected`` or not by the subscription's selector;
     ``copied``: the broker confirmed the copies of an earlier settlement of this very delivery,
-    not its ack (``Strikes.came_back``). In this order: its ack lost, if it came back flagged
-    redelivered after such a settlement (whatever else it is: its copies carry it on); stuck at
-    ``MAX_STRIKES``; unreadable; not selected (settled unseen, see ``mdb.planning``); in doubt
-    (the broker flagged it redelivered); else fresh."""
+    not its ack (``Strikes.came_back``); ``seen``: what the listener saw of its message's round
+    (``Strikes.round``). In this order: its ack lost, if it came back flagged redelivered after
+    such a settlement (whatever else it is: its copies carry it on); already processed, a copy
+    of a round settled or overtaken (carried on without it); stuck at ``MAX_STRIKES``;
+    unreadable; not selected (settled unseen, see ``mdb.planning``); in doubt (the broker
+    flagged it redelivered, or a copy of its round is with the handler or was: a second copy
+    of one round); else fresh."""
     if copied and delivery.broker_redelivered:
         return ACK_LOST
+    if seen is Round.DONE:
+        return ALREADY_PROCESSED
     if strikes >= MAX_STRIKES:
         return Stuck(strikes, delivery.can_dead_letter)
     if delivery.problem is not None:
         return Unreadable(delivery.problem)
     if not selected:
         return NOT_SELECTED
-    if delivery.broker_redelivered:
+    if delivery.broker_redelivered or seen is Round.HANDED:
         return IN_DOUBT
     return STRUCK if strikes else FRESH
 

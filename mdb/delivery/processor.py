@@ -42,7 +42,7 @@ from mdb.delivery.decision import (
 from mdb.delivery.invoker import Invoker
 from mdb.delivery.sends import DirectSends, TransactedSends, commit
 from mdb.delivery.stats import Stats
-from mdb.delivery.strikes import CameBack, Strikes, identity
+from mdb.delivery.strikes import CameBack, Round, Strikes, identity
 from mdb.delivery.timeouts import HandlerThreads
 from mdb.destinations import Destination
 from mdb.errors import (
@@ -131,8 +131,13 @@ class Processor:
         message = to_message(delivery, self._spec.destination)
         selected = self._selector is None or self._selector(delivery.headers)
         strikes, copied = self._remembered(delivery, message)
-        return Step(delivery, message, classify(
-            delivery, selected=selected, strikes=strikes, copied=copied))
+        count = message.delivery_count
+        seen = (self._strikes.round(identity(delivery), count)
+                if count > 1 or self._strikes.rounds else Round.NEW)
+        kind = classify(delivery, selected=selected, strikes=strikes, copied=copied, seen=seen)
+        if count > 1 and isinstance(kind, Fresh):
+            self._strikes.handed(identity(delivery), count)
+        return Step(delivery, message, kind)
 
     def _remembered(self, delivery: Delivery, message: Message) -> CameBack:
         """What the listener remembers of ``delivery`` (``mdb.delivery.strikes``): its
@@ -193,6 +198,8 @@ class Processor:
                 outcome = decide(message, happened, self._policy_for(subscription),
                                  delivery.protocol_headers)
                 await self._carry_out(outcome, step, connection, sends, span)
+            if message.delivery_count > 1 and carries_on(outcome):
+                self._strikes.carried_on(identity(delivery), message.delivery_count)
         except AcksUnconfirmed as exc:
             # Its copies were stored, only its ack is in doubt: not the message's doing. Should
             # this very delivery come back, it is acked unseen.

@@ -18,4 +18,6 @@ class Stats:
     filtered: int = 0  # not selected by a topic listener's selector, settled unseen
     dead_lettered: int = 0  # stuck: handed to the broker's own dead-letter queue
     kept: int = 0  # stuck, where the broker has no such queue: times one was kept on its queue
-    already_processed: int = 0  # exactly-once: a copy the inbox knew, settled without the handler
+    # A copy settled without the handler: the exactly-once inbox knew it, or its round was
+    # settled or overtaken (mdb.delivery.strikes).
+    already_processed: int = 0

@@ -28,6 +28,18 @@ sends); the delivery, should it come back in doubt, is that very delivery (``cam
 remembered: it has its original's count, and the original's ack may have been applied after
 all, so a kept copy coming back in doubt could not be told from it and would be lost.
 
+The listener also keeps the *round* of each message it has seen a copy of (``rounds``): the
+highest ``mdb_delivery_count`` of it handed to the handler, and whether a settlement of that
+delivery that carries the message on returned (``Round``). On RabbitMQ two copies of one
+round can be stored: a settlement whose copy's SEND was stored while its receipt was cut off
+(a refused copy in another slot closed the connection) leaves its delivery in doubt, and that
+delivery comes back and is copied again. The later copy, or an earlier round arriving after a
+later one, is then told from the first: a round settled, or overtaken, is acked unseen (its
+settlement's copies, or the later round, carry the message on); a round handed to the handler
+and not settled yet is in doubt (re-sent with the next count, not handled twice). Only copies
+(a count above 1), and the messages of the table, are looked up: the first delivery of a
+message that never failed costs nothing.
+
 The tables are bounded (``CAPACITY`` messages each): the least recently touched message is
 forgotten first, which costs it a few more attempts (or one more processing), never the
 message. Only messages that failed, or whose ack was lost, enter them.
@@ -35,14 +47,17 @@ message. Only messages that failed, or whose ack was lost, enter them.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from mdb import message as headers_
 from mdb.broker import Delivery
 
 CAPACITY = 10_000
+
+V = TypeVar("V")
 
 
 class CameBack(NamedTuple):
@@ -56,6 +71,18 @@ class CameBack(NamedTuple):
     its ack (``Strikes.copied``)."""
 
 
+class Round(enum.Enum):
+    """What the listener has seen of a message's round (its copies of one delivery count)."""
+
+    NEW = "new"
+    """No copy of this round or a later one reached this listener (or it was forgotten)."""
+    HANDED = "handed"
+    """A copy of this round went to the handler; no settlement of it returned (yet)."""
+    DONE = "done"
+    """A settlement of this round that carries the message on returned, or a later round
+    reached this listener: the message is carried on without this copy."""
+
+
 class Strikes:
     """Strikes per message identity (``identity``) for one listener; loop thread only. Its
     length is the number of messages with a strike."""
@@ -66,6 +93,8 @@ class Strikes:
         self._moved: OrderedDict[str, int] = OrderedDict()  # identity -> delivery count
         self._copied: OrderedDict[str, int] = OrderedDict()  # identity -> delivery count
         self._kept: OrderedDict[str, int] = OrderedDict()  # identity -> times kept
+        # identity -> (the highest count handed to the handler, whether its settlement returned)
+        self._rounds: OrderedDict[str, tuple[int, bool]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._strikes)
@@ -94,6 +123,30 @@ class Strikes:
         after its copy was stored) can raise by two before either is kept."""
         return _touch(self._kept, key, self._kept.get(key, 0) + 1, self._capacity)
 
+    def round(self, key: str, delivery_count: int) -> Round:
+        """What this listener saw of round ``delivery_count`` of ``key``."""
+        seen = self._rounds.get(key)
+        if seen is None or delivery_count > seen[0]:
+            return Round.NEW
+        if delivery_count < seen[0] or seen[1]:
+            return Round.DONE
+        return Round.HANDED
+
+    @property
+    def rounds(self) -> bool:
+        """Whether any message's round is remembered (else a first delivery need not look)."""
+        return bool(self._rounds)
+
+    def handed(self, key: str, delivery_count: int) -> None:
+        """A copy of ``key`` (``delivery_count`` above 1) goes to the handler."""
+        _touch(self._rounds, key, (delivery_count, False), self._capacity)
+
+    def carried_on(self, key: str, delivery_count: int) -> None:
+        """A settlement of round ``delivery_count`` of ``key`` that carries the message on
+        returned (not a kept copy's, which has its round's count and would be lost)."""
+        if self._rounds.get(key) == (delivery_count, False):
+            _touch(self._rounds, key, (delivery_count, True), self._capacity)
+
     def came_back(self, key: str, delivery_count: int) -> CameBack:
         """``key`` came back in doubt as delivery ``delivery_count``: a strike if the broker
         had confirmed moving that very delivery to the error destination; ``copied`` if it had
@@ -106,7 +159,7 @@ class Strikes:
         return CameBack(self.count(key), copied)
 
 
-def _touch(table: OrderedDict[str, int], key: str, value: int, capacity: int) -> int:
+def _touch(table: OrderedDict[str, V], key: str, value: V, capacity: int) -> V:
     """Set ``table[key]`` as the most recent entry, forgetting the oldest past ``capacity``."""
     table.pop(key, None)
     table[key] = value

@@ -20,7 +20,7 @@ import anyio
 import pytest
 import stomp
 
-from mdb.broker import Delivery
+from mdb.broker import ConnectionOptions, Delivery
 from mdb.destinations import Destination
 from mdb.errors import (
     BrokerError,
@@ -42,6 +42,7 @@ from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
 from mdb_stomp.subscription import StompSubscription
 from mdb_stomp.transaction import StompTransaction
 from mdb_stomp.unsettled import Unsettled
+from mdb_stomp.wire import Wire
 
 # -- unsettled deliveries ----------------------------------------------------------------------
 
@@ -763,3 +764,78 @@ def test_a_held_frame_is_written_with_the_next_one_in_order() -> None:
             return client.writes
 
     assert asyncio.run(write()) == [b"BEGINSEND", b"ACKCOMMIT"]
+
+
+class _Told:
+    """A subscriber that only records what the wire tells it."""
+
+    settled_on_arrival = False
+
+    def __init__(self) -> None:
+        self.lost: list[str] = []
+
+    def deliver(self, headers: dict[str, str], body: bytes | str | None,
+                damage: str | None = None) -> None:
+        raise AssertionError("no MESSAGE frame here")
+
+    def connection_lost(self, why: str) -> None:
+        self.lost.append(why)
+
+    def cancelled(self, why: str) -> None:
+        raise AssertionError("no subscription named")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("dialect", [RabbitMQDialect(), ActiveMQDialect()],
+                         ids=["rabbitmq", "activemq"])
+async def test_a_delivery_left_to_a_closed_subscription_closes_the_connection_on_rabbitmq(
+    dialect: Dialect,
+) -> None:
+    """RabbitMQ turns a delivery dispatched while it cancelled a consumer into an ERROR after
+    the UNSUBSCRIBE's receipt, and keeps the message unacked with the connection until it
+    closes (``mdb_stomp.rabbitmq``): the wire closes it, so that the broker redelivers it.
+    Elsewhere such an ERROR is only logged."""
+    wire = Wire(ConnectionOptions("stomp://127.0.0.1:9"), "127.0.0.1", 9, "/",
+                asyncio.get_running_loop(),
+                Heartbeats.plan(4000), dialect.explain, dialect.orphans_delivery)
+    wire.on_connected()
+    other = _Told()
+    wire.attach("2", other)  # another slot's subscription on the connection
+    wire.on_error({"message": "Subscription not found", "content-type": "text/plain"},
+                  b"There is no current subscription with tag 'T_1'.")
+    closes = isinstance(dialect, RabbitMQDialect)
+    assert (wire.is_open, len(other.lost)) == (not closes, int(closes))
+    wire.lose("the test ended")  # nothing was connected: nothing to close
+
+
+@pytest.mark.anyio
+async def test_a_subscribe_answered_after_an_error_naming_no_receipt_closes_the_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RabbitMQ refuses a SUBSCRIBE the user may not make with an ERROR naming no receipt,
+    then answers its receipt: it is reported refused. The ERROR may have been about something
+    else and the consumer made, holding what the broker hands it with nothing here to take it:
+    the connection is closed, so that the broker redelivers whatever that was."""
+    dialect = RabbitMQDialect()
+    wire = Wire(ConnectionOptions("stomp://127.0.0.1:9"), "127.0.0.1", 9, "/",
+                asyncio.get_running_loop(), Heartbeats.plan(4000), dialect.explain,
+                dialect.orphans_delivery)
+    wire.on_connected()
+    # Nothing is connected: nothing is written.
+    monkeypatch.setattr(wire._reading, "write", lambda frame, held=False: None)
+    outcome: list[BaseException] = []
+
+    async def subscribe() -> None:
+        try:
+            await wire.confirm("SUBSCRIBE", {"id": "1", "destination": "/queue/q"})
+        except Unanswered as unanswered:
+            outcome.append(unanswered)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(subscribe)
+        await anyio.wait_all_tasks_blocked()
+        wire.on_error({"message": "access_refused"}, b"")
+        assert wire.on_receipt("1")
+    [refused] = outcome
+    assert isinstance(refused, Unanswered) and refused.why == "refused"
+    assert not wire.is_open

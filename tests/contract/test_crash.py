@@ -239,6 +239,37 @@ async def test_a_failure_whose_copy_was_stored_but_not_its_ack_goes_round_once(
 
 
 @pytest.mark.anyio
+async def test_a_retry_copy_stored_while_its_settlement_failed_is_not_handled_twice() -> None:
+    """As on RabbitMQ when a closing connection cut off the receipt of a retry copy's SEND,
+    which the broker stored all the same (docs/rabbitmq.md): the delivery comes back in doubt
+    and is copied again, so two copies of one round are stored. The later is told from the
+    first (``mdb.delivery.strikes``, rounds): no round reaches the handler twice, and the
+    message reaches its error destination once."""
+    import mdb_memory
+
+    url = f"memory://{unique('cut_receipt')}"
+    state = mdb_memory.broker_state(url.removeprefix("memory://"))
+    queue_ = f"queue:{unique('work')}"
+    errors = f"{queue_}.DLQ"
+    calls = Calls()
+
+    @listener(queue_, redelivery=Redelivery(limit=2, delay=0))
+    async def handler(body: str, ctx: Context) -> None:
+        calls.add("start", ctx.delivery_count)
+        raise ValueError("fails")
+
+    await send_all(url, queue_, ["work"])
+    state.lose_acks(1, confirmed=False)  # the first failure's settlement: its retry copy
+    async with running(settings_for(url), handler) as container:
+        with anyio.fail_after(WAIT):
+            await state.wait_until(lambda s: settled(s, queue_, errors))
+        [deployed] = container.deployed
+        already_processed = deployed.stats.already_processed
+    assert calls.of("start") == [1, 2, 3]
+    assert (state.queue_depth(errors), already_processed) == (1, 1)
+
+
+@pytest.mark.anyio
 async def test_a_success_whose_sends_were_stored_but_not_its_ack_runs_once() -> None:
     import mdb_memory
 

@@ -11,6 +11,7 @@ from mdb.broker import Delivery, Problem, ProblemKind
 from mdb.delivery.batch import BatchFailure, Ready, Step, fall_back, ready_run
 from mdb.delivery.decision import (
     ACK_LOST,
+    ALREADY_PROCESSED,
     ERROR_TEXT_LIMIT,
     FILTER,
     FRESH,
@@ -19,6 +20,7 @@ from mdb.delivery.decision import (
     MAX_STRIKES,
     NOT_SELECTED,
     SETTLE,
+    SETTLE_REPEAT,
     STRUCK,
     DeadLetter,
     InDoubt,
@@ -39,7 +41,7 @@ from mdb.delivery.decision import (
     error_text,
     to_message,
 )
-from mdb.delivery.strikes import Strikes, identity
+from mdb.delivery.strikes import Round, Strikes, identity
 from mdb.destinations import Destination
 from mdb.errors import DecodeError
 from mdb.message import Message
@@ -210,6 +212,41 @@ def test_a_delivery_back_after_its_ack_was_lost_is_settled_unseen_whatever_else_
     assert classify(flagged, selected=False, strikes=MAX_STRIKES, copied=True) is ACK_LOST
     assert classify(delivery({}), selected=True, strikes=0, copied=True) is FRESH  # unflagged
     assert decide(message(9), ACK_LOST, POLICY) == Settle(ack_lost=True)
+
+
+def test_the_rounds_of_a_message_tell_a_second_copy_of_one_round_from_the_first() -> None:
+    """Two copies of one round (a retry copy stored while its settlement failed, and the one
+    made again when its delivery came back in doubt): the later is told from the first."""
+    strikes = Strikes(capacity=2)
+    assert (strikes.rounds, strikes.round("m", 2)) == (False, Round.NEW)
+    strikes.handed("m", 2)
+    assert strikes.round("m", 2) is Round.HANDED  # the first copy is with the handler
+    assert strikes.round("m", 1) is Round.DONE  # an earlier round, overtaken
+    assert strikes.round("m", 3) is Round.NEW
+    strikes.carried_on("m", 3)  # not the round handed: changes nothing
+    assert strikes.round("m", 2) is Round.HANDED
+    strikes.carried_on("m", 2)
+    assert strikes.round("m", 2) is Round.DONE  # its settlement carried the message on
+    strikes.handed("a", 2)
+    strikes.handed("b", 2)  # "m" is forgotten: bounded as the strikes are
+    assert strikes.round("m", 2) is Round.NEW
+    assert len(strikes) == 0  # never struck
+
+
+def test_a_second_copy_of_a_round_is_in_doubt_or_settled_unseen_whatever_else_it_is() -> None:
+    damaged = Problem(ProblemKind.DAMAGED, "cut at a NUL")
+    flagged = Delivery(ORDERS, b"", {}, "1", True, None, problem=damaged)
+    plain = delivery({})
+    assert classify(flagged, selected=False, strikes=MAX_STRIKES,
+                    seen=Round.DONE) is ALREADY_PROCESSED
+    assert classify(flagged, selected=False, strikes=MAX_STRIKES, copied=True,
+                    seen=Round.DONE) is ACK_LOST
+    assert classify(plain, selected=True, strikes=0, seen=Round.HANDED) is IN_DOUBT
+    assert classify(plain, selected=True, strikes=1, seen=Round.HANDED) is IN_DOUBT
+    assert classify(plain, selected=True, strikes=MAX_STRIKES,
+                    seen=Round.HANDED) == Stuck(MAX_STRIKES, False)
+    assert classify(plain, selected=True, strikes=0, seen=Round.NEW) is FRESH
+    assert decide(message(2), ALREADY_PROCESSED, POLICY) == SETTLE_REPEAT
 
 
 def test_every_copy_but_a_kept_one_carries_its_message_on() -> None:
