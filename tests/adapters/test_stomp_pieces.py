@@ -571,17 +571,25 @@ class WrittenFrames:
         self.write(command, headers, body)
 
 
+def holding(count: int, wire: WrittenFrames, dialect: Dialect, *, cumulative: bool,
+            releases_unacked: bool) -> StompSubscription:
+    """A subscription of queue ``q`` on ``wire`` holding ``count`` deliveries, acks a0, a1…"""
+    queue = Destination.parse("queue:q")
+    subscription = StompSubscription(
+        wire, "1", queue, queue, cumulative=cumulative,  # type: ignore[arg-type]
+        releases_unacked=releases_unacked, dialect=dialect)
+    for n in range(count):
+        subscription.deliver({"ack": f"a{n}", "message-id": f"m{n}", "subscription": "1"}, b"x")
+    return subscription
+
+
 @pytest.mark.parametrize("cumulative", [True, False])
 def test_a_transaction_writes_one_ack_per_cumulative_subscription(cumulative: bool) -> None:
     """``ack:client`` settles the earlier deliveries too, and a transaction holds them all:
     a batch costs one ACK frame, the last, written by the commit."""
     wire = WrittenFrames()
-    queue = Destination.parse("queue:q")
-    subscription = StompSubscription(
-        wire, "1", queue, queue, cumulative=cumulative, releases_unacked=True,  # type: ignore[arg-type]
-        dialect=ActiveMQDialect())
-    for n in range(3):
-        subscription.deliver({"ack": f"a{n}", "message-id": f"m{n}", "subscription": "1"}, b"x")
+    subscription = holding(3, wire, ActiveMQDialect(), cumulative=cumulative,
+                           releases_unacked=True)
     deliveries = [subscription.receive_nowait() for _ in range(3)]
     transaction = StompTransaction(wire, ActiveMQDialect(), "t")  # type: ignore[arg-type]
 
@@ -625,12 +633,7 @@ def test_a_confirmed_commit_writes_every_send_before_awaiting_one_and_acks_after
     """One round trip for all of a settlement's sends, however many; its ACKs only once every
     send was confirmed, none after a refused one (docs/architecture.md, "Delivery contract")."""
     wire = AwaitedReceipts(refused)
-    queue = Destination.parse("queue:q")
-    subscription = StompSubscription(
-        wire, "1", queue, queue, cumulative=False, releases_unacked=False,  # type: ignore[arg-type]
-        dialect=RabbitMQDialect())
-    for n in range(2):
-        subscription.deliver({"ack": f"a{n}", "message-id": f"m{n}", "subscription": "1"}, b"x")
+    subscription = holding(2, wire, RabbitMQDialect(), cumulative=False, releases_unacked=False)
     transaction = ConfirmedTransaction(wire, RabbitMQDialect(), "t")  # type: ignore[arg-type]
 
     async def settle() -> None:
