@@ -3,7 +3,9 @@ seconds after a recovery from another kill -9? (docs/failover.md, "Open finding"
 1.2, no mdb: a measurement, not a CI test.
 
 One node, one durable classic queue declared long before (a clean restart after its
-declaration: a queue declared just before a kill is a separate known loss). Each round starts
+declaration: a queue declared just before a kill is a separate known loss); with ``--topic``
+the producer sends to a topic and the consumers take its durable subscription queue, as the
+fault run's first stage does. Each round starts
 as the node came back from the previous round's kill -9 (the first from a kill made for it):
 
 * a producer sends persistent messages with unique ids at about ``--rate`` a second, each with
@@ -43,6 +45,25 @@ HOLD_UNTIL_KILL = 50  # one delivery in this many is held unacked until the kill
 HELD_AT_MOST = PREFETCH // 2  # up to this many, so that the prefetch window stays open
 
 
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """Where the producer sends and how a consumer subscribes: a queue, or a topic (the
+    ``amq.topic`` exchange) with a durable subscription queue named as mdb names it
+    (docs/rabbitmq.md#how-destinations-map)."""
+
+    send_to: str
+    subscribe_to: str
+    subscribe_headers: dict[str, str]
+
+    @classmethod
+    def make(cls, topic: bool) -> Route:
+        name = f"mdbtest-loss-{uuid.uuid4().hex[:12]}"
+        if not topic:
+            return cls(f"/queue/{name}", f"/queue/{name}", {})
+        return cls(f"/topic/{name}", f"/topic/{name}", {
+            "durable": "true", "auto-delete": "false", "x-queue-name": f"Consumer.loss.{name}"})
+
+
 def _connect(node: RabbitMQ, listener: stomp.ConnectionListener) -> stomp.Connection12:
     connection = stomp.Connection12([(node.host, node.port)], vhost="/",
                                     reconnect_attempts_max=1)
@@ -54,13 +75,13 @@ def _connect(node: RabbitMQ, listener: stomp.ConnectionListener) -> stomp.Connec
 class _Producer(stomp.ConnectionListener):  # type: ignore[misc]
     """Sends ``ROUND-N`` ids at a steady rate from its own thread until stopped or cut off."""
 
-    def __init__(self, node: RabbitMQ, destination: str, round_id: str, rate: float) -> None:
+    def __init__(self, node: RabbitMQ, route: Route, round_id: str, rate: float) -> None:
         self.sent: set[str] = set()
         self.confirmed: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.connection = _connect(node, self)
-        self._thread = threading.Thread(target=self._run, args=(destination, round_id, rate),
+        self._thread = threading.Thread(target=self._run, args=(route.send_to, round_id, rate),
                                         daemon=True)
         self._thread.start()
 
@@ -91,7 +112,7 @@ class _Consumer(stomp.ConnectionListener):  # type: ignore[misc]
     """Acks each delivery after a short hold (its own thread); one in ``HOLD_UNTIL_KILL``
     (at most ``HELD_AT_MOST``) never."""
 
-    def __init__(self, node: RabbitMQ, destination: str, rng: random.Random) -> None:
+    def __init__(self, node: RabbitMQ, route: Route, rng: random.Random) -> None:
         self.delivered: set[str] = set()
         self.ack_sent: set[str] = set()
         self.ack_confirmed: set[str] = set()
@@ -102,8 +123,9 @@ class _Consumer(stomp.ConnectionListener):  # type: ignore[misc]
         self.connection = _connect(node, self)
         self._thread = threading.Thread(target=self._ack, daemon=True)
         self._thread.start()
-        self.connection.subscribe(destination, id="measure", ack="client-individual",
-                                   headers={"prefetch-count": str(PREFETCH)})
+        self.connection.subscribe(route.subscribe_to, id="measure", ack="client-individual",
+                                   headers={**route.subscribe_headers,
+                                            "prefetch-count": str(PREFETCH)})
 
     def on_message(self, frame: Any) -> None:
         message_id = frame.headers["mid"]
@@ -161,19 +183,20 @@ class _Drainer(stomp.ConnectionListener):  # type: ignore[misc]
                 raise RuntimeError(f"no receipt {receipt} within {WAIT}s")
 
 
-def drain(node: RabbitMQ, destination: str) -> list[str]:
-    """Every message ``destination`` holds, taken and acked: a marker sent with a receipt and
+def drain(node: RabbitMQ, route: Route) -> list[str]:
+    """Every message ``route``'s queue holds, taken and acked: a marker sent with a receipt and
     taken back says where its content ends (a count asked of the node is not trusted right
-    after a restart, nor is an empty receive)."""
+    after a restart, nor is an empty receive). The subscription comes first: a topic keeps
+    nothing for a subscription queue not made yet."""
     marker = f"marker-{uuid.uuid4().hex}"
     drainer = _Drainer(marker)
     connection = _connect(node, drainer)
     try:
-        connection.send(destination, marker,
+        connection.subscribe(route.subscribe_to, id="drain", ack="client", headers={
+            **route.subscribe_headers, "prefetch-count": "1000", "receipt": "subscribed"})
+        drainer.wait_receipt("subscribed")
+        connection.send(route.send_to, marker,
                         headers={"persistent": "true", "mid": marker, "receipt": marker})
-        drainer.wait_receipt(marker)
-        connection.subscribe(destination, id="drain", ack="client", headers={
-            "prefetch-count": "1000"})
         if not drainer.done.wait(WAIT):
             raise RuntimeError(f"the drain's marker did not come back within {WAIT}s")
         # ack:client acks the marker and everything delivered before it.
@@ -209,14 +232,14 @@ class Round:
                 f"  {self.gone_ack_unanswered:21}")
 
 
-def one_round(node: RabbitMQ, destination: str, number: int, ready: float, kill_after: float,
+def one_round(node: RabbitMQ, route: Route, number: int, ready: float, kill_after: float,
               rate: float, rng: random.Random) -> tuple[Round, float]:
     """A round on the node that answered at ``ready`` (monotonic): load, the kill -9
     ``kill_after`` seconds after it answered, the restart and the drain; the round, and when
     the node answered again."""
     round_id = f"r{number}-{uuid.uuid4().hex[:8]}"
-    consumer = _Consumer(node, destination, rng)
-    producer = _Producer(node, destination, round_id, rate)
+    consumer = _Consumer(node, route, rng)
+    producer = _Producer(node, route, round_id, rate)
     time.sleep(max(0.0, ready + kill_after - time.monotonic()))
     node.kill()
     producer.stop()
@@ -228,7 +251,7 @@ def one_round(node: RabbitMQ, destination: str, number: int, ready: float, kill_
             time.sleep(0.01)
     node.restart()
     answered = time.monotonic()
-    drained = set(drain(node, destination))
+    drained = set(drain(node, route))
     confirmed, delivered = producer.confirmed, consumer.delivered
     unacked = delivered - consumer.ack_sent
     lost_held = sorted((confirmed & unacked) - drained)
@@ -246,22 +269,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=40, help="node kills")
     parser.add_argument("--rate", type=float, default=100.0, help="messages a second")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--topic", action="store_true",
+                        help="send to a topic, consume its durable subscription queue (as the "
+                             "fault run's first stage does), instead of a queue")
     args = parser.parse_args(argv)
     if not rabbitmq_available():
         print("RabbitMQ with the STOMP plugin is not installed here", file=sys.stderr)
         return 2
     rng = random.Random(args.seed)
-    destination = f"/queue/mdbtest-loss-{uuid.uuid4().hex[:12]}"
+    route = Route.make(args.topic)
     rounds = []
     with RabbitMQ() as node:
-        drain(node, destination)  # declares the queue (durable, classic)
+        drain(node, route)  # declares the queue (durable, classic)
         node.restart()  # a clean restart writes it down; then a first kill -9 to recover from
         node.kill()
         node.restart()
         ready = time.monotonic()
         print(Round.HEADER, flush=True)
         for number in range(1, args.rounds + 1):
-            done, ready = one_round(node, destination, number, ready, rng.uniform(2.0, 6.0),
+            done, ready = one_round(node, route, number, ready, rng.uniform(2.0, 6.0),
                                     args.rate, rng)
             print(done.row(str(number)) + (f"  {done.lost_ids}" if done.lost_ids else ""),
                   flush=True)
