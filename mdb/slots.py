@@ -222,11 +222,18 @@ class Slots:
 
 
 async def subscribe(slots: Iterable[Slot]) -> None:
-    """Subscribe each slot whose link connects; the others are left to their own loops.
+    """Subscribe each slot whose link connects; the others, and those whose connection is
+    lost meanwhile, are left to their own loops, which subscribe once the link reconnects.
     A subscription the broker refuses raises (``SubscriptionFailed``)."""
     for slot in slots:
         try:
             connection = await slot.link.connect()
+            slot.subscription = await connection.subscribe(slot.planned.request)
         except ConnectionFailed:
             continue
-        slot.subscription = await connection.subscribe(slot.planned.request)
+        except ConnectionLost as exc:
+            # Not a refusal: RabbitMQ closes a connection whose SUBSCRIBE lost a race of its
+            # own (two processes declaring one new durable subscription's queue at once).
+            log.warning("listener %s: subscribing to %s lost the connection (%s); it "
+                        "subscribes again once broker %s answers", slot.deployed.spec.name,
+                        slot.planned.member, exc, slot.link.name)

@@ -10,12 +10,16 @@ import anyio
 import pytest
 
 from mdb import BrokerEvent, Container, Context, EventKind, Producer, listener
+from mdb.broker import SubscriptionRequest
 from mdb.brokers import Brokers
+from mdb.destinations import Destination
 from mdb.errors import ConfigurationError, ConnectionFailed
 from mdb.events import Events
 from mdb.settings import DestinationSettings, MemberSettings, Settings
 from mdb_memory import broker_state
+from mdb_memory.connection import MemoryConnection
 from mdb_memory.state import subscription_queue_name
+from mdb_memory.subscription import MemorySubscription
 from tests.contract.support import (
     WAIT,
     Calls,
@@ -112,6 +116,39 @@ async def test_the_container_starts_without_an_unreachable_broker_and_joins_it_l
             await producer.send(topic, f"m{n}")
         await calls.wait(lambda c: len(c.of("seen")) >= 9)
     assert sorted(calls.of("seen")) == [f"m{n}" for n in range(9)]  # type: ignore[type-var]
+
+
+async def test_a_connection_lost_by_a_subscribe_at_startup_is_subscribed_again(
+    urls: list[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # RabbitMQ closes a connection whose SUBSCRIBE meets its own race, as when two processes
+    # declare one new durable subscription's queue on a cluster at once ("AMQP channel died").
+    queue = f"queue:{unique('q')}"
+    settings = _fast(settings_for(urls[0]))
+    subscribe = MemoryConnection.subscribe
+    lost = Calls()
+
+    async def subscribe_losing_the_first(self: MemoryConnection,
+                                         request: SubscriptionRequest) -> MemorySubscription:
+        if not lost.of("lost"):
+            lost.add("lost", request.destination)
+            broker_state(_name(urls[0])).drop_connections()
+        return await subscribe(self, request)
+
+    monkeypatch.setattr(MemoryConnection, "subscribe", subscribe_losing_the_first)
+    calls = Calls()
+
+    @listener(queue)
+    async def on_q(body: str) -> None:
+        calls.add("seen", body)
+
+    async with running(settings, on_q) as container, Producer(settings) as producer:
+        for n in range(3):
+            await producer.send(queue, f"m{n}")
+        await calls.wait(lambda c: len(c.of("seen")) >= 3)
+        assert container.health().ready
+    assert lost.of("lost") == [Destination.parse(queue)]
+    assert sorted(calls.of("seen")) == ["m0", "m1", "m2"]  # type: ignore[type-var]
 
 
 async def test_a_container_with_no_reachable_broker_does_not_start(urls: list[str]) -> None:
