@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass
 
@@ -30,17 +31,23 @@ class Destination:
         """Parse ``queue:NAME`` / ``topic:NAME``; raise ConfigurationError saying what is valid."""
         if isinstance(text, Destination):
             return text
-        prefix, sep, name = str(text).partition(":")
-        kind = _KINDS.get(prefix)
-        if not sep or kind is None:
-            raise ConfigurationError(
-                f"destination {text!r} must be written 'queue:NAME' or 'topic:NAME'"
-            )
-        if not _NAME.fullmatch(name):
-            raise ConfigurationError(
-                f"destination {text!r}: the name may contain only letters, digits, '.', '_' and '-'"
-            )
-        return cls(kind, name)
+        return _parsed(str(text))
 
     def __str__(self) -> str:
         return f"{self.kind.value}:{self.name}"
+
+
+# A handler names its destination as text on every send: parsed once per text, not per send.
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> Destination:
+    prefix, sep, name = text.partition(":")
+    kind = _KINDS.get(prefix)
+    if not sep or kind is None:
+        raise ConfigurationError(
+            f"destination {text!r} must be written 'queue:NAME' or 'topic:NAME'"
+        )
+    if not _NAME.fullmatch(name):
+        raise ConfigurationError(
+            f"destination {text!r}: the name may contain only letters, digits, '.', '_' and '-'"
+        )
+    return Destination(kind, name)

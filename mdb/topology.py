@@ -56,6 +56,8 @@ class Topology:
         left.
         """
         members = self.members(destination)
+        if len(members) == 1:  # most destinations: nothing to choose
+            return list(members)
         if key is not None:
             start = zlib.crc32(key.encode()) % len(members)
         else:

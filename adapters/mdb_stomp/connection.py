@@ -15,8 +15,6 @@ An ack of a delivery from another generation, or from a closed subscription, is 
 
 from __future__ import annotations
 
-import uuid
-
 import anyio
 
 from mdb import clock
@@ -83,8 +81,8 @@ class StompConnection(Connection):
         nothing before its commit (``Dialect.atomic_transactions``)."""
         if not self._dialect.atomic_transactions:
             self._wire.check_alive()
-            return ConfirmedTransaction(self._wire, self._dialect, uuid.uuid4().hex)
-        transaction = StompTransaction(self._wire, self._dialect, uuid.uuid4().hex)
+            return ConfirmedTransaction(self._wire, self._dialect, self._wire.next_id())
+        transaction = StompTransaction(self._wire, self._dialect, self._wire.next_id())
         # Held: its first SEND or ACK, or its COMMIT or ABORT, takes it along.
         self._wire.write("BEGIN", {"transaction": transaction.id}, held=True)
         return transaction

@@ -75,24 +75,33 @@ class ReceiptErrors(NamedTuple):
 
 
 class Receipts:
-    """The receipts awaited on one connection; event-loop thread only."""
+    """The receipts awaited on one connection; event-loop thread only.
+
+    One timer for them all, not one per receipt: it fires at the earliest deadline, fails
+    what is overdue and is set again for the next. A timer armed and cancelled for each SEND
+    and COMMIT was a tenth of the loop's own work per message (docs/performance.md), while
+    receipts come in milliseconds and time out in seconds, so this one fires about once per
+    timeout."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._awaited: dict[str, tuple[Request, asyncio.Future[None]]] = {}
+        self._awaited: dict[str, tuple[Request, asyncio.Future[None], float]] = {}
+        self._timer: asyncio.TimerHandle | None = None
 
     async def wait(self, receipt: str, request: Request) -> None:
         """Wait for the answer to receipt ``receipt``; ``Unanswered`` when it is refused, the
         connection is lost or ``request.timeout`` seconds pass first."""
         answered: asyncio.Future[None] = self._loop.create_future()
-        self._awaited[receipt] = (request, answered)
-        # A timer on the future, not a cancel scope: one of each per SEND and COMMIT, and the
-        # scope cost several times the rest of the wait (docs/performance.md).
-        timer = self._loop.call_later(request.timeout, _time_out, answered, request)
+        deadline = self._loop.time() + request.timeout
+        self._awaited[receipt] = (request, answered, deadline)
+        timer = self._timer
+        if timer is None or deadline < timer.when():
+            if timer is not None:
+                timer.cancel()
+            self._timer = self._loop.call_at(deadline, self._time_out)
         try:
             await answered
         finally:
-            timer.cancel()
             self._awaited.pop(receipt, None)
 
     def answer(self, receipt: str | None) -> bool:
@@ -109,19 +118,28 @@ class Receipts:
         awaited = self._awaited.get(receipt)
         if awaited is None:
             return False
-        request, answered = awaited
+        request, answered, _ = awaited
         if not answered.done():
             answered.set_exception(Unanswered("refused", request, message))
         return True
 
     def fail_all(self, reason: str) -> None:
         """The connection was lost: every awaited receipt fails with ``reason``."""
-        for request, answered in self._awaited.values():
+        for request, answered, _ in self._awaited.values():
             if not answered.done():
                 answered.set_exception(Unanswered("lost", request, reason))
         self._awaited.clear()
 
-
-def _time_out(answered: asyncio.Future[None], request: Request) -> None:
-    if not answered.done():
-        answered.set_exception(Unanswered("timeout", request))
+    def _time_out(self) -> None:
+        """Fail the receipts whose deadline passed; set the timer for the next deadline."""
+        self._timer = None
+        now, earliest = self._loop.time(), None
+        for request, answered, deadline in self._awaited.values():
+            if answered.done():
+                continue
+            if deadline <= now:
+                answered.set_exception(Unanswered("timeout", request))
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        if earliest is not None:
+            self._timer = self._loop.call_at(earliest, self._time_out)

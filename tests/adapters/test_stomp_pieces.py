@@ -162,6 +162,27 @@ async def test_receipts_are_answered_refused_timed_out_or_failed() -> None:
     assert await outcome("r4", Request("COMMIT", "b:1", 0.01)) == "timeout:"
 
 
+@pytest.mark.anyio
+async def test_each_receipt_times_out_at_its_own_deadline_under_the_one_timer() -> None:
+    receipts = Receipts(asyncio.get_running_loop())
+
+    async def outcome(receipt: str, timeout: float) -> str:
+        try:
+            await receipts.wait(receipt, Request("SEND", "b:1", timeout))
+        except Unanswered as unanswered:
+            return unanswered.why
+        return "answered"
+
+    slow = asyncio.ensure_future(outcome("slow", 60.0))
+    await asyncio.sleep(0)
+    assert await outcome("quick", 0.01) == "timeout"  # earlier than the timer set for "slow"
+    assert receipts.answer("slow")
+    assert await slow == "answered"
+    first = asyncio.ensure_future(outcome("first", 0.01))
+    second = asyncio.ensure_future(outcome("second", 0.05))  # the timer is set again for it
+    assert [await first, await second] == ["timeout", "timeout"]
+
+
 # -- frames ------------------------------------------------------------------------------------
 
 QUEUE = Destination.parse("queue:q")
