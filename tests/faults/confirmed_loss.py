@@ -18,7 +18,9 @@ round's kill -9 (the first from a kill made for it):
   connection also takes the second queue, acking each delivery at once (the second stage);
 * with ``--pauses N``, 0 to N times a round (drawn), after 0.5 to 2 s of traffic the node is
   stopped (SIGSTOP) for 0.5 to 6 s and continued (SIGCONT); connections have no heart-beats,
-  so they live through a pause;
+  so they live through a pause, unless ``--heartbeat MS`` asks for them (mdb's default is
+  4000): then the producer and consumers whose heart-beats stop close their connections
+  during a pause, handing back their deliveries, and are not replaced until the next round;
 * 2 to 6 s after the node answered (drawn from ``--seed``), or 0.5 to 2 s after the last
   pause if that is later, the node is killed -9, restarted, and the queues drained by a fresh
   consumer that acks everything (with ``--keep-backlog`` not: the next round's consumers take
@@ -95,11 +97,14 @@ class Options:
     pauses: int
     close_before_kill: bool
     keep_backlog: bool
+    heartbeat_ms: int
 
 
-def _connect(node: RabbitMQ, listener: stomp.ConnectionListener) -> stomp.Connection12:
+def _connect(node: RabbitMQ, listener: stomp.ConnectionListener,
+             heartbeat_ms: int = 0) -> stomp.Connection12:
     connection = stomp.Connection12([(node.host, node.port)], vhost="/",
-                                    reconnect_attempts_max=1)
+                                    reconnect_attempts_max=1,
+                                    heartbeats=(heartbeat_ms, heartbeat_ms))
     connection.set_listener("measure", listener)
     connection.connect(node.username, node.password, wait=True)
     return connection
@@ -108,12 +113,13 @@ def _connect(node: RabbitMQ, listener: stomp.ConnectionListener) -> stomp.Connec
 class _Producer(stomp.ConnectionListener):  # type: ignore[misc]
     """Sends ``ROUND-N`` ids at a steady rate from its own thread until stopped or cut off."""
 
-    def __init__(self, node: RabbitMQ, route: Route, round_id: str, rate: float) -> None:
+    def __init__(self, node: RabbitMQ, route: Route, round_id: str, rate: float,
+                 heartbeat_ms: int) -> None:
         self.sent: set[str] = set()
         self.confirmed: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.connection = _connect(node, self)
+        self.connection = _connect(node, self, heartbeat_ms)
         self._thread = threading.Thread(target=self._run, args=(route.send_to, round_id, rate),
                                         daemon=True)
         self._thread.start()
@@ -147,7 +153,7 @@ class _Consumer(stomp.ConnectionListener):  # type: ignore[misc]
     ``HELD_AT_MOST``) never. Acks each second-stage delivery at once."""
 
     def __init__(self, node: RabbitMQ, route: Route, forward: Route | None,
-                 rng: random.Random) -> None:
+                 rng: random.Random, heartbeat_ms: int) -> None:
         self.delivered: dict[str, float] = {}  # first stage: id -> when (monotonic)
         self.ack_sent: set[str] = set()
         self.ack_confirmed: set[str] = set()
@@ -160,7 +166,7 @@ class _Consumer(stomp.ConnectionListener):  # type: ignore[misc]
         self._lock = threading.Condition()
         self._stopped = threading.Event()
         self._due: queue.Queue[tuple[float, str, str, str] | None] = queue.Queue()
-        self.connection = _connect(node, self)
+        self.connection = _connect(node, self, heartbeat_ms)
         self._thread = threading.Thread(target=self._ack, daemon=True)
         self._thread.start()
         self.connection.subscribe(route.subscribe_to, id=STAGE1, ack="client-individual",
@@ -357,9 +363,9 @@ def one_round(node: RabbitMQ, route: Route, options: Options, number: int, ready
     (unless ``options.keep_backlog``) the drain; the round, what it saw, and when the node
     answered again."""
     round_id = f"r{number}-{uuid.uuid4().hex[:8]}"
-    consumers = [_Consumer(node, route, options.forward, random.Random(rng.random()))
-                 for _ in range(options.consumers)]
-    producer = _Producer(node, route, round_id, options.rate)
+    consumers = [_Consumer(node, route, options.forward, random.Random(rng.random()),
+                           options.heartbeat_ms) for _ in range(options.consumers)]
+    producer = _Producer(node, route, round_id, options.rate, options.heartbeat_ms)
     pauses = rng.randint(0, options.pauses)
     _pause(node, rng, pauses)
     kill_at = max(ready + kill_after, time.monotonic() + (rng.uniform(0.5, 2.0) if pauses else 0))
@@ -468,6 +474,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="no drain after a kill: the next round's consumers take what the "
                              "node recovered, as the fault run's do; both queues drained and "
                              "counted once, after the last round")
+    parser.add_argument("--heartbeat", type=int, default=0, metavar="MS",
+                        help="heart-beats of the producer's and consumers' connections (0: none)")
     parser.add_argument("--load", type=int, default=0,
                         help="busy processes run beside (one CPU each)")
     args = parser.parse_args(argv)
@@ -478,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     route = Route.make(args.topic)
     options = Options(args.rate, max(1, args.consumers),
                       Route.make(False) if args.forward else None, args.pauses,
-                      args.close_before_kill, args.keep_backlog)
+                      args.close_before_kill, args.keep_backlog, args.heartbeat)
     rounds, seen = [], []
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(args.load)]
