@@ -31,7 +31,7 @@ round's kill -9 (the first from a kill made for it):
 * ``--load N`` runs N busy processes (a CPU each) beside it for the whole run.
 
 A confirmed message is **lost** when it is not in the drain and no consumer sent an ACK for
-it: ``lost held`` if it was delivered before the kill (the open finding's case), ``lost
+it: ``lost held`` if it was delivered before a kill (the open finding's case), ``lost
 queued`` if it never was; ``lost fwd`` counts messages sent on whose SEND was confirmed, not
 acked by a second-stage consumer and not in the second queue's drain. A delivered message
 whose ACK was sent but not answered (``ack unanswered``) may have been acked before the kill:
@@ -239,7 +239,13 @@ class _Consumer(stomp.ConnectionListener):  # type: ignore[misc]
 
 
 class _Drainer(stomp.ConnectionListener):  # type: ignore[misc]
+    """Takes a queue up to ``marker``, acking (ack:client, cumulative) every ``ACK_EVERY``
+    deliveries so that a backlog longer than its prefetch window still flows."""
+
+    ACK_EVERY: ClassVar[int] = 200
+
     def __init__(self, marker: str) -> None:
+        self.connection: stomp.Connection12 | None = None
         self.ids: list[str] = []
         self.last_ack = ""
         self.marker = marker
@@ -252,6 +258,8 @@ class _Drainer(stomp.ConnectionListener):  # type: ignore[misc]
         self.last_ack = frame.headers["ack"]
         if self.ids[-1] == self.marker:
             self.done.set()
+        elif len(self.ids) % self.ACK_EVERY == 0 and self.connection is not None:
+            self.connection.ack(self.last_ack)
 
     def on_receipt(self, frame: Any) -> None:
         with self.receipt:
@@ -271,7 +279,7 @@ def drain(node: RabbitMQ, route: Route) -> list[str]:
     nothing for a subscription queue not made yet."""
     marker = f"marker-{uuid.uuid4().hex}"
     drainer = _Drainer(marker)
-    connection = _connect(node, drainer)
+    connection = drainer.connection = _connect(node, drainer)
     try:
         connection.subscribe(route.subscribe_to, id="drain", ack="client", headers={
             **route.subscribe_headers, "prefetch-count": "1000", "receipt": "subscribed"})
