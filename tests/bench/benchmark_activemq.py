@@ -17,7 +17,9 @@ its workers for W3):
   with ``--workers 1`` and ``--workers 2`` (goal: 2 workers >= 1.5x one), next to a hand-written
   one-at-a-time consumer doing the same work;
 * W1s: a handler sending one message, transacted, vs the hand-written BEGIN/SEND/ACK/COMMIT
-  loop (goals: its rate, at most 1.3x its CPU per message), and last again on a second broker
+  loop (goals: its rate, at most 1.3x its CPU per message) and vs that loop made to give what
+  mdb guarantees (the SEND's receipt awaited before the ACK, so that a refused SEND is never
+  followed by its ACK, and the COMMIT's before the next message), and last again on a second broker
   whose STOMP connector lacks ``transport.tcpNoDelay=true`` (Nagle on, as in Debian's stock
   config and managed brokers; goal: at least 0.9x mdb's rate on the reference config);
 * RSS of this process after 100k messages vs after 10k (bar: growth < 20 MB).

@@ -49,7 +49,7 @@ def main() -> None:
         version = broker.ctl("version").strip()
         for run in range(1, args.runs + 1):
             before = load()
-            rows = [*w1_rows(broker, n), *w1s_rows(broker, n, confirm_loop=True),
+            rows = [*w1_rows(broker, n), *w1s_rows(broker, n, guaranteed="confirm"),
                     *w2_rows(broker, n, pools=(1, 4, 16))]
             runs.append(rows)
             print(f"\nrun {run}: {before} before, {load()} after", flush=True)
