@@ -78,10 +78,9 @@ class Receipts:
     """The receipts awaited on one connection; event-loop thread only.
 
     One timer for them all, not one per receipt: it fires at the earliest deadline, fails
-    what is overdue and is set again for the next. A timer armed and cancelled for each SEND
-    and COMMIT was a tenth of the loop's own work per message (docs/performance.md), while
-    receipts come in milliseconds and time out in seconds, so this one fires about once per
-    timeout."""
+    what is overdue and is set again for the next. Receipts come in milliseconds and time
+    out in seconds, so it fires about once per timeout, where a timer per receipt was armed
+    and cancelled in the event loop's heap for each SEND and COMMIT (docs/performance.md)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
