@@ -1,6 +1,7 @@
 """Benchmark: the container against hand-written stomp.py consumers on one ActiveMQ, one run.
 
     .venv/bin/python -m tests.bench.benchmark_activemq [--messages 5000] [--rss-messages 100000]
+        [--runs 1]
 
 Starts a private ActiveMQ with the reference config (persistJMSRedelivered on), preloads a queue
 for each workload and prints a table, with the consumer's CPU per message (user + system time
@@ -19,10 +20,17 @@ its workers for W3):
 * W1s: a handler sending one message, transacted, vs the hand-written BEGIN/SEND/ACK/COMMIT
   loop (goals: its rate, at most 1.3x its CPU per message) and vs that loop made to give what
   mdb guarantees (the SEND's receipt awaited before the ACK, so that a refused SEND is never
-  followed by its ACK, and the COMMIT's before the next message), and last again on a second broker
-  whose STOMP connector lacks ``transport.tcpNoDelay=true`` (Nagle on, as in Debian's stock
-  config and managed brokers; goal: at least 0.9x mdb's rate on the reference config);
+  followed by its ACK, and the COMMIT's before the next message), mdb with pool=1, pool=1 and
+  prefetch=2, and pool=4; and last again on a second broker whose STOMP connector lacks
+  ``transport.tcpNoDelay=true`` (Nagle on, as in Debian's stock config and managed brokers;
+  goal: at least 0.9x mdb's rate with the same settings on the reference config);
 * RSS of this process after 100k messages vs after 10k (bar: growth < 20 MB).
+
+Rates on a shared machine move from run to run: ``--runs N`` repeats every workload on the same
+two brokers and prints each run's table, with the load average before and after it, then one
+of the medians (each consumer's median rate and median CPU, the ratios of those). The tracing
+rows of every run are measured after all the others (OpenTelemetry's providers, once set,
+stay set), so they are compared with the tracing-off row of their run made minutes earlier.
 
 The consumers are ``tests.bench.loops``' (``benchmark_rabbitmq`` measures W1, W1s and W2 on
 RabbitMQ with the same loops). Not a test: CI never times anything.
@@ -50,11 +58,14 @@ from tests.bench.burn_app import BURN
 from tests.bench.loops import (
     ONE_AT_A_TIME,
     W1,
+    W1S,
     Measured,
     Row,
     container_rate,
     hand_written,
+    load,
     mdb_rate,
+    medians,
     print_table,
     queue_of,
     table,
@@ -134,53 +145,87 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+def one_run(broker: ActiveMQ, stock: ActiveMQ, n: int, rss_messages: int,
+            ) -> tuple[list[Row], list[Row], tuple[str, str, Measured, str]]:
+    """One run of every workload but tracing's: the reference config's rows, the stock
+    connector's W1s rows and the RSS line."""
+    m = max(n // 4, 500)
+    rows = [*w1_rows(broker, n), *w1s_rows(broker, n), *w2_rows(broker, n)]
+    w3 = "W3 handler burns 2 ms of CPU"
+    rows.append(Row(w3, ONE_AT_A_TIME, hand_written(broker, queue_of(broker, "w3h", m), m,
+                                                    "ack", work=burn)))
+    single = "mdb run --workers 1 (pool=4)"
+    rows.append(Row(w3, single, mdb_run(broker.url, queue_of(broker, "w3w1", m), m, 1)))
+    rows.append(Row(w3, "mdb run --workers 2 (pool=4)",
+                    mdb_run(broker.url, queue_of(broker, "w3w2", m), m, 2), (single,)))
+    marks = (rss_messages // 10, rss_messages)
+    rate, rss = anyio.run(container_rate, broker.url, queue_of(broker, "rss", rss_messages),
+                          rss_messages, 4, 0.0, marks)
+    growth = (rss[marks[1]] - rss[marks[0]]) / 1024
+    memory = (f"RSS {marks[0]} → {marks[1]} messages", "mdb pool=4", rate,
+              f"{rss[marks[0]] / 1024:.0f} → {rss[marks[1]] / 1024:.0f} MB, "
+              f"+{growth:.1f} MB (bar < 20)")
+    return rows, w1s_rows(stock, n, STOCK), memory
+
+
+STOCK = "W1s, stock config (no tcpNoDelay)"
+
+
+def printed(rows: list[Row], stock: list[Row], memory: tuple[str, str, Measured, str] | None,
+            ) -> list[tuple[str, str, Measured, str]]:
+    """The table of one run (or of the medians): the stock connector's W1s rows last, each of
+    mdb's also against mdb's rate with the same settings on the reference config."""
+    lines = table(rows)
+    if memory is not None:
+        tracing = [i for i, line in enumerate(lines) if "tracing on" in line[1]]
+        lines.insert(tracing[0] if tracing else len(lines), memory)
+    reference = {row.consumer: row.measured for row in rows if row.workload == W1S}
+    lines.extend((workload, consumer, rate, f"{note}; {rate[0] / reference[consumer][0]:.2f}x "
+                  "the reference config's rate" if consumer.startswith("mdb") else note)
+                 for workload, consumer, rate, note in table(stock))
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--rss-messages", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
-    n, m = args.messages, max(args.messages // 4, 500)
-    with ActiveMQ(heap_mb=1024) as broker:
-        rows = [*w1_rows(broker, n), *(w1s := w1s_rows(broker, n)), *w2_rows(broker, n)]
-        w3 = "W3 handler burns 2 ms of CPU"
-        rows.append(Row(w3, ONE_AT_A_TIME, hand_written(broker, queue_of(broker, "w3h", m), m,
-                                                        "ack", work=burn)))
-        single = "mdb run --workers 1 (pool=4)"
-        rows.append(Row(w3, single, mdb_run(broker.url, queue_of(broker, "w3w1", m), m, 1)))
-        rows.append(Row(w3, "mdb run --workers 2 (pool=4)",
-                        mdb_run(broker.url, queue_of(broker, "w3w2", m), m, 2), (single,)))
-        total = args.rss_messages
-        marks = (total // 10, total)
-        rate, rss = anyio.run(container_rate, broker.url, queue_of(broker, "rss", total), total,
-                              4, 0.0, marks)
-        growth = (rss[marks[1]] - rss[marks[0]]) / 1024
-        memory = (f"RSS {marks[0]} → {marks[1]} messages", "mdb pool=4", rate,
-                  f"{rss[marks[0]] / 1024:.0f} → {rss[marks[1]] / 1024:.0f} MB, "
-                  f"+{growth:.1f} MB (bar < 20)")
+    n = args.messages
+    runs: list[tuple[list[Row], list[Row]]] = []
+    with ActiveMQ(heap_mb=1024) as broker, ActiveMQ(heap_mb=1024, nagle=True) as stock:
+        memories = []
+        for run in range(1, args.runs + 1):
+            before = load()
+            rows, stock_rows, memory = one_run(broker, stock, n, args.rss_messages)
+            runs.append((rows, stock_rows))
+            memories.append(memory)
+            print(f"run {run}: {before} before, {load()} after", flush=True)
         # Last: a process's OpenTelemetry providers can be set only once; the sampler decides
         # per run whether spans are dropped at their start or recorded (and then dropped, as
-        # nothing exports them).
+        # nothing exports them). Each run's tracing rows join that run's table.
         sampler = Switch()
         trace.set_tracer_provider(TracerProvider(sampler=sampler))
         metrics.set_meter_provider(MeterProvider())
-        for sampled, how in ((False, "sampled out"), (True, "recorded, nothing exported")):
-            sampler.sampled = sampled
-            rows.append(Row(W1, f"mdb pool=1, tracing on: SDK providers set, spans {how}",
-                            mdb_rate(broker, queue_of(broker, "w1t", n), n, 1),
-                            ("mdb pool=1",)))
-    with ActiveMQ(heap_mb=1024, nagle=True) as stock:
-        stock_rows = w1s_rows(stock, n, "W1s, stock config (no tcpNoDelay)")
-    printed = table(rows)
-    printed.insert(len(printed) - 2, memory)
-    printed.extend((workload, consumer, rate, f"{note}; {rate[0] / ref.measured[0]:.2f}x the "
-                    "reference config's rate" if consumer.startswith("mdb") else note)
-                   for (workload, consumer, rate, note), ref in zip(table(stock_rows), w1s,
-                                                                    strict=True))
-    print()
-    print("ActiveMQ 5.17 (Debian), reference config: persistJMSRedelivered=true, "
-          f"{n} persistent messages per run ({m} for the one-at-a-time and W3 runs), STOMP 1.2, "
-          f"stomp.py {stomp.__version__}, {os.cpu_count()} cores shared with the broker")
-    print_table(printed)
+        for rows, _ in runs:
+            for sampled, how in ((False, "sampled out"), (True, "recorded, nothing exported")):
+                sampler.sampled = sampled
+                rows.append(Row(W1, f"mdb pool=1, tracing on: SDK providers set, spans {how}",
+                                mdb_rate(broker, queue_of(broker, "w1t", n), n, 1),
+                                ("mdb pool=1",)))
+    about = ("ActiveMQ 5.17 (Debian), reference config: persistJMSRedelivered=true, "
+             f"{n} persistent messages per run ({max(n // 4, 500)} for the one-at-a-time and "
+             f"W3 runs), STOMP 1.2, stomp.py {stomp.__version__}, {os.cpu_count()} cores shared "
+             "with the broker")
+    for run, ((rows, stock_rows), memory) in enumerate(zip(runs, memories, strict=True), 1):
+        print(f"\nrun {run} of {len(runs)}; {about}")
+        print_table(printed(rows, stock_rows, memory))
+    if len(runs) > 1:
+        print(f"\nmedians of {len(runs)} runs (each consumer's median rate and median CPU, "
+              "the ratios of those)")
+        print_table(printed(medians([rows for rows, _ in runs]),
+                            medians([stock_rows for _, stock_rows in runs]), None))
 
 
 if __name__ == "__main__":

@@ -30,12 +30,17 @@ import os
 
 import stomp
 
-from tests.bench.loops import Row, medians, print_table, table, w1_rows, w1s_rows, w2_rows
+from tests.bench.loops import (
+    Row,
+    load,
+    medians,
+    print_table,
+    table,
+    w1_rows,
+    w1s_rows,
+    w2_rows,
+)
 from tests.harness.rabbitmq import RabbitMQ
-
-
-def load() -> str:
-    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:

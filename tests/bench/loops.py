@@ -14,6 +14,7 @@ times anything.
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -284,16 +285,19 @@ def w1s_rows(broker: BrokerProcess, n: int, workload: str = W1S,
              guaranteed: Mode = "confirmed-transaction") -> list[Row]:
     """W1s: the BEGIN/SEND/ACK/COMMIT loop, the loop that gives what mdb guarantees on the
     broker (``guaranteed``: ``confirmed-transaction`` on ActiveMQ, ``confirm`` on RabbitMQ,
-    where a settlement lasts only so), then mdb with pool=1 and pool=4 against them."""
+    where a settlement lasts only so), then mdb with pool=1, pool=1 and prefetch=2 (what
+    docs/concepts.md recommends for a sending listener of one slot on a broker with Nagle's
+    algorithm on) and pool=4 against them."""
     rows = [Row(workload, TX_LOOP, hand_written(broker, queue_of(broker, "w1sh", n), n,
                                                 "transaction", send=True))]
     safe = CONFIRM_LOOP if guaranteed == "confirm" else CONFIRMED_TX_LOOP
     rows.append(Row(workload, safe, hand_written(broker, queue_of(broker, "w1sc", n), n,
                                                  guaranteed)))
     versus = (safe, TX_LOOP)
-    rows += [Row(workload, f"mdb pool={pool}",
-                 mdb_rate(broker, queue_of(broker, f"w1s{pool}", n), n, pool, send=True),
-                 versus) for pool in (1, 4)]
+    rows += [Row(workload, f"mdb pool={pool}" + (f", prefetch={prefetch}" if prefetch else ""),
+                 mdb_rate(broker, queue_of(broker, f"w1s{pool}-{prefetch}", n), n, pool,
+                          send=True, prefetch=prefetch), versus)
+             for pool, prefetch in ((1, None), (1, 2), (4, None))]
     return rows
 
 
@@ -324,6 +328,11 @@ def versus(rows: list[Row], row: Row) -> str:
     return "; ".join(f"{rate / base[0]:.2f}x the rate, {cpu / base[1]:.2f}x the CPU of the "
                      f"{SHORT.get(name, name)}" for name in row.versus
                      if (base := by_name.get((row.workload, name))) is not None)
+
+
+def load() -> str:
+    """The machine's load average, printed beside each run: rates on a shared machine move."""
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def medians(runs: list[list[Row]]) -> list[Row]:
