@@ -76,9 +76,11 @@ class Database:
         # it is used. One the server closed while it was in use (a backend terminated) is
         # found out by its next statement, an outage; every connection made before the last
         # failure is then replaced as it leaves the pool, so the run made once the database
-        # answers gets a new one.
+        # answers gets a new one. "Made" is when its making began: one being made while the
+        # server ended every session (its session ended before the driver was done with it)
+        # is as dead as the older ones.
         self._failed_at = 0.0
-        event.listen(self.engine.sync_engine, "connect", _made)
+        event.listen(self.engine.sync_engine, "do_connect", _making)
         event.listen(self.engine.sync_engine, "checkin", _returned)
         event.listen(self.engine.sync_engine, "checkout", self._checked_out)
         self.since = time.time()
@@ -258,8 +260,8 @@ def _engine(settings: DatabaseSettings) -> AsyncEngine:
     return engine
 
 
-def _made(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
-    record.info["made"] = time.monotonic()
+def _making(_dialect: Any, record: ConnectionPoolEntry, _args: Any, _params: Any) -> None:
+    record.info["made"] = time.monotonic()  # returns None: the dialect connects as it would
 
 
 def _returned(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
