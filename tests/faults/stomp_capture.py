@@ -541,6 +541,95 @@ class Wire:
         return lines
 
 
+@dataclass
+class Delivery:
+    """One MESSAGE frame carrying an ``mdb_id``, and what its client did about it."""
+
+    connection: int
+    time: float
+    message_id: str
+    destination: str
+    ack: str
+    redelivered: bool
+    #: ``ack`` (an ACK the server confirmed: a RECEIPT for it or a later frame of the
+    #: connection), ``ack unconfirmed``, ``nack``, ``nack unconfirmed`` or ``none`` (no
+    #: ACK or NACK written by any client)
+    settled: str = "none"
+    again: bool = False  # the same mdb_id delivered again later (on any connection)
+
+
+def audit(wire: Wire) -> list[str]:
+    """Every delivery of the capture and every confirmed SEND accounted for: was it settled,
+    did what was not settled come again, did what was confirmed come at all. The loss the
+    fault runs look for is a delivery not settled that never came again (``lost held``), or
+    a confirmed SEND never delivered (``lost queued``)."""
+    deliveries: list[Delivery] = []
+    sends: dict[str, tuple[int, float, str, bool]] = {}  # mdb_id → conn, time, dest, confirmed
+    settlements: dict[str, str] = {}
+    for index in range(len(wire.connections)):
+        up, down = wire.up[index], wire.down[index]
+        answered = {f.headers.get("receipt-id") for f in down if f.command == "RECEIPT"}
+        # The server handles a connection's frames in order: a RECEIPT confirms its frame
+        # and every frame written before it.
+        confirmed = max((i for i, f in enumerate(up) if f.headers.get("receipt") in answered),
+                        default=-1)
+        for number, frame in enumerate(up):
+            sure = number <= confirmed
+            if frame.command == "SEND" and "mdb_id" in frame.headers:
+                sends.setdefault(frame.headers["mdb_id"], (
+                    index, frame.time, frame.headers.get("destination", ""), sure))
+            elif frame.command in ("ACK", "NACK") and "id" in frame.headers:
+                kind = frame.command.lower() + ("" if sure else " unconfirmed")
+                if settlements.get(frame.headers["id"], "none").endswith("unconfirmed") or \
+                        frame.headers["id"] not in settlements:
+                    settlements[frame.headers["id"]] = kind
+        deliveries += [
+            Delivery(index, f.time, f.headers["mdb_id"], f.headers.get("destination", ""),
+                     f.headers.get("ack", ""), f.headers.get("redelivered") == "true")
+            for f in down if f.command == "MESSAGE" and "mdb_id" in f.headers]
+    deliveries.sort(key=lambda d: d.time)
+    last: dict[str, float] = {}
+    for delivery in deliveries:
+        delivery.settled = settlements.get(delivery.ack, "none")
+        last[delivery.message_id] = delivery.time
+    for delivery in deliveries:
+        delivery.again = last[delivery.message_id] > delivery.time
+    lines = []
+    by_destination: dict[str, list[Delivery]] = {}
+    for delivery in deliveries:
+        by_destination.setdefault(delivery.destination, []).append(delivery)
+    for destination, found in sorted(by_destination.items()):
+        counts = Counter(d.settled for d in found)
+        ids = {d.message_id for d in found}
+        lines.append(f"{destination}: {len(found)} deliveries of {len(ids)} ids, "
+                     f"{sum(d.redelivered for d in found)} flagged redelivered; settled: "
+                     + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
+        for kind in ("none", "ack unconfirmed", "nack", "nack unconfirmed"):
+            some = [d for d in found if d.settled == kind]
+            if some:
+                lines.append(f"  {kind}: {len(some)}, delivered again later "
+                             f"{sum(d.again for d in some)}")
+        for delivery in found:
+            if delivery.settled in ("none", "nack", "nack unconfirmed") and not delivery.again:
+                connection = wire.connections[delivery.connection]
+                ended = connection.ended
+                lines.append(
+                    f"  LOST HELD {delivery.message_id}: delivered {_when(delivery.time)} on "
+                    f"{wire.who(delivery.connection)} (ack {delivery.ack}, redelivered "
+                    f"{str(delivery.redelivered).lower()}), {delivery.settled} settled it, "
+                    f"never delivered again; the connection ended "
+                    + (f"{_when(ended)} by the {connection.ended_by}" if ended else "never"))
+    delivered = {d.message_id for d in deliveries}
+    told = {i: s for i, s in sends.items() if s[3]}
+    lines.append(f"SENDs with an mdb_id: {len(sends)}, confirmed by a RECEIPT {len(told)}, "
+                 f"of those never delivered: {len(told.keys() - delivered)}")
+    for message_id in sorted(told.keys() - delivered):
+        index, moment, destination, _ = told[message_id]
+        lines.append(f"  LOST QUEUED {message_id}: sent {_when(moment)} to {destination} on "
+                     f"{wire.who(index)}")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.faults.stomp_capture",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
@@ -549,11 +638,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, action="append",
                         help="a broker's STOMP port (default: those in DIR/ports)")
     parser.add_argument("--summary", action="store_true", help="connections and restarts")
+    parser.add_argument("--audit", action="store_true",
+                        help="account for every delivery and every confirmed SEND")
     args = parser.parse_args(argv)
     ports = args.port or [int(p) for p in (args.directory / "ports").read_text().split()]
     wire = Wire.load(args.directory, ports)
-    if args.summary or not args.ids:
+    if args.summary or not (args.ids or args.audit):
         print("\n".join(wire.summary()))
+    if args.audit:
+        print("\n".join(audit(wire)))
     for message_id in args.ids:
         print(f"== {message_id}")
         print("\n".join(wire.trace(message_id)))

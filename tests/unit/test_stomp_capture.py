@@ -13,6 +13,7 @@ from tests.faults.stomp_capture import (
     SYN,
     Packet,
     Wire,
+    audit,
     connections,
     frames,
     read_pcap,
@@ -77,6 +78,19 @@ def test_out_of_order_and_retransmitted_segments_are_reassembled(tmp_path: Path)
     trace = "\n".join(wire.trace("abc123"))
     assert "→ SEND" in trace and "← MESSAGE" in trace and "← RECEIPT receipt-id:7" in trace
     assert "settles the delivery on #0" in trace
+    assert not [line for line in audit(wire) if "LOST" in line]
+
+
+def test_a_delivery_never_settled_nor_delivered_again_is_lost_held(tmp_path: Path) -> None:
+    packets = [
+        (1.0, ethernet(SERVER, CLIENT, 1, ACK_FLAG, MESSAGE)),
+        (1.5, ethernet(CLIENT, SERVER, 1, ACK_FLAG, b"ACK\nid:T_1@@s@@4\n\n\x00")),
+        (2.0, ethernet(SERVER, CLIENT, 1 + len(MESSAGE), ACK_FLAG | FIN, b"")),
+    ]
+    wire = Wire.load(pcap(tmp_path / "stomp.pcap", packets).parent, [SERVER[1]])
+    [lost] = [line for line in audit(wire) if "LOST" in line]
+    assert "LOST HELD abc123" in lost and "none settled it" in lost  # @@4 is another
+    assert "by the server" in lost
 
 
 def test_a_hole_in_the_capture_is_counted_and_the_frames_around_it_kept(
