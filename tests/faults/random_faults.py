@@ -48,7 +48,11 @@ queue too (stage 2, ``tests.faults.ledger_app``). Its faults:
 
 The table has a row for each stage: the second stage owes each message the first processed,
 under one ``mdb_id``, repeats flagged ``redelivered`` or ``mdb_maybe_repeat``
-(``tests.faults.ledger.check_sent_on``); nothing may be left in either queue.
+(``tests.faults.ledger.check_sent_on``); nothing may be left in either queue. ``--capture
+DIR`` (root, ``tcpdump``) records every STOMP packet to and from the nodes in DIR, with the
+nodes' log files and each process's log at INFO: evidence of who wrote what that does not
+depend on mdb's own logs (``python -m tests.faults.stomp_capture DIR --audit`` or ``DIR
+MDB_ID``).
 
 ``--exactly-once`` runs exactly-once listeners (docs/exactly-once.md) on one ActiveMQ broker
 and a private PostgreSQL server: two container processes (``s1``, ``s2``) of the two stages
