@@ -26,6 +26,7 @@ it was told; ``left_behind`` browses ActiveMQ queues for messages still stored.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -203,9 +204,12 @@ class LedgerProcess(ContainerProcess):
 
     def __init__(self, settings: Settings, app: str, server: str, env: Mapping[str, str],
                  lines: queue.Queue[dict[str, Any]], config: Path | None = None,
-                 args: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
+                 args: Sequence[str] = (), prefix: Sequence[str] = (),
+                 log_file: Path | None = None) -> None:
         self.app = app
         self.health: str | None = None
+        #: Where every line it prints goes too, after the wall-clock time it was read.
+        self.log_file = log_file
         #: The last lines it printed that were not ledger lines (its log), for a failure's
         #: message.
         self.log: deque[str] = deque(maxlen=LOG_TAIL)
@@ -231,30 +235,40 @@ class LedgerProcess(ContainerProcess):
         assert self.process.stdout is not None
         decoder = json.JSONDecoder()
         pid = self.process.pid
-        for line in self.process.stdout:
-            start = line.find('{"event"')
-            if start < 0:
-                self.log.append(line.rstrip())
-            while start >= 0:
-                try:
-                    entry, end = decoder.raw_decode(line, start)
-                except json.JSONDecodeError:
-                    break
-                self.lines.put(entry)
-                start = line.find('{"event"', end)
-            if "mdb: ready" in line:
-                self.lines.put({"event": "ready", "server": self.server, "pid": pid})
-            if "mdb: stopped" in line:
-                self.lines.put({"event": "stopped", "server": self.server, "pid": pid,
-                                "line": line})
-            for broker in _CONNECTION_LOST.findall(line):
-                self.lines.put({"event": "connection-lost", "broker": broker, "pid": pid})
-            for kind, member, broker in _MEMBER_EVENT.findall(line):
-                self.lines.put({"event": kind, "member": member, "broker": broker, "pid": pid})
-            if "topology change rejected" in line:
-                self.lines.put({"event": "rejected", "pid": pid, "line": line})
-            if health := _HEALTH.search(line):
-                self.health = health[1]
+        with (open(self.log_file, "a") if self.log_file else contextlib.nullcontext()) as log:
+            if log:
+                log.write(f"{time.time():.6f} pid {pid}\n")
+            for line in self.process.stdout:
+                if log:
+                    log.write(f"{time.time():.6f} {line}")
+                    log.flush()
+                self._take(line, decoder, pid)
+
+    def _take(self, line: str, decoder: json.JSONDecoder, pid: int) -> None:
+        """The ledger lines and the events in one printed line."""
+        start = line.find('{"event"')
+        if start < 0:
+            self.log.append(line.rstrip())
+        while start >= 0:
+            try:
+                entry, end = decoder.raw_decode(line, start)
+            except json.JSONDecodeError:
+                break
+            self.lines.put(entry)
+            start = line.find('{"event"', end)
+        if "mdb: ready" in line:
+            self.lines.put({"event": "ready", "server": self.server, "pid": pid})
+        if "mdb: stopped" in line:
+            self.lines.put({"event": "stopped", "server": self.server, "pid": pid,
+                            "line": line})
+        for broker in _CONNECTION_LOST.findall(line):
+            self.lines.put({"event": "connection-lost", "broker": broker, "pid": pid})
+        for kind, member, broker in _MEMBER_EVENT.findall(line):
+            self.lines.put({"event": kind, "member": member, "broker": broker, "pid": pid})
+        if "topology change rejected" in line:
+            self.lines.put({"event": "rejected", "pid": pid, "line": line})
+        if health := _HEALTH.search(line):
+            self.health = health[1]
 
 
 class Fleet:
@@ -276,6 +290,9 @@ class Fleet:
         self._by_app: dict[str, set[str]] = defaultdict(set)  # app → ids processed
         self._by_server: dict[tuple[str, str], set[str]] = defaultdict(set)
         self._received: dict[str, set[str]] = defaultdict(set)  # app → sources of stage 2
+        #: A new log file per name (``Capture.log_path``): each process started from now on
+        #: logs at INFO and every line it prints is kept there.
+        self.log_files: Callable[[str], Path] | None = None
 
     def start(self, app: str, servers: Sequence[str], distribution: str = PER_APP,
               env: Mapping[str, str] | None = None, config: Path | None = None,
@@ -289,8 +306,11 @@ class Fleet:
         started = [self.stack.enter_context(LedgerProcess(
             self.settings, app, server,
             env={"LEDGER_TOPIC": self.topic, "LEDGER_DISTRIBUTION": distribution,
-                 "MDB_SHUTDOWN_GRACE_PERIOD": "5", **(env or {})},
-            lines=self.lines, config=config, args=args, prefix=prefix)) for server in servers]
+                 "MDB_SHUTDOWN_GRACE_PERIOD": "5",
+                 **({"MDB_LOG_LEVEL": "INFO"} if self.log_files else {}), **(env or {})},
+            lines=self.lines, config=config, args=args, prefix=prefix,
+            log_file=self.log_files(f"{app}-{server}") if self.log_files else None))
+            for server in servers]
         self.processes += started
         self.servers[app] |= set(servers)
         self.app_of |= {p.process.pid: app for p in started}

@@ -48,7 +48,11 @@ queue too (stage 2, ``tests.faults.ledger_app``). Its faults:
 
 The table has a row for each stage: the second stage owes each message the first processed,
 under one ``mdb_id``, repeats flagged ``redelivered`` or ``mdb_maybe_repeat``
-(``tests.faults.ledger.check_sent_on``); nothing may be left in either queue.
+(``tests.faults.ledger.check_sent_on``); nothing may be left in either queue. ``--capture
+DIR`` (root, ``tcpdump``) records every STOMP packet to and from the nodes in DIR, with the
+nodes' log files and each process's log at INFO: evidence of who wrote what that does not
+depend on mdb's own logs (``python -m tests.faults.stomp_capture DIR --audit`` or ``DIR
+MDB_ID``).
 
 ``--exactly-once`` runs exactly-once listeners (docs/exactly-once.md) on one ActiveMQ broker
 and a private PostgreSQL server: two container processes (``s1``, ``s2``) of the two stages
@@ -75,6 +79,7 @@ stage S seconds in its transaction: more work in flight when a fault comes.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
 import signal
@@ -83,6 +88,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Protocol
 
 from tests.contract.support import unique
@@ -102,6 +108,7 @@ from tests.faults.ledger import (
 )
 from tests.faults.node_loss import cluster_settings, with_cluster
 from tests.faults.node_loss import left_behind as left_on_cluster
+from tests.faults.stomp_capture import Capture
 from tests.faults.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
@@ -138,6 +145,10 @@ class Rooms:
         if (app, server) not in self._rooms:
             self._rooms[app, server] = self.network.namespace()
         return self._rooms[app, server]
+
+    def names(self) -> dict[str, str]:
+        """Each namespace's address → ``app/server`` of the process in it."""
+        return {room.address: f"{app}/{server}" for (app, server), room in self._rooms.items()}
 
     def start(self, processes: Fleet, app: str, servers: Sequence[str], distribution: str,
               env: dict[str, str] | None = None) -> None:
@@ -245,10 +256,12 @@ def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
     return print_table(survived, verdicts, len(told), producer.raised, stored, failures, KINDS)
 
 
-def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float) -> int:
+def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float,
+                 capture: Path | None = None) -> int:
     """The RabbitMQ-only run (``--rabbitmq``): ``topology`` ``cluster`` or ``node``, a
     two-stage pipeline, faults of ``RABBITMQ_KINDS``; prints the table, returns the exit
-    status."""
+    status. With ``capture``, a directory: every STOMP packet to and from the nodes is
+    recorded there, with the nodes' logs and each process's (``capture_wire``)."""
     rng = random.Random(seed)
     topic, queue, shop = unique("soak"), unique("sent"), unique("shop")
     with ExitStack() as stack:
@@ -267,6 +280,8 @@ def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float) -> int:
             name: broker.model_copy(update={"heartbeat_ms": RABBITMQ_HEARTBEAT_MS})
             for name, broker in settings.brokers.items()}})
         with fleet(settings, topic) as processes:
+            if capture is not None:
+                capture_wire(stack, capture, nodes, network, rooms, processes)
             rooms.start(processes, shop, ["s1", "s2"], PER_APP, env={SEND_TO: queue})
             with LoadProducer(settings, topic, pace=0.01) as producer:
 
@@ -291,6 +306,27 @@ def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float) -> int:
             explain(processes, verdicts)
     return print_table(survived, verdicts, len(told), producer.raised, stored, failures,
                        RABBITMQ_KINDS)
+
+
+def capture_wire(stack: ExitStack, directory: Path, nodes: Sequence[RabbitMQ],
+                 network: Network | None, rooms: Rooms, processes: Fleet) -> None:
+    """Record every STOMP packet to and from ``nodes`` in ``directory`` until ``stack``
+    closes (``tests.faults.stomp_capture``), keep each process's log there (at INFO; this
+    process's, the producer's, too), and, before the nodes are closed, stop them and keep
+    their log files (``node-N/``) and the namespaces' addresses (``rooms.json``)."""
+    capture = Capture(directory, [node.port for node in nodes],
+                      network.bridge if network else None)
+    stack.callback(capture.close)
+    processes.log_files = capture.log_path
+    capture.log_here()
+
+    def keep() -> None:
+        (directory / "rooms.json").write_text(json.dumps(rooms.names(), indent=1) + "\n")
+        for number, node in enumerate(nodes):
+            node.stop()  # its last lines written; ``close`` later finds it stopped
+            capture.keep(f"node-{number}", [node.console_path,
+                                             *sorted(node.log_dir.glob("*"))])
+    stack.callback(keep)
 
 
 class Pipeline:
@@ -622,7 +658,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--delay", type=float, default=0.0,
                         help="with --exactly-once: seconds each run of the first stage holds "
                              "its transaction open (more work in flight at a fault)")
+    parser.add_argument("--capture", type=Path, metavar="DIR",
+                        help="with --rabbitmq: record every STOMP packet to and from the "
+                             "nodes in DIR (tcpdump, root), with the nodes' and processes' "
+                             "logs; read it with python -m tests.faults.stomp_capture")
     args = parser.parse_args(argv)
+    if args.capture is not None and not args.rabbitmq:
+        parser.error("--capture goes with --rabbitmq")
     if args.exactly_once:
         if not activemq_available() or not postgresql_available():
             print("ActiveMQ Classic and PostgreSQL are needed", file=sys.stderr)
@@ -632,7 +674,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not rabbitmq_available():
             print("RabbitMQ with the STOMP plugin is not installed here", file=sys.stderr)
             return 2
-        return run_rabbitmq(args.rabbitmq, args.minutes, args.seed, args.drain)
+        return run_rabbitmq(args.rabbitmq, args.minutes, args.seed, args.drain, args.capture)
     if not activemq_available():
         print("ActiveMQ Classic is not installed here", file=sys.stderr)
         return 2
