@@ -145,6 +145,9 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+STOCK = "W1s, stock config (no tcpNoDelay)"
+
+
 def one_run(broker: ActiveMQ, stock: ActiveMQ, n: int, rss_messages: int,
             ) -> tuple[list[Row], list[Row], tuple[str, str, Measured, str]]:
     """One run of every workload but tracing's: the reference config's rows, the stock
@@ -166,9 +169,6 @@ def one_run(broker: ActiveMQ, stock: ActiveMQ, n: int, rss_messages: int,
               f"{rss[marks[0]] / 1024:.0f} → {rss[marks[1]] / 1024:.0f} MB, "
               f"+{growth:.1f} MB (bar < 20)")
     return rows, w1s_rows(stock, n, STOCK), memory
-
-
-STOCK = "W1s, stock config (no tcpNoDelay)"
 
 
 def printed(rows: list[Row], stock: list[Row], memory: tuple[str, str, Measured, str] | None,
@@ -193,14 +193,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
     n = args.messages
-    runs: list[tuple[list[Row], list[Row]]] = []
+    runs: list[tuple[list[Row], list[Row], tuple[str, str, Measured, str]]] = []
     with ActiveMQ(heap_mb=1024) as broker, ActiveMQ(heap_mb=1024, nagle=True) as stock:
-        memories = []
         for run in range(1, args.runs + 1):
             before = load()
-            rows, stock_rows, memory = one_run(broker, stock, n, args.rss_messages)
-            runs.append((rows, stock_rows))
-            memories.append(memory)
+            runs.append(one_run(broker, stock, n, args.rss_messages))
             print(f"run {run}: {before} before, {load()} after", flush=True)
         # Last: a process's OpenTelemetry providers can be set only once; the sampler decides
         # per run whether spans are dropped at their start or recorded (and then dropped, as
@@ -208,7 +205,7 @@ def main() -> None:
         sampler = Switch()
         trace.set_tracer_provider(TracerProvider(sampler=sampler))
         metrics.set_meter_provider(MeterProvider())
-        for rows, _ in runs:
+        for rows, _, _ in runs:
             for sampled, how in ((False, "sampled out"), (True, "recorded, nothing exported")):
                 sampler.sampled = sampled
                 rows.append(Row(W1, f"mdb pool=1, tracing on: SDK providers set, spans {how}",
@@ -218,14 +215,14 @@ def main() -> None:
              f"{n} persistent messages per run ({max(n // 4, 500)} for the one-at-a-time and "
              f"W3 runs), STOMP 1.2, stomp.py {stomp.__version__}, {os.cpu_count()} cores shared "
              "with the broker")
-    for run, ((rows, stock_rows), memory) in enumerate(zip(runs, memories, strict=True), 1):
+    for run, (rows, stock_rows, memory) in enumerate(runs, 1):
         print(f"\nrun {run} of {len(runs)}; {about}")
         print_table(printed(rows, stock_rows, memory))
     if len(runs) > 1:
         print(f"\nmedians of {len(runs)} runs (each consumer's median rate and median CPU, "
               "the ratios of those)")
-        print_table(printed(medians([rows for rows, _ in runs]),
-                            medians([stock_rows for _, stock_rows in runs]), None))
+        print_table(printed(medians([rows for rows, _, _ in runs]),
+                            medians([stock_rows for _, stock_rows, _ in runs]), None))
 
 
 if __name__ == "__main__":

@@ -408,7 +408,7 @@ async def test_backends_terminated_mid_stream_leave_no_delivery_unsettled(
             with anyio.fail_after(WAIT):
                 while (container.deployed[0].stats.in_flight
                        or await count(database, tables.outbox)):
-                    await anyio.sleep(0.01)  # PostgreSQL tells only when asked
+                    await anyio.sleep(0.01)  # PostgreSQL and the stats tell only when asked
     # Each delivery that met a dead connection was held and run again on a new one: not
     # one was sent back to the broker (on RabbitMQ that closes the slots' connection).
     assert container.deployed[0].stats.rolled_back == 0
