@@ -148,8 +148,12 @@ class Problem:
 class Delivery:
     """One message as delivered by the broker.
 
-    ``broker_redelivered`` is the broker's redelivered flag; ``token`` is the adapter's own
-    handle needed to settle it and means nothing to the container. ``headers`` are all the
+    ``message_id`` is the message's own id as its broker keeps it: the same on every delivery
+    of the message, and after a restart of the broker (a JMSMessageID); None where the broker
+    keeps none for it (it names each delivery anew). The container knows a message that came
+    without an ``mdb_id`` by it (``mdb.identity``). ``broker_redelivered`` is the broker's
+    redelivered flag; ``token`` is the adapter's own handle needed to settle it and means
+    nothing to the container. ``headers`` are all the
     message's headers, the application's and the protocol's; ``protocol_headers`` names those
     the broker or the adapter's protocol put there for this delivery or its frame (a message
     id, the subscription, an ack handle, a persistence flag, ...), not the sender's
@@ -171,7 +175,7 @@ class Delivery:
     destination: Destination
     body: bytes
     headers: Mapping[str, str]
-    broker_message_id: str
+    message_id: str | None
     broker_redelivered: bool
     token: object
     protocol_headers: frozenset[str] = frozenset()

@@ -11,7 +11,8 @@ from sqlalchemy.exc import ArgumentError
 
 from mdb.broker_settings import one_password
 
-DAY = 86_400.0
+HOUR = 3_600.0
+DAY = 24 * HOUR
 
 
 class DatabaseSettings(BaseModel):
@@ -35,13 +36,13 @@ class DatabaseSettings(BaseModel):
         10.0, description="seconds mdb's own statements (the inbox claim, the commit, the "
                           "outbox dispatch) may take before the database counts as "
                           "unavailable: the delivery is held until it answers")
-    inbox_retention: Annotated[float, Field(gt=0, le=3650 * DAY)] = Field(
+    inbox_retention: Annotated[float, Field(ge=HOUR, le=3650 * DAY)] = Field(
         7 * DAY, description="seconds an inbox row is kept: a copy redelivered later than "
                              "this would run again (NServiceBus and MassTransit keep 7 days)")
-    outbox_lease: Annotated[float, Field(gt=0, le=DAY)] = Field(
-        30.0, description="seconds a process owns the outbox rows it is dispatching; rows "
-                          "whose lease ran out (their process died) are dispatched by "
-                          "another process of the app")
+    outbox_lease: Annotated[float, Field(ge=1.0, le=DAY)] = Field(
+        30.0, description="seconds a process owns the outbox rows it is dispatching, renewed "
+                          "while it sends them; rows whose lease ran out (their process "
+                          "died) are dispatched by another process of the app")
 
     @model_validator(mode="after")
     def _one_password(self) -> DatabaseSettings:

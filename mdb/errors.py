@@ -16,6 +16,8 @@ ever catches ``MdbError`` subclasses::
     ├── HandlerTimeout (a TimeoutError) a handler ran past its listener's ``handler_timeout``
     ├── DatabaseUnavailable         an exactly-once listener's database cannot be reached in time
     ├── DispatchPending             an exactly-once run committed; a send waits in the outbox
+    ├── IdentityReused              a message came with the identity of another one processed
+    ├── SessionMisuse               a handler ended the database transaction that mdb owns
     └── BrokerError                 anything that went wrong talking to a broker
         ├── ConnectionFailed            could not connect (refused, timed out, TLS, ...)
         │   └── CredentialsRefused          the broker refused the login (user, password, vhost)
@@ -154,6 +156,21 @@ class DispatchPending(MdbError):
     """An exactly-once run committed, but a send it wrote to the outbox could not be
     dispatched (its broker is down): the delivery stays unsettled, and its redelivery, or
     another process's sweep, dispatches the rows (docs/exactly-once.md)."""
+
+
+class IdentityReused(MdbError):
+    """An exactly-once listener's inbox knows the message's identity from another message
+    (another body; or, for a message without an id, known by its content, one it cannot be
+    told from): it is not a copy of that one, so it is neither settled as one nor run. It
+    moves to the error destination (docs/exactly-once.md, "Identity")."""
+
+
+class SessionMisuse(MdbError):
+    """A handler called ``commit``, ``rollback`` or ``close`` on the ``AsyncSession`` of an
+    exactly-once listener: its transaction is mdb's, which commits it (with the inbox row and
+    the outbox) when the handler returns and rolls it back when it raises. Refused at once;
+    raised in the handler, it fails the delivery and nothing of the run is kept
+    (docs/exactly-once.md)."""
 
 
 def sole(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from mdb.broker import SubscriptionRequest
-from mdb.destinations import Kind
+from mdb.destinations import Destination, Kind
 from mdb.errors import ConfigurationError
 from mdb.listener import ListenerSpec
 from mdb.options import Distribution
@@ -45,6 +45,8 @@ from mdb.topology import Member, Topology
 @dataclass(frozen=True, slots=True)
 class PlannedSubscription:
     listener: str
+    destination: Destination
+    """The listener's logical destination, of which ``member`` is one."""
     member: Member
     request: SubscriptionRequest
     shared: bool
@@ -57,7 +59,16 @@ class PlannedSubscription:
 
     @property
     def name(self) -> str:
+        """This member's subscription: its name, or the member queue."""
         return self.request.name or str(self.request.destination)
+
+    @property
+    def logical_name(self) -> str:
+        """The listener's subscription over every member: the topic subscription's name (the
+        same on each member), or the logical queue. A message is processed once per logical
+        subscription, whichever member a copy of it comes through (the inbox, the ids of a
+        handler's sends: docs/architecture.md, "Identity")."""
+        return self.request.name or str(self.destination)
 
 
 def subscription_name(spec: ListenerSpec, app: str, server: str) -> str | None:
@@ -93,6 +104,7 @@ def plan(spec: ListenerSpec, topology: Topology, *, app: str,
     return tuple(
         PlannedSubscription(
             listener=spec.name,
+            destination=spec.destination,
             member=member,
             request=SubscriptionRequest(
                 destination=member.destination,

@@ -159,7 +159,7 @@ class MemoryConnection(Connection):
                 or token.subscription.session is not self._session \
                 or not token.subscription.settle(token):
             raise BrokerError(f"memory broker {self._state.name!r}: delivery "
-                              f"{delivery.broker_message_id} is not unsettled on this connection")
+                              f"{delivery.message_id} is not unsettled on this connection")
         self._session.exchange.dead_letter(token.message)
         self._session.exchange.notify()
 

@@ -37,8 +37,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from mdb.broker import Connection, Delivery, Subscription, SubscriptionRequest
 from mdb.brokers import Brokers
 from mdb.errors import ConnectionLost, MdbError
+from mdb.identity import identity
 from mdb.links import backed_off
-from mdb.message import ID
 from mdb.settings import Settings
 from mdb.topology import Member
 from mdb_spark.journal import Journal, Record
@@ -48,15 +48,10 @@ log = logging.getLogger("mdb_spark")
 _BACKPRESSURE_POLL = 0.05
 
 
-def message_id(delivery: Delivery) -> str:
-    """The framework's id, or the broker's for messages from other producers."""
-    return delivery.headers.get(ID) or delivery.broker_message_id
-
-
 def record_of(delivery: Delivery) -> Record:
     stamp = delivery.headers.get("timestamp", "")
     timestamp_ms = int(stamp) if stamp.isdigit() else int(time.time() * 1000)
-    return Record(message_id(delivery), delivery.body, dict(delivery.headers),
+    return Record(identity(delivery).key, delivery.body, dict(delivery.headers),
                   delivery.broker_redelivered, timestamp_ms)
 
 

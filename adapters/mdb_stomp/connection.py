@@ -107,11 +107,12 @@ class StompConnection(Connection):
         refused the NACK or did not answer in time."""
         if not delivery.can_dead_letter:
             raise BrokerError(f"{self._dialect.broker} may drop message "
-                              f"{delivery.broker_message_id} if it is NACKed: not dead-lettered")
+                              f"{delivery.headers.get('message-id')} if it is NACKed: not "
+                              "dead-lettered")
         token = ack_token(delivery, self._wire)
         token.subscription.unsettled.settle_alone(token.ack_id)
         await self._wire.request("NACK", {"id": token.ack_id}, errors=ReceiptErrors(
-            f"the NACK of {delivery.broker_message_id}", refused=BrokerError,
+            f"the NACK of {delivery.headers.get('message-id')}", refused=BrokerError,
             unconfirmed=BrokerError, consequence="it is on the dead-letter queue or comes back"))
 
     async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:

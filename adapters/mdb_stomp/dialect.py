@@ -167,6 +167,12 @@ class Dialect(abc.ABC):
         carried."""
         return None
 
+    def message_id(self, headers: Mapping[str, str]) -> str | None:
+        """The id the broker keeps for the message of the MESSAGE frame with ``headers``, the
+        same on each of its deliveries (``Delivery.message_id``); None where it keeps none.
+        None by default."""
+        return None
+
     def dead_letters(self, headers: Mapping[str, str]) -> bool:
         """True when a NACK of the MESSAGE frame with ``headers`` leaves its message on a
         dead-letter queue the broker surely keeps it on (``Delivery.can_dead_letter``). False

@@ -232,6 +232,14 @@ class RabbitMQDialect(Dialect):
         return f"/queue/{name}", {"x-message-ttl": str(delay_ms), "x-dead-letter-exchange": "",
                                   "x-dead-letter-routing-key": queue.name}
 
+    def message_id(self, headers: Mapping[str, str]) -> str | None:
+        """The AMQP ``message-id`` property its producer gave the message, if any: a STOMP
+        SEND's ``amqp-message-id`` header, written back on each MESSAGE frame (measured on
+        3.10.8; a SEND with a ``message-id`` header of its own is refused). The broker gives a
+        message no id of its own: the ``message-id`` of a MESSAGE frame names that delivery, a
+        new one on each."""
+        return headers.get("amqp-message-id") or None
+
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
         destination = request.destination
         if request.selector:

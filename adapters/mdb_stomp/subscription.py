@@ -43,12 +43,12 @@ def ack_token(delivery: Delivery, wire: Wire) -> AckToken:
     token = delivery.token
     if not isinstance(token, AckToken) or token.subscription.wire is not wire:
         raise ConnectionLost(
-            f"{wire.address}: the delivery of {delivery.broker_message_id} came from another "
-            "connection; the broker that sent it redelivers it"
+            f"{wire.address}: the delivery of {delivery.headers.get('message-id')} came from "
+            "another connection; the broker that sent it redelivers it"
         )
     if token.subscription.closed:
         raise ConnectionLost(
-            f"{wire.address}: the subscription of {delivery.broker_message_id} was closed; "
+            f"{wire.address}: the subscription of {delivery.headers.get('message-id')} was closed; "
             "the broker redelivers it"
         )
     wire.check_alive()
@@ -205,7 +205,7 @@ class StompSubscription(Subscription):
                 destination=self._destination,
                 body=content,
                 headers=headers,
-                broker_message_id=headers.get("message-id", ""),
+                message_id=self._dialect.message_id(headers),
                 broker_redelivered=headers.get("redelivered") == "true",
                 token=AckToken(ack_id, self),
                 protocol_headers=self._dialect.protocol_headers,

@@ -93,7 +93,7 @@ class StompTemporaryQueue(TemporaryQueue):
             destination=Destination(Kind.QUEUE, self._name),
             body=content,
             headers=headers,
-            broker_message_id=headers.get("message-id", ""),
+            message_id=self._dialect.message_id(headers),
             broker_redelivered=headers.get("redelivered") == "true",
             token=None,
             protocol_headers=self._dialect.protocol_headers,

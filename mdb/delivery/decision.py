@@ -45,6 +45,7 @@ from mdb.delivery.copies import bounded
 from mdb.delivery.strikes import Round
 from mdb.destinations import Destination
 from mdb.errors import error_type
+from mdb.identity import identity
 from mdb.message import Message
 from mdb.options import Redelivery
 
@@ -63,12 +64,13 @@ _WHOLE = re.compile(r"\s*(?P<sign>[+-]?)0*(?P<digits>[0-9]+)\s*")
 
 def to_message(delivery: Delivery, destination: Destination) -> Message:
     """``delivery`` as the handler sees it: from the listener's logical ``destination``, whatever
-    member or re-send queue it came through. Its count is ``mdb_delivery_count`` (1 when absent
-    or not a whole number; at most ``MAX_DELIVERY_COUNT``)."""
+    member or re-send queue it came through, known by its identity (``mdb.identity``), which
+    every copy of it carries on. Its count is ``mdb_delivery_count`` (1 when absent or not a
+    whole number; at most ``MAX_DELIVERY_COUNT``)."""
     h = delivery.headers
     count = _count(h.get(headers_.DELIVERY_COUNT))
     return Message(
-        id=h.get(headers_.ID) or delivery.broker_message_id,
+        id=identity(delivery).key,
         destination=destination,
         body=delivery.body,
         headers=h,
@@ -162,6 +164,17 @@ class Unreadable:
 
 
 @dataclass(frozen=True, slots=True)
+class Reused:
+    """An exactly-once listener's inbox knows the message's identity from another message
+    (``mdb.errors.IdentityReused``, ``text`` saying which): not a copy of it, so neither
+    settled as one nor run; like a body that does not decode, it moves to the error
+    destination at once."""
+
+    text: str
+    error_type: ClassVar[str] = "mdb.IdentityReused"
+
+
+@dataclass(frozen=True, slots=True)
 class Raised:
     """The handler raised, or a send it made outside the transaction failed."""
 
@@ -215,7 +228,7 @@ class Fresh:
     struck: bool = False
 
 
-Failure = InDoubt | Undecodable | Unreadable | Raised | Stuck
+Failure = InDoubt | Undecodable | Unreadable | Reused | Raised | Stuck
 Kind = Fresh | NotSelected | AckLost | AlreadyProcessed | InDoubt | Unreadable | Stuck
 """What a delivery is before any handler runs (``classify``)."""
 Happened = Succeeded | AlreadyProcessed | NotSelected | AckLost | Failure
@@ -351,7 +364,7 @@ def decide(message: Message, happened: Succeeded | AlreadyProcessed | AckLost, p
 def decide(message: Message, happened: NotSelected, policy: Policy,
            protocol_headers: Set[str] = ...) -> Filter: ...
 @overload
-def decide(message: Message, happened: InDoubt | Undecodable | Unreadable | Raised,
+def decide(message: Message, happened: InDoubt | Undecodable | Unreadable | Reused | Raised,
            policy: Policy, protocol_headers: Set[str] = ...) -> Redeliver | MoveToError: ...
 @overload
 def decide(message: Message, happened: Stuck, policy: Policy,
@@ -365,12 +378,12 @@ def decide(message: Message, happened: Happened, policy: Policy,
 
     A success is settled, and so is a copy of a message already processed and a delivery whose
     ack was lost after its settlement's copies were stored; a message not selected is
-    filtered. A failure (the handler raised, or
-    the delivery is in doubt) is redelivered while ``message.delivery_count`` is at most the
-    policy's ``limit`` — after ``delay_before(count)`` seconds for a handler failure, at once
-    for a delivery in doubt — and past it, or at once for an undecodable or unreadable
-    message, moved to the error destination. A message stuck ``MAX_STRIKES`` times moves to
-    the error destination; past that, to the broker's dead-letter queue where the broker
+    filtered. A failure (the handler raised, or the delivery is in doubt) is redelivered
+    while ``message.delivery_count`` is at most the policy's ``limit`` — after
+    ``delay_before(count)`` seconds for a handler failure, at once for a delivery in doubt —
+    and past it, or at once for an undecodable or unreadable message or one whose identity is
+    another's, moved to the error destination. A message stuck ``MAX_STRIKES`` times moves
+    to the error destination; past that, to the broker's dead-letter queue where the broker
     keeps it there, else it is kept (``Redelivery.keep_delay``). ``protocol_headers`` are the
     names of the headers the broker set for this one delivery (``Delivery.protocol_headers``):
     they are not copied.
@@ -406,7 +419,7 @@ def decide(message: Message, happened: Happened, policy: Policy,
             delay = (0.0 if isinstance(happened, InDoubt)
                      else policy.redelivery.delay_before(count))
             return Redeliver(delay, count + 1, policy.requeue_destination, headers, happened)
-        case InDoubt() | Undecodable() | Unreadable() | Raised() | Stuck():
+        case InDoubt() | Undecodable() | Unreadable() | Reused() | Raised() | Stuck():
             return _moved(message, happened, policy, protocol_headers)
 
 

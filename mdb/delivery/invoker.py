@@ -37,7 +37,7 @@ class Invoker:
         self._is_async = spec.is_async  # asked once: inspect's answer costs several calls
         self._telemetry = tracing.Consumer(spec.name, system, spec.destination,
                                            planned.request.name, planned.shared, stats)
-        self._subscription = planned.name
+        self._subscription = planned.logical_name
         self.decode = codec.decoder_for(spec.body_type)
         """The body as the handler's annotation asks; raises ``DecodeError``."""
 

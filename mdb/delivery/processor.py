@@ -3,6 +3,7 @@ ones, and carry out what ``mdb.delivery.decision`` decides, in one place (``_car
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ from mdb.delivery.decision import (
     Policy,
     Raised,
     Redeliver,
+    Reused,
     Settle,
     Succeeded,
     Undecodable,
@@ -42,7 +44,7 @@ from mdb.delivery.decision import (
 from mdb.delivery.invoker import Invoker
 from mdb.delivery.sends import DirectSends, TransactedSends, commit
 from mdb.delivery.stats import Stats
-from mdb.delivery.strikes import CameBack, Round, Strikes, identity
+from mdb.delivery.strikes import CameBack, Round, Strikes
 from mdb.delivery.timeouts import HandlerThreads
 from mdb.destinations import Destination
 from mdb.errors import (
@@ -51,8 +53,10 @@ from mdb.errors import (
     DatabaseUnavailable,
     DecodeError,
     DispatchPending,
+    IdentityReused,
     MdbError,
 )
+from mdb.identity import identity
 from mdb.listener import ListenerSpec
 from mdb.message import Message, OutgoingMessage
 from mdb.planning import PlannedSubscription
@@ -89,8 +93,7 @@ class Processor:
                                 producer.brokers.header_limits)
         self._direct = DirectSends(producer, planned.broker)
         self._guard: Guard | None = None if store is None else store.guard(
-            listener=spec.name, subscription=planned.request.name or str(
-                planned.member.destination), broker=planned.broker,
+            listener=spec.name, subscription=planned.logical_name, broker=planned.broker,
             error_destination=spec.error_destination)
         self._policy: Policy | None = None
         self._policy_of: Subscription | None = None
@@ -132,11 +135,11 @@ class Processor:
         selected = self._selector is None or self._selector(delivery.headers)
         strikes, copied = self._remembered(delivery, message)
         count = message.delivery_count
-        seen = (self._strikes.round(identity(delivery), count)
+        seen = (self._strikes.round(message.id, count)
                 if count > 1 or self._strikes.rounds else Round.NEW)
         kind = classify(delivery, selected=selected, strikes=strikes, copied=copied, seen=seen)
         if count > 1 and isinstance(kind, Fresh):
-            self._strikes.handed(identity(delivery), count)
+            self._strikes.handed(message.id, count)
         return Step(delivery, message, kind)
 
     def _remembered(self, delivery: Delivery, message: Message) -> CameBack:
@@ -144,10 +147,10 @@ class Processor:
         message's strikes, and, for one back in doubt, one more if the broker had confirmed
         moving it to the error destination, and whether it had confirmed its copies."""
         if delivery.broker_redelivered:
-            return self._strikes.came_back(identity(delivery), message.delivery_count)
+            return self._strikes.came_back(message.id, message.delivery_count)
         if not self._strikes:
-            return CameBack(0, False)  # nothing was ever struck: no identity to work out
-        return CameBack(self._strikes.count(identity(delivery)), False)
+            return CameBack(0, False)  # nothing was ever struck
+        return CameBack(self._strikes.count(message.id), False)
 
     async def _one_at_a_time(self, connection: Connection, subscription: Subscription,
                              steps: Iterable[Step]) -> bool:
@@ -199,16 +202,16 @@ class Processor:
                                  delivery.protocol_headers)
                 await self._carry_out(outcome, step, connection, sends, span)
             if message.delivery_count > 1 and carries_on(outcome):
-                self._strikes.carried_on(identity(delivery), message.delivery_count)
+                self._strikes.carried_on(message.id, message.delivery_count)
         except AcksUnconfirmed as exc:
             # Its copies were stored, only its ack is in doubt: not the message's doing. Should
             # this very delivery come back, it is acked unseen.
             if outcome is not None and carries_on(outcome):
-                self._strikes.copied(identity(delivery), message.delivery_count)
+                self._strikes.copied(message.id, message.delivery_count)
             return self._not_settled(f"message {message.id}", exc, connection)
         except BrokerError as exc:
             if connection.is_open:  # refused, not lost: it counts against this message
-                self._strikes.strike(identity(delivery))
+                self._strikes.strike(message.id)
             return self._not_settled(f"message {message.id}", exc, connection)
         except DatabaseUnavailable as exc:  # the database logs its outage once
             return self._not_settled(f"message {message.id}", exc, connection, logging.DEBUG)
@@ -228,7 +231,7 @@ class Processor:
         return self._policy
 
     async def _run(self, delivery: Delivery, message: Message, connection: Connection,
-                   ) -> tuple[Succeeded | AlreadyProcessed | Undecodable | Raised,
+                   ) -> tuple[Succeeded | AlreadyProcessed | Undecodable | Reused | Raised,
                               TransactedSends | None]:
         """Run the handler on a fresh delivery as the listener's options say: what happened,
         and the transacted sends to settle it with (None: settled by a plain ack). A run that
@@ -261,28 +264,32 @@ class Processor:
         return SUCCEEDED, sends if sends.begun else None
 
     async def _run_once(self, delivery: Delivery, message: Message, body: object,
-                        ) -> Succeeded | AlreadyProcessed | Raised:
+                        ) -> Succeeded | AlreadyProcessed | Reused | Raised:
         """The run of an exactly-once listener (``mdb.exactly_once.guard``); settled by a
         plain ack once its sends were dispatched. When the database is out of reach the
-        delivery is held until it answers, and run once more; ``DispatchPending``, and
+        delivery is held until it answers, and run once more, flagged redelivered (the first
+        run may have had effects outside the database); ``DispatchPending``, and
         ``DatabaseUnavailable`` at a stop or in that second run, leave it unsettled."""
         guard = self._guard
         assert guard is not None
+        by_content = identity(delivery).by_content
 
-        async def handler(session: AsyncSession, send: SendFunction) -> None:
-            await self._invoker.invoke(message, body, send, session)
+        async def run(message: Message) -> Succeeded | AlreadyProcessed | Reused | Raised:
+            async def handler(session: AsyncSession, send: SendFunction) -> None:
+                await self._invoker.invoke(message, body, send, session)
 
-        async def run() -> Succeeded | AlreadyProcessed | Raised:
             try:
-                ran = await guard.run(identity(delivery), handler)
+                ran = await guard.run(message, handler, by_content=by_content)
             except (DatabaseUnavailable, DispatchPending):
                 raise
+            except IdentityReused as exc:
+                return Reused(str(exc))
             except Exception as exc:  # user code, its database writes included
                 return Raised.of(exc)
             return SUCCEEDED if ran else ALREADY_PROCESSED
 
         try:
-            return await run()
+            return await run(message)
         except DatabaseUnavailable:
             if self._stopping():
                 raise
@@ -293,7 +300,7 @@ class Processor:
         # back, so that its redeliveries bound it. A commit in doubt is found out by the
         # claim of the next run.
         await guard.database.reachable()
-        return await run()
+        return await run(dataclasses.replace(message, redelivered=True))
 
     async def _carry_out(self, outcome: Outcome, step: Step, connection: Connection,
                          sends: TransactedSends | None, span: tracing.Processing) -> None:
@@ -343,9 +350,8 @@ class Processor:
                 # A longer pause next time. Struck and counted as it is decided, before any
                 # wait: two copies of one message in two slots (its ack lost after its copy
                 # was stored, RabbitMQ) are then two rounds, not two first rounds.
-                key = identity(delivery)
-                self._strikes.strike(key)
-                kept = self._strikes.kept(key)
+                self._strikes.strike(message.id)
+                kept = self._strikes.kept(message.id)
                 await clock.current().sleep(outcome.delay)
                 span.failed(failure.error_type, failure.text)
                 await self._copy(connection, step, outcome.destination, outcome.headers)
@@ -367,9 +373,9 @@ class Processor:
                     if not connection.is_open:
                         # Refused by closing the connection, perhaps (RabbitMQ): see strikes.
                         # (A refusal on an open connection is struck by _process.)
-                        self._strikes.strike(identity(delivery))
+                        self._strikes.strike(message.id)
                     raise
-                self._strikes.moved(identity(delivery), message.delivery_count)
+                self._strikes.moved(message.id, message.delivery_count)
                 span.moved(outcome.destination)
                 self._stats.to_error_destination += 1
                 if isinstance(failure, Unreadable) and failure.damaged:

@@ -48,12 +48,8 @@ message. Only messages that failed, or whose ack was lost, enter them.
 from __future__ import annotations
 
 import enum
-import hashlib
 from collections import OrderedDict
 from typing import NamedTuple, TypeVar
-
-from mdb import message as headers_
-from mdb.broker import Delivery
 
 CAPACITY = 10_000
 
@@ -84,7 +80,7 @@ class Round(enum.Enum):
 
 
 class Strikes:
-    """Strikes per message identity (``identity``) for one listener; loop thread only. Its
+    """Strikes per message identity (``mdb.identity``) for one listener; loop thread only. Its
     length is the number of messages with a strike."""
 
     def __init__(self, capacity: int = CAPACITY) -> None:
@@ -167,16 +163,3 @@ def _touch(table: OrderedDict[str, V], key: str, value: V, capacity: int) -> V:
         table.popitem(last=False)
     return value
 
-
-def identity(delivery: Delivery) -> str:
-    """What identifies ``delivery``'s message across its deliveries and copies: its ``mdb_id``,
-    else a digest of its body and application headers (a foreign message's broker id may
-    change on every delivery, as on RabbitMQ)."""
-    mdb_id = delivery.headers.get(headers_.ID)
-    if mdb_id:
-        return mdb_id
-    digest = hashlib.sha256(delivery.body)
-    protocol = delivery.protocol_headers
-    digest.update(repr(sorted((k, v) for k, v in delivery.headers.items()
-                              if k not in protocol)).encode())
-    return f"sha256:{digest.hexdigest()}"

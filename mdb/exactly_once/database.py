@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -38,10 +39,11 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from mdb.database_settings import DatabaseSettings
-from mdb.errors import ConfigurationError, DatabaseUnavailable
+from mdb.errors import ConfigurationError, DatabaseUnavailable, SessionMisuse
 from mdb.redaction import redact_url
 
 log = logging.getLogger("mdb.database")
@@ -60,7 +62,8 @@ class Database:
         self.name = name
         self.settings = settings
         self.engine = _engine(settings)
-        self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+        self._sessions = async_sessionmaker(self.engine, expire_on_commit=False,
+                                            sync_session_class=_Session)
         # For a statement in a transaction of its own (``autocommitted``): on PostgreSQL
         # committed as it runs, without the BEGIN and COMMIT round trips; SQLite's implicit
         # transaction costs less than switching its connection to autocommit and back
@@ -183,6 +186,49 @@ class Database:
     async def close(self) -> None:
         with anyio.CancelScope(shield=True):
             await self.engine.dispose()
+
+
+_HANDLER: ContextVar[str | None] = ContextVar("mdb_handler", default=None)
+
+
+@contextmanager
+def handing(listener: str) -> Iterator[None]:
+    """While ``listener``'s handler runs with a session of mdb's, in this task and those it
+    starts: its ``commit``, ``rollback`` and ``close`` are refused (``SessionMisuse``)."""
+    token = _HANDLER.set(listener)
+    try:
+        yield
+    finally:
+        _HANDLER.reset(token)
+
+
+class _Session(Session):
+    """The sessions mdb opens. Its transaction is mdb's to end: the inbox row and the outbox
+    rows commit with the handler's writes or not at all. A handler that ended it itself would
+    have its writes committed without them (run again on a redelivery), or the inbox row
+    rolled back under writes made after it. SQLAlchemy's ``AsyncSession`` ends a transaction
+    through these methods (run on its greenlet, in the task's context)."""
+
+    def commit(self) -> None:
+        _refused("commit")
+        super().commit()
+
+    def rollback(self) -> None:
+        _refused("rollback")
+        super().rollback()
+
+    def close(self) -> None:
+        _refused("close")
+        super().close()
+
+
+def _refused(what: str) -> None:
+    listener = _HANDLER.get()
+    if listener is not None:
+        raise SessionMisuse(
+            f"listener {listener}: the handler called {what}() on its session, whose "
+            "transaction is mdb's: returning commits it (with the message's inbox row and "
+            "its sends), raising rolls it back (docs/exactly-once.md)")
 
 
 @asynccontextmanager

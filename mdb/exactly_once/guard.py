@@ -17,72 +17,86 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb.context import SendFunction
 from mdb.destinations import Destination
-from mdb.errors import BrokerError, DispatchPending
+from mdb.errors import BrokerError, DispatchPending, IdentityReused
 from mdb.exactly_once import inbox
-from mdb.exactly_once.outbox import Writer
-
-if TYPE_CHECKING:
-    from mdb.exactly_once.store import Store
+from mdb.exactly_once.database import Database, handing
+from mdb.exactly_once.outbox import Dispatcher, Writer
+from mdb.message import Message
 
 Run = Callable[[AsyncSession, SendFunction], Awaitable[None]]
 """The handler's run: called with the transaction's session and the outbox's send."""
 
 
 class Guard:
-    """The database side of ``listener``'s deliveries from ``subscription`` (its name, or the
-    queue's), in ``store``; a reply goes to the delivery's broker ``broker``, a send its
-    broker refuses to ``error_destination``."""
+    """The database side of ``listener``'s deliveries from ``subscription`` (its logical
+    subscription: ``PlannedSubscription.logical_name``) in ``database``, whose outbox
+    ``dispatcher`` sends for the process ``owner``; a reply goes to the delivery's broker
+    ``broker``, which a send tries first too; a send its broker refuses goes to
+    ``error_destination``."""
 
-    def __init__(self, store: Store, *, listener: str, subscription: str, broker: str,
+    def __init__(self, database: Database, dispatcher: Dispatcher, owner: str, *,
+                 listener: str, subscription: str, broker: str,
                  error_destination: Destination) -> None:
-        self.database = store.database
-        self._dispatcher = store.dispatcher
+        self.database = database
+        self._dispatcher = dispatcher
+        self._owner = owner
         self._listener = listener
         self._subscription = subscription
-        self._owner = store.owner
         self._broker = broker
         self._error_destination = error_destination
 
-    async def run(self, identity: str, handler: Run) -> bool:
-        """Run ``handler`` for the message known as ``identity`` unless it was processed
-        already; False when it was (its pending sends are dispatched now).
+    async def run(self, message: Message, handler: Run, *, by_content: bool) -> bool:
+        """Run ``handler`` for ``message`` unless a copy of it was processed already; False
+        when one was (its pending sends are dispatched now). ``by_content``: the message came
+        without an id, and ``message.id`` is a digest of its content (``mdb.identity``).
 
-        What the handler raises is raised, its transaction rolled back. Raises
+        Raises ``IdentityReused`` for a message the inbox knows by its id from another one:
+        another body, or (known by its content) not a copy, since it is not flagged
+        redelivered. What the handler raises is raised, its transaction rolled back. Raises
         ``DatabaseUnavailable`` when the database is out of reach (the run may be made again:
         its claim finds out whether it committed), and ``DispatchPending`` when a send could
         not be dispatched: the delivery must then stay unsettled (its effects are committed;
         its redelivery completes the dispatch)."""
         database = self.database
-        source = f"{self._listener}/{self._subscription}/{identity}"
+        source = f"{self._listener}/{self._subscription}/{message.id}"
         failure: Exception | None = None
         try:
             async with database.session() as session:
                 with database.deadline():
-                    fresh = await inbox.claim(session, self._listener, self._subscription,
-                                              identity, time.time())
-                if fresh:
+                    taken = await inbox.claim(session, self._listener, self._subscription,
+                                              message.id, message.body, time.time())
+                if taken is None:
                     writer = Writer(session, self._owner, database.settings.outbox_lease,
                                     error_destination=self._error_destination, source=source,
-                                    reply_broker=self._broker)
-                    await _handled(handler(session, writer.send))
+                                    broker=self._broker)
+                    with handing(self._listener):
+                        await _handled(handler(session, writer.send))
         except _Raised as raised:
             failure = raised.exception
         if failure is not None:
             raise failure  # outside the except block: its own cause and context, unchanged
+        if taken is not None and not taken.same_body:
+            raise IdentityReused(
+                f"message {message.id}: listener {self._listener} processed another message "
+                "with this id and another body; this one is not a copy of it")
+        if taken is not None and by_content and not message.redelivered:
+            raise IdentityReused(
+                f"message {message.id}: it came without an id, not flagged redelivered, with "
+                f"the content of a message listener {self._listener} processed: a second "
+                "message of that content cannot be told from a copy (give messages an id)")
         try:
-            if not fresh:
+            if taken is not None:
                 await self._dispatcher.dispatch_pending(source)
                 return False
             await self._dispatcher.dispatch(writer.rows)
         except BrokerError as exc:
-            raise DispatchPending(f"sends of message {identity} wait in the outbox of "
+            raise DispatchPending(f"sends of message {message.id} wait in the outbox of "
                                   f"database {database.name}: {exc}") from exc
         return True
 

@@ -1,5 +1,10 @@
 """The inbox: which messages an exactly-once listener processed.
 
+A row is keyed by the listener, its logical subscription (the topic subscription's name, or
+the logical queue: never a member, so that copies on two members are one message) and the
+message's identity (``mdb.identity``); it keeps a digest of the message's body, so that a
+message that comes with another's identity is not taken for a copy of it.
+
 A delivery claims its message's row first thing in the handler's database transaction. The
 claim is an insert that does nothing on a conflict: a copy whose row is committed finds it
 taken and is settled without running the handler. Two copies processed at once (a
@@ -10,6 +15,9 @@ writes once; the price is that the second copy's pool slot waits for the first.
 """
 
 from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
 
 from sqlalchemy import Executable, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -24,23 +32,34 @@ _CLAIMS: dict[str, Executable] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """The row was claimed before (committed, or by a transaction this one waited for)."""
+
+    same_body: bool
+    """Its body's digest is this message's (or unknown: a row written before mdb kept it)."""
+
+
 async def claim(session: AsyncSession, listener: str, subscription: str, message_id: str,
-                now: float) -> bool:
-    """Record that ``listener`` processes ``message_id`` from ``subscription`` in this
-    session's transaction; False when it already did (a committed row, or one committed by a
-    concurrent transaction this one waited for)."""
+                body: bytes, now: float) -> Taken | None:
+    """Record that ``listener`` processes ``message_id`` (whose body is ``body``) from
+    ``subscription`` in this session's transaction; None when it was claimed now, else what
+    the row taken before says."""
+    digest = hashlib.sha256(body).hexdigest()
     values = {"listener": listener, "subscription": subscription, "message_id": message_id,
-              "processed_at": now}
+              "digest": digest, "processed_at": now}
     statement = _CLAIMS.get(session.get_bind().dialect.name)
-    if statement is None:  # a database without the clause: the primary key refuses a second
-        taken = select(inbox.c.message_id).where(
-            inbox.c.listener == listener, inbox.c.subscription == subscription,
-            inbox.c.message_id == message_id)
-        if (await session.execute(taken)).first() is not None:
-            return False
-        statement = inbox.insert()
-    result = await session.execute(statement, values)
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    if statement is not None and (
+            await session.execute(statement, values)).rowcount:  # type: ignore[attr-defined]
+        return None
+    kept = (await session.execute(select(inbox.c.digest).where(
+        inbox.c.listener == listener, inbox.c.subscription == subscription,
+        inbox.c.message_id == message_id))).first()
+    if kept is not None:
+        return Taken(kept.digest in (None, digest))
+    # A database without the clause: its primary key refuses a second claim.
+    await session.execute(inbox.insert(), values)
+    return None
 
 
 async def purge(session: AsyncSession, older_than: float, batch: int) -> int:

@@ -29,8 +29,10 @@ from mdb.errors import (
     BrokerError,
     ConnectionFailed,
     ConnectionLost,
+    DatabaseUnavailable,
     SendOutcomeUnknown,
     error_type,
+    sole,
 )
 from mdb.exactly_once.database import Database
 from mdb.exactly_once.tables import outbox
@@ -42,6 +44,9 @@ log = logging.getLogger("mdb.outbox")
 UNSURE = (ConnectionLost, ConnectionFailed, SendOutcomeUnknown)
 """Send failures that say nothing against the message: it is tried again later."""
 SWEEP_BATCH = 100
+RENEW_BATCH = 1000  # rows a lease renewal names in one statement
+PENDING_POLL = 0.2
+"""Seconds between two looks at rows a dispatch under way still holds, at most."""
 
 # Built once: a statement built per call costs its cache key again at every execution.
 _WRITE = outbox.insert()
@@ -50,31 +55,35 @@ _FORGET = delete(outbox).where(outbox.c.seq == bindparam("seq"))
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One outbox row, as written or read back."""
+    """One outbox row, as written or read back. ``broker``: the broker of the delivery whose
+    handler sent it (column ``reply_broker``), where a reply goes and where a send tries a
+    member first, as ``Context.send`` does; None for a producer's send."""
 
     seq: int
     target: ReplyTo
-    reply_broker: str | None
+    broker: str | None
     key: str | None
     message: OutgoingMessage
     error_destination: Destination
+    lease_until: float
+    """``time.time()`` when its lease runs out, as written or last renewed."""
 
 
 class Writer:
     """The sends of one transaction (a handler's run, or a producer's session): ``send`` (a
     ``mdb.context.SendFunction``) writes a row leased to ``owner``, which dispatches it once
-    the transaction committed. ``reply_broker`` is the broker a reply goes to (the
-    delivery's); ``source`` the inbox key of the delivery, if any."""
+    the transaction committed. ``broker`` is the delivery's (``Row.broker``); ``source`` the
+    inbox key of the delivery, if any."""
 
     def __init__(self, session: AsyncSession, owner: str, lease: float, *,
                  error_destination: Destination | None, source: str | None = None,
-                 reply_broker: str | None = None) -> None:
+                 broker: str | None = None) -> None:
         self._session = session
         self._owner = owner
         self._lease = lease
         self._error_destination = error_destination
         self._source = source
-        self._reply_broker = reply_broker
+        self._broker = broker
         self.rows: list[Row] = []
 
     async def send(self, target: ReplyTo, message: OutgoingMessage, key: str | None) -> None:
@@ -84,7 +93,7 @@ class Writer:
         values = {
             "message_id": message.headers.get(ID, ""), "source": self._source,
             "destination": None if reply else str(target),
-            "reply_broker": self._reply_broker if reply else None,
+            "reply_broker": self._broker,
             "reply_address": str(target) if reply else None, "member_key": key,
             "body": message.body, "headers": json.dumps(dict(message.headers)),
             "reply_to": None if message.reply_to is None else str(message.reply_to),
@@ -94,8 +103,7 @@ class Writer:
         }
         result = await self._session.execute(_WRITE, values)
         seq = result.inserted_primary_key[0]  # type: ignore[attr-defined]
-        self.rows.append(Row(seq, target, self._reply_broker if reply else None, key, message,
-                             errors))
+        self.rows.append(Row(seq, target, self._broker, key, message, errors, now + self._lease))
 
 
 async def backlog(session: AsyncSession) -> tuple[int, float | None]:
@@ -125,6 +133,7 @@ class Dispatcher:
         self._producer = producer
         self._owner = owner
         self._turn = anyio.Lock()  # one claim-and-send of waiting rows at a time: no row twice
+        self._sending: set[int] = set()  # rows being sent by this process now
         # Destinations with rows waiting in the outbox, older than a fresh run's; None until
         # the first sweep: rows an earlier process left may wait for any destination.
         self._behind: set[str] | None = None
@@ -147,11 +156,30 @@ class Dispatcher:
     async def dispatch_pending(self, source: str) -> None:
         """Dispatch the rows a delivery's committed run left undispatched (its process died,
         or a broker was down): once they are sent, the delivery may be settled. Older rows
-        waiting in the outbox go first."""
+        waiting in the outbox go first. A row still leased to a dispatch under way (the run
+        that wrote it, in this process or another, sending still) is that dispatch's: this
+        waits until it was sent, or its lease ran out (its process died), instead of sending
+        it a second time."""
         while await self.sweep():
             pass
-        async with self._turn:
-            await self._send_in_order(await self._claim(outbox.c.source == source))
+        database = self._database
+        pending = select(outbox.c.seq, outbox.c.owner, outbox.c.lease_until).where(
+            outbox.c.source == source)
+        while True:
+            async with database.session() as session:
+                with database.deadline():
+                    rows = (await session.execute(pending)).all()
+            now = time.time()
+            free = [r.seq for r in rows if r.seq not in self._sending and (
+                r.lease_until < now or r.owner == self._owner)]
+            if free:
+                async with self._turn:
+                    await self._send_in_order(await self._claim(outbox.c.seq.in_(free) & (
+                        (outbox.c.lease_until < now) | (outbox.c.owner == self._owner))))
+            elif not rows:
+                return
+            else:  # the database tells only when asked
+                await anyio.sleep(min(database.settings.outbox_lease / 3, PENDING_POLL))
 
     @property
     def busy(self) -> bool:
@@ -183,13 +211,64 @@ class Dispatcher:
             return len(rows)
 
     async def _send_in_order(self, rows: Sequence[Row]) -> None:
-        for index, row in enumerate(rows):
+        """Send ``rows`` (leased to this process) in order, deleting each once sent. Their
+        lease is kept while they are sent, however long that takes (a broker that takes its
+        time, thousands of rows): no sweep, of this process or another, takes them meanwhile.
+        A row another process took all the same (the lease ran out while the database did not
+        answer) is left to it."""
+        if not rows:
+            return
+        seqs = [r.seq for r in rows]
+        self._sending.update(seqs)
+        lost: set[int] = set()
+        failed: list[DatabaseUnavailable] = []
+        try:
+            async with anyio.create_task_group() as renewals:
+                renewals.start_soon(self._keep_leased, rows, lost, failed)
+                for index, row in enumerate(rows):
+                    if failed:
+                        raise failed[0]
+                    if row.seq in lost:
+                        continue
+                    try:
+                        await self._send(row)
+                    except BrokerError as exc:
+                        await self._release(rows[index:], exc)
+                        raise
+                    await self._forget(row.seq)
+                    self._sending.discard(row.seq)
+                renewals.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            raise sole(group) from None
+        finally:
+            self._sending.difference_update(seqs)
+
+    async def _keep_leased(self, rows: Sequence[Row], lost: set[int],
+                           failed: list[DatabaseUnavailable]) -> None:
+        """Renew the lease of ``rows`` still being sent whenever two thirds of it are left;
+        those no longer leased to this process go to ``lost``, a database that did not answer
+        to ``failed`` (the sending stops: the rows' lease would run out)."""
+        database = self._database
+        lease = database.settings.outbox_lease
+        renewed = min(r.lease_until for r in rows) - lease  # rows written long ago: at once
+        while True:
+            await anyio.sleep(renewed + lease / 3 - time.time())
+            renewed = time.time()
+            remaining = [r.seq for r in rows if r.seq in self._sending and r.seq not in lost]
             try:
-                await self._send(row)
-            except BrokerError as exc:
-                await self._release(rows[index:], exc)
-                raise
-            await self._forget(row.seq)
+                for start in range(0, len(remaining), RENEW_BATCH):
+                    chunk = remaining[start:start + RENEW_BATCH]
+                    async with database.autocommitted() as connection:
+                        with database.deadline():
+                            kept = set((await connection.execute(
+                                update(outbox).where(outbox.c.seq.in_(chunk),
+                                                     outbox.c.owner == self._owner)
+                                .values(lease_until=renewed + lease)
+                                .returning(outbox.c.seq))).scalars())
+                    lost.update(seq for seq in chunk if seq not in kept)
+            except DatabaseUnavailable as exc:
+                failed.append(exc)
+                return
 
     async def _claim(self, which: ColumnElement[bool]) -> list[Row]:
         """Lease the rows ``which`` selects (at most ``SWEEP_BATCH``, oldest first) to this
@@ -209,10 +288,11 @@ class Dispatcher:
     async def _send(self, row: Row) -> None:
         try:
             if isinstance(row.target, ReplyAddress):
-                assert row.reply_broker is not None
-                await self._producer.send_reply(row.reply_broker, row.target, row.message)
+                assert row.broker is not None
+                await self._producer.send_reply(row.broker, row.target, row.message)
             else:
-                await self._producer.send_message(row.target, row.message, key=row.key)
+                await self._producer.send_message(row.target, row.message, key=row.key,
+                                                  prefer=row.broker)
         except UNSURE:
             raise
         except BrokerError as exc:
@@ -260,4 +340,4 @@ def _row(values: object) -> Row:
         reply_to=None if v["reply_to"] is None else Destination.parse(v["reply_to"]),
         correlation_id=v["correlation_id"])
     return Row(v["seq"], target, v["reply_broker"], v["member_key"], message,
-               Destination.parse(v["error_destination"]))
+               Destination.parse(v["error_destination"]), v["lease_until"])

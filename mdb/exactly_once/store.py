@@ -48,7 +48,8 @@ class Store:
               error_destination: Destination) -> Guard:
         """The database side of ``listener``'s deliveries from ``subscription`` on
         ``broker`` (``Guard``)."""
-        return Guard(self, listener=listener, subscription=subscription, broker=broker,
+        return Guard(self.database, self.dispatcher, self.owner, listener=listener,
+                     subscription=subscription, broker=broker,
                      error_destination=error_destination)
 
     async def check(self) -> None:

@@ -20,8 +20,11 @@ from sqlalchemy import (
     Table,
     Text,
     inspect,
+    text,
 )
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.schema import CreateColumn
 
 from mdb.errors import ConfigurationError
 
@@ -32,6 +35,9 @@ inbox = Table(
     Column("listener", String(200), primary_key=True),
     Column("subscription", String(400), primary_key=True),
     Column("message_id", String(200), primary_key=True),
+    # A digest of the message's body: a message with another's id is not its copy. NULL in a
+    # row written before mdb kept it.
+    Column("digest", String(64), nullable=True),
     Column("processed_at", Float, nullable=False),
     Index("mdb_inbox_processed_at", "processed_at"),
 )
@@ -67,21 +73,42 @@ TABLES = (inbox, outbox)
 
 
 async def upgrade(engine: AsyncEngine) -> list[str]:
-    """Create the tables and indexes that are missing; return the names of those created."""
+    """Create the tables and indexes that are missing, and the columns a table made by an
+    earlier mdb lacks (each may be NULL, so a row written before needs no value); return the
+    names of what was created (``table`` or ``table.column``)."""
     async with engine.begin() as connection:
-        missing = await connection.run_sync(
-            lambda sync: [t.name for t in TABLES if not inspect(sync).has_table(t.name)])
+        missing = await connection.run_sync(_missing)
         await connection.run_sync(metadata.create_all)
-    return missing
+        for column in (m for m in missing if isinstance(m, Column)):
+            ddl = CreateColumn(column).compile(dialect=connection.dialect)
+            await connection.execute(text(f"ALTER TABLE {column.table.name} ADD COLUMN {ddl}"))
+    return [_name(m) for m in missing]
 
 
 async def check(engine: AsyncEngine, database: str) -> None:
-    """``ConfigurationError`` naming the tables ``mdb db upgrade`` must make first."""
+    """``ConfigurationError`` naming the tables and columns ``mdb db upgrade`` must make
+    first."""
     async with engine.connect() as connection:
-        missing = await connection.run_sync(
-            lambda sync: [t.name for t in TABLES if not inspect(sync).has_table(t.name)])
+        missing = [_name(m) for m in await connection.run_sync(_missing)]
     if missing:
         raise ConfigurationError(
-            f"database {database}: table{'s' if len(missing) > 1 else ''} "
-            f"{', '.join(missing)} missing; create {'them' if len(missing) > 1 else 'it'} "
-            "with `mdb db upgrade --config FILE` (mdb never creates tables on its own)")
+            f"database {database}: {', '.join(missing)} missing; create "
+            f"{'them' if len(missing) > 1 else 'it'} with `mdb db upgrade --config FILE` (mdb "
+            "never changes tables on its own)")
+
+
+def _missing(connection: Connection) -> list[Table | Column[object]]:
+    """mdb's tables the database lacks, and the columns its tables lack."""
+    inspector = inspect(connection)
+    missing: list[Table | Column[object]] = []
+    for table in TABLES:
+        if not inspector.has_table(table.name):
+            missing.append(table)
+            continue
+        present = {c["name"] for c in inspector.get_columns(table.name)}
+        missing.extend(c for c in table.columns if c.name not in present)
+    return missing
+
+
+def _name(created: Table | Column[object]) -> str:
+    return created.name if isinstance(created, Table) else f"{created.table.name}.{created.name}"

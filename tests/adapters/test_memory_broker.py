@@ -151,8 +151,8 @@ async def test_queue_is_fifo_and_keeps_messages_sent_before_subscribing(
     got = [await receive(sub) for _ in range(3)]
     assert [x.body for x in got] == [b"a", b"b", b"c"]
     assert all(x.destination == d("queue:orders") and not x.broker_redelivered for x in got)
-    assert len({x.broker_message_id for x in got}) == 3
-    assert all(x.broker_message_id.startswith("ID:memory-") for x in got)
+    assert len({x.message_id for x in got}) == 3
+    assert all(x.message_id.startswith("ID:memory-") for x in got)
     for x in got:
         await conn.ack(x)
     stats = state.stats("queue:orders")
@@ -254,7 +254,7 @@ async def test_topic_copies_each_message_to_every_subscription(
     one, two = await receive(app1), await receive(app2)
     assert one.body == two.body == b"a"
     assert one.destination == d("topic:orders")
-    assert one.broker_message_id == two.broker_message_id  # one message, two copies
+    assert one.message_id == two.message_id  # one message, two copies
     assert await bodies(app1, 1) == await bodies(app2, 1) == ["b"]
 
 
@@ -395,7 +395,7 @@ async def test_abort_discards_sends_and_keeps_the_ack_unsettled_without_redelive
     await sub.close()
     again = await receive(other)
     assert again.body == b"order" and again.broker_redelivered
-    assert again.broker_message_id == delivery.broker_message_id
+    assert again.message_id == delivery.message_id
 
 
 async def test_an_aborted_ack_can_be_acked_again(
@@ -593,7 +593,7 @@ async def test_closing_a_subscription_returns_unsettled_deliveries_to_the_front_
     again = await conn.subscribe(req("queue:q"))
     redelivered = await receive(again)
     assert redelivered.broker_redelivered
-    assert redelivered.broker_message_id == first.broker_message_id
+    assert redelivered.message_id == first.message_id
     assert await bodies(again, 3) == ["3", "4", "5"]
     await conn.ack(first)  # a stale delivery: no effect on the new subscription
     assert again.unsettled_count == 4
@@ -677,7 +677,7 @@ async def test_drop_connections_makes_everything_stale(
     fresh = await broker.connect()
     sub = await fresh.subscribe(req("queue:q"))
     again = await receive(sub)
-    assert again.broker_redelivered and again.broker_message_id == delivery.broker_message_id
+    assert again.broker_redelivered and again.message_id == delivery.message_id
     await fresh.ack(again)
     await fresh.close()
 

@@ -65,7 +65,7 @@ async def test_send_and_receive_on_a_queue_round_trips_body_and_headers(activemq
         assert first.headers["content-type"] == "text/plain"
         assert first.headers["persistent"] == "true"
         assert first.headers["amq-msg-type"] == "text"  # a Java consumer sees a TextMessage
-        assert first.broker_message_id and not first.broker_redelivered
+        assert first.message_id == first.headers["message-id"] and not first.broker_redelivered
         assert second.body == binary.body
         assert second.headers[ID] == binary.headers[ID]
         assert second.headers.get("amq-msg-type") != "text"

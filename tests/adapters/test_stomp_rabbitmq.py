@@ -48,6 +48,18 @@ def rabbitmq() -> Iterator[RabbitMQ]:
 # -- sending and receiving -------------------------------------------------------------------
 
 
+async def test_an_amqp_message_id_its_producer_gave_is_the_messages_id(rabbitmq: RabbitMQ) -> None:
+    """The id a foreign producer gives a message is all RabbitMQ keeps of one (``mdb.identity``
+    knows a message sent without ``mdb_id`` by it)."""
+    queue = unique("queue")
+    async with connected(rabbitmq.url) as connection:
+        subscription = await connection.subscribe(queue_request(queue, prefetch=10))
+        await connection.send(queue, OutgoingMessage(b"x", {"amqp-message-id": "order-7"}))
+        delivery = await receive(subscription)
+        assert delivery.message_id == "order-7"
+        await connection.ack(delivery)
+
+
 async def test_send_and_receive_on_a_queue_round_trips_body_and_headers(rabbitmq: RabbitMQ) -> None:
     queue = unique("queue")
     tricky = "a:b\\c\nd"
@@ -62,7 +74,8 @@ async def test_send_and_receive_on_a_queue_round_trips_body_and_headers(rabbitmq
         assert delivery.headers["app_header"] == tricky
         assert delivery.headers["persistent"] == "true"
         assert "amq-msg-type" not in delivery.headers  # an ActiveMQ-only header
-        assert delivery.broker_message_id and not delivery.broker_redelivered
+        # RabbitMQ keeps no id of its own for a message: its message-id names this delivery.
+        assert delivery.message_id is None and not delivery.broker_redelivered
         assert subscription.requeue_destination == queue
         await connection.ack(delivery)
 
@@ -149,7 +162,7 @@ async def test_closing_a_subscription_that_holds_deliveries_closes_its_connectio
         again = await receive(await connection.subscribe(queue_request(queue)))
         assert again.headers[ID] == sent.headers[ID]
         assert again.broker_redelivered
-        assert again.broker_message_id != delivery.broker_message_id
+        assert again.headers["message-id"] != delivery.headers["message-id"]
         await connection.ack(again)
 
 

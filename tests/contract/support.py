@@ -37,19 +37,20 @@ def settings_for(url: str, **values: object) -> Settings:
 MEMBER_BROKERS = ("a", "b", "c")
 
 
-def partitioned_settings(urls: Sequence[str], destinations: Iterable[str],
-                         **values: object) -> Settings:
-    """Settings with brokers ``a``, ``b``, ``c`` at ``urls``, each holding one member (of the
-    same name) of every destination in ``destinations``."""
+def partitioned_settings(urls: Sequence[str], destinations: Iterable[str], *,
+                         named: bool = False, **values: object) -> Settings:
+    """Settings with brokers ``a``, ``b``, ``c`` at ``urls``, each holding one member of every
+    destination in ``destinations``: of the same name, or (``named``) of a name of its own,
+    the logical one and the broker's (``queue:orders`` is queue ``orders.a`` on ``a``)."""
     values.setdefault("app", unique("app"))
     values.setdefault("server", "s1")
     values.setdefault("shutdown_grace_period", 5.0)
     return Settings(
         brokers={name: BrokerSettings(url=url, heartbeat_ms=2000)
                  for name, url in zip(MEMBER_BROKERS, urls, strict=True)},
-        destinations={d: DestinationSettings(members=[MemberSettings(broker=b)
-                                                      for b in MEMBER_BROKERS])
-                      for d in destinations},
+        destinations={d: DestinationSettings(members=[
+            MemberSettings(broker=b, name=f"{Destination.parse(d).name}.{b}" if named else None)
+            for b in MEMBER_BROKERS]) for d in destinations},
         **values)  # type: ignore[arg-type]
 
 

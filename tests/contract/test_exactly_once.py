@@ -25,7 +25,7 @@ from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database
 from mdb.exactly_once.outbox import Dispatcher, Writer
 from mdb.exactly_once.store import Store
-from mdb.message import ID, OutgoingMessage
+from mdb.message import ID, Message, OutgoingMessage
 from mdb.producer import Producer
 from mdb.settings import Settings
 from mdb_memory.state import BrokerState, broker_state
@@ -247,12 +247,18 @@ async def test_a_run_costs_one_transaction_and_one_statement_after_the_dispatch(
             await send(Destination.parse("queue:eo.out"), OutgoingMessage(body.encode(), {
                 ID: body}), None)
 
+        def message(body: str) -> Message:
+            return Message(f"id-{body}", Destination.parse("queue:eo"), body.encode(), {},
+                           redelivered=False, delivery_count=1)
+
         # The first dispatch sweeps what an earlier process may have left.
-        assert await guard.run("m-1", lambda session, send: handler(session, send, "o-1"))
+        assert await guard.run(message("o-1"), lambda session, send: handler(session, send, "o-1"),
+                               by_content=False)
         await anyio.lowlevel.checkpoint()  # asyncpg tells its query loggers soon, not at once
         queries.clear()
         statements.clear()
-        assert await guard.run("m-2", lambda session, send: handler(session, send, "o-2"))
+        assert await guard.run(message("o-2"), lambda session, send: handler(session, send, "o-2"),
+                               by_content=False)
         await anyio.lowlevel.checkpoint()
     await database.close()
     assert queries == ["BEGIN", "COMMIT"]

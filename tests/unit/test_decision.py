@@ -41,7 +41,7 @@ from mdb.delivery.decision import (
     error_text,
     to_message,
 )
-from mdb.delivery.strikes import Round, Strikes, identity
+from mdb.delivery.strikes import Round, Strikes
 from mdb.destinations import Destination
 from mdb.errors import DecodeError
 from mdb.message import Message
@@ -256,16 +256,6 @@ def test_every_copy_but_a_kept_one_carries_its_message_on() -> None:
     assert (type(redelivered), type(moved), type(kept)) == (Redeliver, MoveToError, Keep)
     assert [carries_on(o) for o in (SETTLE, redelivered, moved, kept)] == [
         True, True, True, False]
-
-
-def test_a_foreign_message_is_known_by_its_content_when_its_broker_id_changes() -> None:
-    first = Delivery(ORDERS, b"x", {"k": "v", "message-id": "1"}, "1", False, None,
-                     protocol_headers=frozenset({"message-id"}))
-    again = Delivery(ORDERS, b"x", {"k": "v", "message-id": "2"}, "2", True, None,
-                     protocol_headers=frozenset({"message-id"}))
-    other = Delivery(ORDERS, b"y", {"k": "v"}, "3", False, None)
-    assert identity(first) == identity(again) != identity(other)
-    assert identity(delivery({"mdb_id": "m-7"})) == "m-7"
 
 
 def test_an_undecodable_body_moves_at_once() -> None:

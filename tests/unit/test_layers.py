@@ -13,7 +13,8 @@ BROKER_LIBRARIES = {"stomp", "pyspark", "py4j"}
 BELOW_THE_CONTAINER = {
     "mdb.broker", "mdb.broker_settings", "mdb.clock", "mdb.codec", "mdb.context",
     "mdb.database_settings",
-    "mdb.destinations", "mdb.errors", "mdb.events", "mdb.jms_names", "mdb.listener",
+    "mdb.destinations", "mdb.errors", "mdb.events", "mdb.identity", "mdb.jms_names",
+    "mdb.listener",
     "mdb.logs", "mdb.message", "mdb.options", "mdb.redaction", "mdb.selector",
     "mdb.selector_check", "mdb.settings", "mdb.topology", "mdb.tracing",
 }
