@@ -13,6 +13,7 @@ confirmed and which it may or may not have stored.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from stomp.exception import NotConnectedException, StompException
 from tests.harness.process import BrokerProcess
 
 RECEIPT_TIMEOUT = 5.0  # seconds for a CONNECTED or a RECEIPT: a paused broker sends neither
+BACK_OFF = 1.0  # seconds a load leaves a broker alone after it took no connection
 
 
 @dataclass(frozen=True)
@@ -152,8 +154,9 @@ def send_spread(members: Sequence[Member], bodies: Sequence[str]) -> None:
 class ForeignLoad:
     """A ``ForeignProducer`` sending ``m0``, ``m1``, … in its own thread, ``pace`` seconds
     apart: ``mN`` to member N modulo their number, or, while that one's broker takes no
-    connection, to the next. ``told`` maps each body a broker confirmed to its name,
-    ``raised`` each body sent without a receipt to why (stored or not: no one knows)."""
+    connection (tried again ``BACK_OFF`` seconds later), to the next. ``told`` maps each
+    body a broker confirmed to its name, ``raised`` each body sent without a receipt to why
+    (stored or not: no one knows)."""
 
     def __init__(self, members: Sequence[Member], pace: float) -> None:
         self._members, self._pace = members, pace
@@ -162,6 +165,7 @@ class ForeignLoad:
         self._raised: dict[str, str] = {}
         self._stopping = threading.Event()
         self._error: BaseException | None = None
+        self._down_until: dict[str, float] = {}  # member name → monotonic time
         self._thread = threading.Thread(target=self._main, daemon=True, name="foreign-load")
 
     @property
@@ -204,9 +208,12 @@ class ForeignLoad:
         """Send ``m<number>``; False when no broker took a connection (nothing sent)."""
         body, count = f"m{number}", len(self._members)
         for member in (self._members[(number + i) % count] for i in range(count)):
+            if self._down_until.get(member.name, 0.0) > time.monotonic():
+                continue
             try:
                 producer.send(member, body)
             except Unreachable:
+                self._down_until[member.name] = time.monotonic() + BACK_OFF
                 continue
             except SendFailed as exc:
                 with self._lock:
