@@ -38,7 +38,7 @@ from mdb.settings import DestinationSettings, MemberSettings
 from tests.contract.support import unique
 from tests.contract.test_crash import ContainerProcess
 from tests.faults.exactly_once_app import effects, ledger_tables
-from tests.faults.foreign import Member, send_spread
+from tests.faults.foreign import ForeignProducer, Member
 from tests.faults.ledger import WAIT, browse, fault_settings
 from tests.harness.postgresql import PostgreSQL
 from tests.harness.process import BrokerProcess
@@ -104,12 +104,20 @@ class Stages:
         process.take(1, "ready")
         return process
 
+    def member_of(self, key: str) -> Member:
+        """The member ``send`` sends business id ``key`` (``m<N>``) to: N modulo their
+        number, so that the messages are spread over every broker."""
+        members = self.members()
+        return members[int(key.removeprefix("m")) % len(members)]
+
     def send(self, first: int, count: int) -> list[str]:
         """Business ids ``m<first>`` … to the first stage with the foreign producer, each to
-        the next member (so over every broker), each confirmed; the ids."""
-        bodies = [f"m{n}" for n in range(first, first + count)]
-        send_spread(self.members(), bodies)
-        return bodies
+        its ``member_of``, each confirmed; the ids."""
+        keys = [f"m{n}" for n in range(first, first + count)]
+        with ForeignProducer() as producer:
+            for key in keys:
+                producer.send(self.member_of(key), key)
+        return keys
 
     def ledger(self) -> tuple[Rows, list[str]]:
         """The effect ledger's rows, counted per (stage, business id), and the bodies

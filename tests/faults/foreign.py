@@ -144,13 +144,6 @@ class ForeignProducer:
             found[0].transport.disconnect_socket()
 
 
-def send_spread(members: Sequence[Member], bodies: Sequence[str]) -> None:
-    """Send each of ``bodies`` in turn to the next of ``members``, each confirmed."""
-    with ForeignProducer() as producer:
-        for number, body in enumerate(bodies):
-            producer.send(members[number % len(members)], body)
-
-
 class ForeignLoad:
     """A ``ForeignProducer`` sending ``m0``, ``m1``, … in its own thread, ``pace`` seconds
     apart: ``mN`` to member N modulo their number, or, while that one's broker takes no

@@ -31,7 +31,7 @@ import pytest
 from tests.conftest import missing
 from tests.contract.test_crash import ContainerProcess
 from tests.faults.exactly_once_stages import Once, Rows, Stages, check_once
-from tests.faults.foreign import send_spread
+from tests.faults.foreign import ForeignProducer
 from tests.faults.ledger import WAIT
 from tests.harness.activemq import ActiveMQ
 from tests.harness.netns import Network
@@ -130,6 +130,7 @@ def kill_the_broker_after_a_commit(stages: Stages, before: str,
     frozen, other = both(stages, EO_FREEZE_BEFORE=before, **env)
     sent = stages.send(0, HALF)
     [line] = frozen.take(1, "frozen")
+    assert line["broker"] == stages.member_of(line["id"]).name  # the hook named the right one
     broker = stages.brokers[line["broker"]]
     broker.kill()
     broker.start()  # same port and data: the unacked delivery comes back, flagged
@@ -169,8 +170,9 @@ def test_two_foreign_messages_with_the_same_body_both_run(
     with ExitStack() as stack:
         stages = Stages(trio, postgres_up, stack)
         process = stages.start("s1")
-        member = stages.members()[0]
-        send_spread([member], ["twin", "twin"])
+        with ForeignProducer() as producer:
+            for _ in range(2):
+                producer.send(stages.members()[0], "twin")
         stages.drain(["twin"])
         process.process.send_signal(signal.SIGTERM)
         assert process.process.wait(timeout=WAIT) == 0
