@@ -1,12 +1,20 @@
-"""Two exactly-once stages (``tests.faults.exactly_once_app``) as container processes on an
-ActiveMQ broker and a new database of a private PostgreSQL server, and the checks of their
-effect ledger: what the exactly-once fault tests and the random fault run's
-``--exactly-once`` mode share (docs/exactly-once.md, "Testing").
+"""Two exactly-once stages (``tests.faults.exactly_once_app``) as container processes of one
+app on three ActiveMQ brokers (or as many as given) and a new database of a private
+PostgreSQL server, fed by a foreign producer, and the checks of their effect ledger: what
+the exactly-once fault tests and the random fault run's ``--exactly-once`` mode share
+(docs/exactly-once.md, "Testing").
 
-The contract after any fault: every message whose send returned has one row of each stage
-in the ledger, a message whose send raised has none or one of each, the second stage has a
-row for each the first ran, nothing is left in the outbox, and nothing in the queues, their
-error queues or ``ActiveMQ.DLQ``.
+Both stages' destinations are partitioned over the brokers, one member on each, each
+member's name ending with its broker's (``a``, ``b``, ``c``): the first stage's topic
+``topic:<topic>`` (one copy per app), its members ``<topic>.a``, …; the second stage's
+queue ``queue:<topic>.second``, its members ``<topic>.second.a``, …. The producer is plain
+stomp.py (``tests.faults.foreign``): its messages carry no ``mdb_id``, only a business id
+in the body (``m17``), which keys the ledger in both stages.
+
+The contract after any fault: every business id whose send was confirmed has one row of
+each stage in the ledger, one whose send raised has none or one of each, the second stage
+has a row for each the first ran, nothing is left in the outbox, and nothing in the
+stages' queues on any broker, their error queues or ``ActiveMQ.DLQ``.
 """
 
 from __future__ import annotations
@@ -21,31 +29,48 @@ from dataclasses import dataclass, field
 import anyio
 from sqlalchemy import func, select
 
+from mdb import Settings
 from mdb.database_settings import DatabaseSettings
 from mdb.errors import DatabaseUnavailable
 from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database
+from mdb.settings import DestinationSettings, MemberSettings
 from tests.contract.support import unique
 from tests.contract.test_crash import ContainerProcess
-from tests.contract.test_delivery import send_all
 from tests.faults.exactly_once_app import effects, ledger_tables
-from tests.faults.ledger import WAIT, browse
+from tests.faults.foreign import ForeignProducer, Member
+from tests.faults.ledger import WAIT, browse, fault_settings
 from tests.harness.postgresql import PostgreSQL
 from tests.harness.process import BrokerProcess
 
-STAGES = ("first", "second")
+STAGES = ("first", "second")  # the ledger's stages, also the listeners' names
+APP = "eo"  # the app of every process of the stages
 TIMEOUT = 3.0  # the database's ``timeout`` in the containers' settings
 
-Rows = Counter[tuple[str, str]]  # rows of the effect ledger per (stage, key)
+Rows = Counter[tuple[str, str]]  # rows of the effect ledger per (stage, business id)
+
+
+def spread(name: str, brokers: Collection[str]) -> DestinationSettings:
+    """A destination with one member on each of ``brokers``, named ``<name>.<broker>``."""
+    return DestinationSettings(members=[MemberSettings(broker=b, name=f"{name}.{b}")
+                                        for b in brokers])
 
 
 class Stages:
-    """The two stages' container processes on ``broker`` and a new database of ``postgres``."""
+    """The two stages' container processes on ``brokers`` (named ``a``, ``b``, ``c``… in
+    that order) and a new database of ``postgres``."""
 
-    def __init__(self, broker: BrokerProcess, postgres: PostgreSQL, stack: ExitStack) -> None:
-        self.broker, self.stack = broker, stack
-        self.queue = unique("eo")
-        self.url = postgres.create_database(self.queue)
+    def __init__(self, brokers: Sequence[BrokerProcess], postgres: PostgreSQL,
+                 stack: ExitStack) -> None:
+        self.stack = stack
+        self.topic = unique("eo")
+        # Short heart-beats, reconnect delays and timeouts: a fault is noticed and over soon.
+        settings = fault_settings([b.url for b in brokers], self.topic, app=APP)
+        self.settings: Settings = settings.model_copy(update={"destinations": {
+            f"topic:{self.topic}": spread(self.topic, settings.brokers),
+            f"queue:{self.topic}.second": spread(f"{self.topic}.second", settings.brokers)}})
+        self.brokers = dict(zip(settings.brokers, brokers, strict=True))
+        self.url = postgres.create_database(self.topic)
         anyio.run(self._prepare)
 
     async def _prepare(self) -> None:
@@ -60,31 +85,43 @@ class Stages:
     def database(self) -> Database:
         return Database("main", DatabaseSettings(url=self.url))
 
+    def members(self) -> list[Member]:
+        """The first stage's members, as a foreign producer sends to them: on ActiveMQ a
+        topic ``X`` is ``/topic/VirtualTopic.X`` (docs/activemq.md)."""
+        return [Member(name, broker, f"/topic/VirtualTopic.{self.topic}.{name}")
+                for name, broker in self.brokers.items()]
+
     def start(self, server: str, prefix: Sequence[str] = (), **env: str) -> ContainerProcess:
         """A container process of both stages, once it said it is ready; ``prefix`` goes
         before its command (``Namespace.prefix`` runs it in a network namespace)."""
         process = self.stack.enter_context(ContainerProcess(
-            str(self.broker.url), "unused", "eo", server, hang=False, prefix=prefix,
+            self.settings, "unused", APP, server, hang=False, prefix=prefix,
             module="tests.faults.exactly_once_app", env={
-                "EO_QUEUE": self.queue,
-                # Short timeouts, lease and reconnect delays: a fault is noticed and over soon.
+                "EO_TOPIC": self.topic,
                 "MDB_DATABASES": json.dumps({"main": {
                     "url": self.url, "timeout": TIMEOUT, "outbox_lease": 1.5}}),
-                "MDB_BROKERS__DEFAULT__HEARTBEAT_MS": "1000",
-                "MDB_BROKERS__DEFAULT__RECONNECT_DELAY": "0.2",
-                "MDB_BROKERS__DEFAULT__RECONNECT_MAX_DELAY": "1.0",
                 **env}))
         process.take(1, "ready")
         return process
 
+    def member_of(self, key: str) -> Member:
+        """The member ``send`` sends business id ``key`` (``m<N>``) to: N modulo their
+        number, so that the messages are spread over every broker."""
+        members = self.members()
+        return members[int(key.removeprefix("m")) % len(members)]
+
     def send(self, first: int, count: int) -> list[str]:
-        """``count`` messages to the first stage; their ids."""
-        return anyio.run(send_all, str(self.broker.url), f"queue:{self.queue}",
-                         [f"m{n}" for n in range(first, first + count)])
+        """Business ids ``m<first>`` … to the first stage with the foreign producer, each to
+        its ``member_of``, each confirmed; the ids."""
+        keys = [f"m{n}" for n in range(first, first + count)]
+        with ForeignProducer() as producer:
+            for key in keys:
+                producer.send(self.member_of(key), key)
+        return keys
 
     def ledger(self) -> tuple[Rows, list[str]]:
-        """The effect ledger's rows, counted per (stage, key), and the bodies (ids of the
-        first stage's messages) waiting in the outbox."""
+        """The effect ledger's rows, counted per (stage, business id), and the bodies
+        (business ids of the first stage's runs) waiting in the outbox."""
         async def read() -> tuple[Rows, list[str]]:
             database = self.database()
             try:
@@ -95,6 +132,23 @@ class Stages:
             finally:
                 await database.close()
             return Counter((stage, key) for stage, key in rows), bodies
+        return anyio.run(read)
+
+    def inbox(self) -> Counter[tuple[str, str, str]]:
+        """The inbox's rows per (listener, subscription, kind of key): ``digest`` for a
+        digest of a message's content, ``id`` for an id: what a finding's report names."""
+        async def read() -> Counter[tuple[str, str, str]]:
+            database = self.database()
+            inbox = tables.inbox.c
+            try:
+                async with database.session() as session:
+                    rows = (await session.execute(
+                        select(inbox.listener, inbox.subscription, inbox.message_id))).all()
+            finally:
+                await database.close()
+            return Counter((listener, subscription,
+                            "digest" if key.startswith("sha256:") else "id")
+                           for listener, subscription, key in rows)
         return anyio.run(read)
 
     def since(self, seq: int) -> tuple[int, list[tuple[str, str, str | None]]]:
@@ -113,18 +167,10 @@ class Stages:
             return top or seq, [(stage, key, server) for stage, key, server in rows]
         return anyio.run(read)
 
-    def wait(self, condition: Callable[[Rows, list[str]], bool], what: str,
-             timeout: float = WAIT) -> None:
-        """Poll the ledger until ``condition(rows, outbox)`` holds: the database tells only
-        when asked."""
-        deadline = time.monotonic() + timeout
-        while not condition(*self.ledger()):
-            assert time.monotonic() < deadline, f"waited {timeout} s for {what}"
-            time.sleep(0.2)
-
     def poll(self, condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
         """Ask ``condition`` until it holds, taking a database not answering yet (just
-        started, resumed) as a no; fail after ``timeout``."""
+        started, resumed) as a no; fail after ``timeout``. Polled: the database and the
+        brokers' queues tell only when asked."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -135,12 +181,33 @@ class Stages:
             assert time.monotonic() < deadline, f"waited {timeout} s for {what}"
             time.sleep(0.3)
 
+    def drain(self, told: Collection[str], timeout: float = WAIT) -> None:
+        """Wait until both stages ran every business id of ``told``, the second every one
+        the first ran, the outbox is empty and so are the queues: nothing is under way."""
+        def done() -> bool:
+            rows, outbox = self.ledger()
+            first = {k for s, k in rows if s == "first"}
+            return set(told) <= first <= {k for s, k in rows if s == "second"} and not outbox
+        self.poll(done, "both stages' effects of every message", timeout)
+        self.poll(lambda: not self.left(), "the queues empty", timeout)
+
     def left(self) -> dict[str, list[str]]:
-        """The ``mdb_id`` of each message still in a queue of the stages, their error queues
-        or ``ActiveMQ.DLQ``, per queue that holds any."""
-        names = [self.queue, f"{self.queue}.second", f"{self.queue}.DLQ",
-                 f"{self.queue}.second.DLQ", "ActiveMQ.DLQ"]
-        return {name: ids for name in names if (ids := browse(self.broker, name))}
+        """What is still stored, per ``<broker> <queue>`` that holds anything, in the stages'
+        queues (the first stage's subscription queue and the second's member on each
+        broker), their error queues and ``ActiveMQ.DLQ``: each message's ``mdb_id``, or a
+        foreign one's body."""
+        found = {}
+        for name, broker in self.brokers.items():
+            # The subscription's queue by the rule of docs/activemq.md; an error
+            # destination not in the settings lives on the first broker (docs/configuration.md).
+            queues = [f"Consumer.{APP}-first.VirtualTopic.{self.topic}.{name}",
+                      f"{self.topic}.second.{name}", "ActiveMQ.DLQ"]
+            if name == next(iter(self.brokers)):
+                queues += [f"{self.topic}.DLQ", f"{self.topic}.second.DLQ"]
+            for queue in queues:
+                if stored := browse(broker, queue):
+                    found[f"{name} {queue}"] = stored
+        return found
 
 
 @dataclass
@@ -162,9 +229,9 @@ class Once:
 
 def check_once(rows: Rows, told: Collection[str],
                raised: Collection[str]) -> tuple[dict[str, Once], list[str]]:
-    """Each stage's account: the first owes each ``told`` id one row, and may have one of an
-    id whose send ``raised``; the second owes one row per key of the first. Also the keys
-    that break the contract (repeated, missing, extra not allowed), sorted."""
+    """Each stage's account: the first owes each ``told`` business id one row, and may have
+    one of an id whose send ``raised``; the second owes one row per key of the first. Also
+    the keys that break the contract (repeated, missing, extra not allowed), sorted."""
     keys = {stage: Counter({k: n for (s, k), n in rows.items() if s == stage})
             for stage in STAGES}
     owed = {"first": set(told), "second": set(keys["first"])}

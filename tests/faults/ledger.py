@@ -580,12 +580,13 @@ class _Browser(stomp.ConnectionListener):  # type: ignore[misc]
         if frame.headers.get("browser") == "end":
             self.ended.set()
         else:
-            self.ids.append(frame.headers.get(ID, ""))
+            self.ids.append(frame.headers.get(ID) or frame.body)
 
 
 def browse(broker: BrokerProcess, queue_name: str, timeout: float = WAIT) -> list[str]:
-    """The ``mdb_id`` of every message stored in ActiveMQ queue ``queue_name`` (a STOMP queue
-    browser: the broker sends what the queue holds, then a ``browser:end`` frame)."""
+    """The ``mdb_id`` of every message stored in ActiveMQ queue ``queue_name``, or the body
+    of one without (a foreign producer's); a STOMP queue browser: the broker sends what the
+    queue holds, then a ``browser:end`` frame."""
     connection = stomp.Connection([(broker.host, broker.port)])
     browser = _Browser()
     connection.set_listener("browser", browser)

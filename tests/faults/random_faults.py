@@ -54,26 +54,31 @@ nodes' log files and each process's log at INFO: evidence of who wrote what that
 depend on mdb's own logs (``python -m tests.faults.stomp_capture DIR --audit`` or ``DIR
 MDB_ID``).
 
-``--exactly-once`` runs exactly-once listeners (docs/exactly-once.md) on one ActiveMQ broker
-and a private PostgreSQL server: two container processes (``s1``, ``s2``) of the two stages
-of ``tests.faults.exactly_once_app`` (the first inserts a row of an effect ledger per message
-and sends its id on through the outbox, the second inserts a row per id it receives), a
-producer sending to the first stage. Its faults (``upset_pipeline``):
+``--exactly-once`` runs exactly-once listeners (docs/exactly-once.md) on three ActiveMQ
+brokers and a private PostgreSQL server: two container processes (``s1``, ``s2``) of one app
+running the two stages of ``tests.faults.exactly_once_app`` (the first inserts a row of an
+effect ledger per business id and sends the id on through the outbox, the second inserts a
+row per id it receives), both stages partitioned over the three brokers, one member on each
+(``tests.faults.exactly_once_stages``), and a foreign producer (plain stomp.py: no
+``mdb_id``, the business id ``mN`` in the body, ``tests.faults.foreign``) sending to the
+first stage's members in turn. Its faults (``upset_pipeline``):
 
 * ``pg-kill``: SIGKILL of the postmaster, PostgreSQL down 0.5 to 6 s, then started again
   (it recovers from its WAL);
 * ``pg-pause``: SIGSTOP of PostgreSQL's processes for 0.5 s to twice the databases'
   ``timeout`` (3 s), then SIGCONT;
-* ``broker-kill``, ``broker-pause``, ``container-kill`` as above; ``partition``: a process's
-  link cut for 2 to 6 s (the broker and the database both out of reach).
+* ``broker-kill``, ``broker-pause`` of one of the three brokers, ``container-kill`` as
+  above; ``partition``: a process's link cut for 2 to 6 s (the brokers and the database all
+  out of reach).
 
 After each it waits until the second stage recorded more rows (and, after a container's
 fault, until that container ran the first stage again), reading the ledger in the database.
-The table counts each stage's rows against what it owes: the first one row per message
-told-sent (a message whose send raised may have one, ``extra``), the second one per message
-the first ran; nothing may be left in the outbox, the queues or their DLQs. The exit status
-is 1 otherwise, and the offending ids are printed. ``--delay S`` keeps each run of the first
-stage S seconds in its transaction: more work in flight when a fault comes.
+The table counts each stage's rows against what it owes: the first one row per business id
+whose send a broker confirmed (one whose receipt did not come may have one, ``extra``), the
+second one per id the first ran; nothing may be left in the outbox, the queues or their
+DLQs on any broker. The exit status is 1 otherwise, and the offending ids are printed, with
+the inbox's rows per listener, subscription and kind of key. ``--delay S`` keeps each run of
+the first stage S seconds in its transaction: more work in flight when a fault comes.
 """
 
 from __future__ import annotations
@@ -93,7 +98,8 @@ from typing import Protocol
 
 from tests.contract.support import unique
 from tests.contract.test_crash import ContainerProcess
-from tests.faults.exactly_once_stages import TIMEOUT, Stages, check_once
+from tests.faults.exactly_once_stages import APP, TIMEOUT, Stages, check_once
+from tests.faults.foreign import ForeignLoad
 from tests.faults.ledger import (
     PER_APP,
     PER_SERVER,
@@ -123,7 +129,6 @@ KINDS = ("broker-kill", "broker-pause", "container-kill", "master-kill", "node-k
 RABBITMQ_KINDS = ("node-kill", "node-pause", "container-kill", "partition")
 EXACTLY_ONCE_KINDS = ("pg-kill", "pg-pause", "broker-kill", "broker-pause", "container-kill",
                       "partition")
-EO_APP = "eo"  # the app of the exactly-once run's processes (``Stages.start``)
 TOPOLOGIES = ("cluster", "node")  # of --rabbitmq: three nodes, quorum queues; one, classic
 RABBITMQ_HEARTBEAT_MS = 4000  # what RabbitMQ makes of a smaller one (docs/rabbitmq.md)
 NAMES = ("a", "b", "c")
@@ -170,6 +175,17 @@ def consumed_again(processes: Fleet, producer: LoadProducer, app: str, broker: s
     processes.wait(again, f"{app} consuming {broker}'s member again")
 
 
+class Sender(Protocol):
+    """What a fault run's producer remembers: each send a broker confirmed (id → the
+    broker's name) and each that raised (id → why)."""
+
+    @property
+    def told(self) -> dict[str, str]: ...
+
+    @property
+    def raised(self) -> dict[str, str]: ...
+
+
 class Holder(Protocol):
     """What lets a fault's time pass: a ``Fleet`` (which reads its ledger meanwhile) or a
     ``Pipeline`` of exactly-once stages."""
@@ -178,7 +194,7 @@ class Holder(Protocol):
 
 
 def schedule(rng: random.Random, minutes: float, kinds: Sequence[str], processes: Holder,
-             producer: LoadProducer, fault: Callable[[str], None],
+             producer: Sender, fault: Callable[[str], None],
              undo: Callable[[], None]) -> tuple[Counter[str], list[str]]:
     """For ``minutes``, a gap of load then a fault of a kind drawn from ``kinds`` (``fault``
     applies it and waits until it is survived), one at a time; the first fault not survived
@@ -340,7 +356,7 @@ class Pipeline:
         self.mark = 0  # the ledger's highest row number when the last fault was survived
 
     def start(self, server: str) -> None:
-        room = self.rooms.of(EO_APP, server)
+        room = self.rooms.of(APP, server)
         self.processes[server] = self.stages.start(server, room.prefix if room else (),
                                                    **self.env)
 
@@ -391,9 +407,10 @@ class Pipeline:
 
 
 def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0) -> int:
-    """The exactly-once run (``--exactly-once``): one ActiveMQ broker, a private PostgreSQL
-    server, two container processes of both stages of ``tests.faults.exactly_once_app``, a
-    producer sending to the first stage, faults of ``EXACTLY_ONCE_KINDS``; each run of the
+    """The exactly-once run (``--exactly-once``): three ActiveMQ brokers, a private
+    PostgreSQL server, two container processes of both stages of
+    ``tests.faults.exactly_once_app`` partitioned over the brokers, a foreign producer
+    sending to the first stage's members, faults of ``EXACTLY_ONCE_KINDS``; each run of the
     first stage holds its transaction open ``delay`` seconds (more work in flight at a
     fault). Prints the table, returns the exit status."""
     rng = random.Random(seed)
@@ -401,34 +418,35 @@ def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0
         network = stack.enter_context(private_network()) if network_available() else None
         kinds = tuple(k for k in EXACTLY_ONCE_KINDS if k != "partition" or network)
         host = network.address if network else None
-        [broker] = stack.enter_context(started_together(lambda: ActiveMQ(host=host), 1))
+        brokers = stack.enter_context(started_together(lambda: ActiveMQ(host=host), 3))
         postgres = stack.enter_context(PostgreSQL(host=host or "127.0.0.1"))
-        pipeline = Pipeline(Stages(broker, postgres, stack), Rooms(network), delay)
+        pipeline = Pipeline(Stages(brokers, postgres, stack), Rooms(network), delay)
         pipeline.start("s1")
         pipeline.start("s2")
-        queue = pipeline.stages.queue
-        with LoadProducer(fault_settings([broker.url], queue), queue, pace=0.02,
-                          kind="queue") as producer:
+        with ForeignLoad(pipeline.stages.members(), pace=0.02) as producer:
 
             def fault(kind: str) -> None:
-                upset_pipeline(kind, rng, broker, postgres, pipeline)
+                upset_pipeline(kind, rng, brokers, postgres, pipeline)
 
             def undo() -> None:
-                broker.resume()
                 postgres.resume()
-                for process in (broker, postgres):
-                    if not process.running:
-                        process.start()
+                if not postgres.running:
+                    postgres.start()
+                for broker in brokers:
+                    broker.resume()
+                    if not broker.running:
+                        broker.start()
             survived, failures = schedule(rng, minutes, kinds, pipeline, producer, fault,
                                           undo)
         told, raised = producer.told, producer.raised
         try:
-            settled(pipeline.stages, told, drain)
+            pipeline.stages.drain(told, drain)
         except AssertionError as exc:
             failures.append(f"drain: {exc}")
         stopped = pipeline.stop(failures)
         rows, outbox = pipeline.stages.ledger()
         left = pipeline.stages.left()
+        inbox = pipeline.stages.inbox()
     accounts, bad = check_once(rows, told, raised)
     print_faults(survived, EXACTLY_ONCE_KINDS, len(told), raised)
     for server, line in sorted(stopped.items()):
@@ -442,6 +460,7 @@ def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0
         print(f"NOT SURVIVED: {failure}")
     if bad:
         print(f"ids breaking the contract ({len(bad)}): {bad[:20]}")
+        print(f"inbox rows per (listener, subscription, key): {dict(inbox)}")
     result = bad or outbox or left or failures
     print("result: " + ", ".join(f"{stage} missing {len(a.missing)} repeated "
                                  f"{len(a.repeated)}" for stage, a in accounts.items())
@@ -449,18 +468,7 @@ def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0
     return 1 if result else 0
 
 
-def settled(stages: Stages, told: Collection[str], drain: float) -> None:
-    """Wait until both stages ran every message told-sent, the second every one the first
-    ran, the outbox is empty and so are the queues (``drain`` seconds at most)."""
-    def done() -> bool:
-        rows, outbox = stages.ledger()
-        first = {k for s, k in rows if s == "first"}
-        return set(told) <= first <= {k for s, k in rows if s == "second"} and not outbox
-    stages.poll(done, "both stages' effects of every message", drain)
-    stages.poll(lambda: not stages.left(), "the queues empty", drain)
-
-
-def upset_pipeline(kind: str, rng: random.Random, broker: BrokerProcess,
+def upset_pipeline(kind: str, rng: random.Random, brokers: Sequence[BrokerProcess],
                    postgres: PostgreSQL, pipeline: Pipeline) -> None:
     """One fault of the exactly-once run, then wait until consumption resumed:
 
@@ -468,7 +476,7 @@ def upset_pipeline(kind: str, rng: random.Random, broker: BrokerProcess,
       again (it recovers from its WAL);
     * ``pg-pause``: SIGSTOP of every server process for 0.5 s to twice the databases'
       ``timeout`` (a hung server: past the timeout or not), then SIGCONT;
-    * ``broker-kill``, ``broker-pause``: the broker's ``outage``, 0.5 to 6 s;
+    * ``broker-kill``, ``broker-pause``: an ``outage`` of one of ``brokers``, 0.5 to 6 s;
     * ``container-kill``: SIGKILL one process, start it again 0 to 3 s later under its name;
     * ``partition``: one process's link cut for 2 to 6 s (around the broker's tolerance of
       silence, 2.5 s, and the database's ``timeout``), then healed; that process must run
@@ -484,7 +492,7 @@ def upset_pipeline(kind: str, rng: random.Random, broker: BrokerProcess,
         pipeline.hold(rng.uniform(0.5, 2 * TIMEOUT))
         postgres.resume()
     elif kind in ("broker-kill", "broker-pause"):
-        outage(kind == "broker-kill", broker, rng.uniform(0.5, 6.0), pipeline)
+        outage(kind == "broker-kill", rng.choice(brokers), rng.uniform(0.5, 6.0), pipeline)
     elif kind == "container-kill":
         server = rng.choice(sorted(pipeline.processes))
         victim = pipeline.processes[server].process
@@ -494,7 +502,7 @@ def upset_pipeline(kind: str, rng: random.Random, broker: BrokerProcess,
         pipeline.start(server)
     else:
         server = rng.choice(sorted(pipeline.processes))
-        room = pipeline.rooms.of(EO_APP, server)
+        room = pipeline.rooms.of(APP, server)
         assert room is not None  # partitions are drawn only where there are namespaces
         room.cut()
         try:
@@ -653,8 +661,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="RabbitMQ only, a two-stage pipeline: a three-node cluster with "
                              "quorum queues, or one node with classic queues")
     parser.add_argument("--exactly-once", action="store_true",
-                        help="ActiveMQ and PostgreSQL, two exactly-once stages, database "
-                             "faults among the others")
+                        help="three ActiveMQ brokers and PostgreSQL, two exactly-once stages "
+                             "partitioned over the brokers, a foreign (plain stomp.py) "
+                             "producer, database faults among the others")
     parser.add_argument("--delay", type=float, default=0.0,
                         help="with --exactly-once: seconds each run of the first stage holds "
                              "its transaction open (more work in flight at a fault)")

@@ -1,11 +1,20 @@
 """Exactly-once listeners on bad days, in processes: two stages (``tests.faults.exactly_once_app``)
-on a private ActiveMQ broker and a database of the private PostgreSQL server, through a kill -9
-of the container between the commit and the ack, a kill -9 of the broker, an immediate stop
-of PostgreSQL and a network partition of the container, each mid-stream.
+in two container processes of one app, both stages partitioned over three private ActiveMQ
+brokers, a database of the private PostgreSQL server, and a foreign producer (plain stomp.py:
+no ``mdb_id``) spreading business ids over the first stage's members
+(``tests.faults.exactly_once_stages``).
 
-After each: every message's effect is in the database exactly once, every message the first
-stage sent through its outbox was processed exactly once by the second, and nothing is left in
-the outbox, in the queues or in an error or dead-letter queue (docs/exactly-once.md).
+The faults, each mid-stream: a kill -9 of the container after a run's commit, before its
+dispatch or its ack; a kill -9 of the broker the run's delivery came from at the same point,
+the broker started again on its data (the message comes back flagged redelivered, perhaps to
+the other process) and the container resumed; an immediate stop of PostgreSQL; the
+container's network cut off. After each: every business id's effect is in the database
+exactly once in both stages, nothing is left in the outbox, in the queues or in an error or
+dead-letter queue (docs/exactly-once.md, "What happens to a message").
+
+Two foreign messages with the same body are two messages: both run. And a listener broken on
+purpose (its effect written outside mdb's transaction) is seen to run twice by the same
+checks, under the broker's kill: a green run means something.
 """
 
 from __future__ import annotations
@@ -15,12 +24,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 
 import pytest
 
-from tests.conftest import missing, private_brokers
+from tests.conftest import missing
 from tests.contract.test_crash import ContainerProcess
-from tests.faults.exactly_once_stages import Stages
+from tests.faults.exactly_once_stages import Once, Rows, Stages, check_once
+from tests.faults.foreign import ForeignProducer
 from tests.faults.ledger import WAIT
 from tests.harness.activemq import ActiveMQ
 from tests.harness.netns import Network
@@ -29,18 +40,14 @@ from tests.harness.process import BrokerProcess, started_together
 
 pytestmark = [pytest.mark.activemq, pytest.mark.postgresql]
 
-HALF = 15  # messages sent before the fault, and again after it
-SLOW = "0.1"  # seconds each run of the first stage takes: work is in flight at the fault
+HALF = 30  # messages sent before the fault, and again after it
+FREEZE = "3"  # the run of the first stage after whose commit a process stops (of ~HALF/2)
+# Seconds each run of the first stage takes: work is in flight at the fault, and HALF takes
+# the 12 pool slots of the first stage (2 processes, 3 members, pool 2) 3 s.
+SLOW = "1.0"
 # Seconds a container's link stays cut: longer than the broker tolerates silence (2 to 3 of the
 # container's 1 s heart-beat intervals, docs/failover.md) and than the database timeout (3 s).
 CUT = 4.0
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[BrokerProcess]:
-    """This module's own broker: a test kills it."""
-    with private_brokers("activemq") as [started]:
-        yield started
 
 
 @pytest.fixture
@@ -51,86 +58,159 @@ def postgres_up(postgres: PostgreSQL) -> Iterator[PostgreSQL]:
         postgres.start()
 
 
-def settle(stages: Stages, sent: list[str], *processes: ContainerProcess) -> None:
-    """Wait until both stages recorded every message and the outbox is empty, stop the
-    processes, and check the ledger, the outbox and the queues."""
-    expected = Counter([*(("first", i) for i in sent), *(("second", i) for i in sent)])
-    stages.wait(lambda rows, outbox: set(rows) >= set(expected) and not outbox,
-                "both stages' effects")
+@dataclass
+class Ending:
+    """What the stages left once nothing was under way and their processes stopped."""
+
+    accounts: dict[str, Once]  # each stage's (``check_once``)
+    bad: list[str]  # business ids breaking the contract
+    rows: Rows
+    outbox: list[str]
+    left: dict[str, list[str]]
+    inbox: Counter[tuple[str, str, str]]  # rows per (listener, subscription, kind of key)
+
+    def __str__(self) -> str:
+        repeated = {f"{stage} {key}": n for (stage, key), n in sorted(self.rows.items())
+                    if n > 1}
+        return (f"{self.accounts}; rows of business ids run more than once: {repeated}; left "
+                f"in the outbox: {self.outbox}, in the queues: {self.left}; inbox rows per "
+                f"(listener, subscription, key): {dict(self.inbox)}")
+
+
+def ended(stages: Stages, sent: Sequence[str], *processes: ContainerProcess) -> Ending:
+    """Wait until nothing is under way (every message run by both stages, the outbox and
+    the queues empty), stop the processes (each must exit 0), and read what they left."""
+    stages.drain(sent)
     for process in processes:
         process.process.send_signal(signal.SIGTERM)
-        assert process.process.wait(timeout=WAIT) == 0
+    assert [p.process.wait(timeout=WAIT) for p in processes] == [0] * len(processes)
     rows, outbox = stages.ledger()
-    assert rows == expected, {k: n for k, n in rows.items() if n != 1 or k not in expected}
-    assert outbox == []
-    assert stages.left() == {}
+    accounts, bad = check_once(rows, sent, ())
+    return Ending(accounts, bad, rows, outbox, stages.left(), stages.inbox())
 
 
-def midway(stages: Stages) -> None:
-    """Wait until the first stage committed some of the first ``HALF`` messages, not all:
-    the fault comes mid-stream."""
-    stages.wait(lambda rows, _: sum(k[0] == "first" for k in rows) >= 3,
-                "3 runs of the first stage")
-    rows, _ = stages.ledger()
-    assert sum(k[0] == "first" for k in rows) < HALF, "the stream ended before the fault"
+def settle(stages: Stages, sent: Sequence[str], *processes: ContainerProcess) -> None:
+    """``ended``, and each business id has one row of each stage, nothing is left."""
+    end = ended(stages, sent, *processes)
+    assert (end.bad, end.outbox, end.left) == ([], [], {}), str(end)
+
+
+def both(stages: Stages, **env: str) -> tuple[ContainerProcess, ContainerProcess]:
+    """Two processes of the stages: ``s1`` stops itself after the commit of its ``FREEZE``-th
+    run of the first stage (before the step ``env`` names, ``EO_FREEZE_BEFORE``); ``s2``
+    goes on."""
+    return stages.start("s1", EO_FREEZE=FREEZE, **env), stages.start("s2")
 
 
 @pytest.mark.parametrize("before", ["dispatch", "ack"])
 def test_a_container_killed_between_the_commit_and_the_ack(
-    broker: BrokerProcess, postgres_up: PostgreSQL, before: str,
+    trio: list[BrokerProcess], postgres_up: PostgreSQL, before: str,
 ) -> None:
     with ExitStack() as stack:
-        stages = Stages(broker, postgres_up, stack)
-        # Frozen once its fifth run committed: before its sends and its ack, or before its ack.
-        frozen = stages.start("s1", EO_FREEZE="5", EO_FREEZE_BEFORE=before)
+        stages = Stages(trio, postgres_up, stack)
+        frozen, other = both(stages, EO_FREEZE_BEFORE=before)
         sent = stages.send(0, HALF)
         [line] = frozen.take(1, "frozen")
+        rows, outbox = stages.ledger()
+        # The frozen run committed (a second row is judged at the end); its send waits in the
+        # outbox, or was sent and forgotten. Read at once: the row's lease (1.5 s) still holds.
+        assert rows[("first", line["id"])] >= 1
+        assert (line["id"] in outbox) == (before == "dispatch")
         frozen.process.send_signal(signal.SIGKILL)
         frozen.process.wait(timeout=WAIT)
-        rows, outbox = stages.ledger()
-        # The killed run committed; its send waits in the outbox, or was sent and forgotten.
-        assert rows[("first", line["id"])] == 1
-        assert (line["id"] in outbox) == (before == "dispatch")
         sent += stages.send(HALF, HALF)
-        settle(stages, sent, stages.start("s2"))
+        settle(stages, sent, other)
 
 
-def test_a_broker_killed_mid_stream(broker: BrokerProcess, postgres_up: PostgreSQL) -> None:
-    def kill_broker(stages: Stages) -> list[str]:
-        broker.kill()
-        broker.start()  # same port and data: what it stored comes back
-        return stages.send(HALF, HALF)
+def kill_the_broker_after_a_commit(stages: Stages, before: str,
+                                   **env: str) -> tuple[list[str], str, list[ContainerProcess]]:
+    """Stop ``s1`` after a run's commit (``before`` its dispatch or its ack), kill -9 the
+    broker of that run's delivery and start it again on its data, resume ``s1``, send the
+    second half; what was sent, the frozen run's business id and the processes."""
+    frozen, other = both(stages, EO_FREEZE_BEFORE=before, **env)
+    sent = stages.send(0, HALF)
+    [line] = frozen.take(1, "frozen")
+    assert line["broker"] == stages.member_of(line["id"]).name  # the hook named the right one
+    broker = stages.brokers[line["broker"]]
+    broker.kill()
+    broker.start()  # same port and data: the unacked delivery comes back, flagged
+    frozen.process.send_signal(signal.SIGCONT)
+    sent += stages.send(HALF, HALF)
+    return sent, line["id"], [frozen, other]
 
-    mid_stream(broker, postgres_up, kill_broker)
+
+@pytest.mark.parametrize("before", ["dispatch", "ack"])
+def test_a_broker_killed_between_the_commit_and_the_ack(
+    trio: list[BrokerProcess], postgres_up: PostgreSQL, before: str,
+) -> None:
+    with ExitStack() as stack:
+        stages = Stages(trio, postgres_up, stack)
+        sent, _, processes = kill_the_broker_after_a_commit(stages, before)
+        settle(stages, sent, *processes)
 
 
-def test_postgresql_stopped_mid_stream(broker: BrokerProcess, postgres_up: PostgreSQL) -> None:
+def test_the_checks_see_a_listener_writing_outside_the_transaction_run_twice(
+    trio: list[BrokerProcess], postgres_up: PostgreSQL,
+) -> None:
+    """The first stage broken on purpose (``EO_BROKEN``: its effect committed through an
+    engine of its own, before the handler returns), the broker killed after that commit:
+    the redelivery runs it again, and the checks say so."""
+    with ExitStack() as stack:
+        stages = Stages(trio, postgres_up, stack)
+        sent, key, processes = kill_the_broker_after_a_commit(stages, "ack", EO_BROKEN="1")
+        end = ended(stages, sent, *processes)
+    assert key in end.accounts["first"].repeated, str(end)
+    assert key in end.bad
+
+
+def test_two_foreign_messages_with_the_same_body_both_run(
+    trio: list[BrokerProcess], postgres_up: PostgreSQL,
+) -> None:
+    """Same bytes, two messages (two orders of the same content, say): each is run, once."""
+    with ExitStack() as stack:
+        stages = Stages(trio, postgres_up, stack)
+        process = stages.start("s1")
+        with ForeignProducer() as producer:
+            for _ in range(2):
+                producer.send(stages.members()[0], "twin")
+        stages.drain(["twin"])
+        process.process.send_signal(signal.SIGTERM)
+        assert process.process.wait(timeout=WAIT) == 0
+        rows, outbox = stages.ledger()
+        assert (rows[("first", "twin")], rows[("second", "twin")]) == (2, 2), (
+            f"rows {dict(rows)}; inbox {dict(stages.inbox())}")
+        assert outbox == []
+        assert stages.left() == {}
+
+
+def test_postgresql_stopped_mid_stream(trio: list[BrokerProcess],
+                                       postgres_up: PostgreSQL) -> None:
     def stop_postgresql(stages: Stages) -> list[str]:
         postgres_up.stop_immediately()
         sent = stages.send(HALF, HALF)  # arriving while it is down
         postgres_up.start()
         return sent
 
-    mid_stream(broker, postgres_up, stop_postgresql)
+    mid_stream(trio, postgres_up, stop_postgresql)
 
 
 @pytest.fixture(scope="module")
-def bridged(network: Network) -> Iterator[tuple[BrokerProcess, PostgreSQL]]:
-    """A broker and a PostgreSQL server of this module's own, on the network's bridge."""
+def bridged(network: Network) -> Iterator[tuple[list[BrokerProcess], PostgreSQL]]:
+    """Three brokers and a PostgreSQL server of this module's own, on the network's bridge."""
     if not postgresql_available():
         missing("PostgreSQL")
-    with started_together(lambda: ActiveMQ(host=network.address), 1) as [broker], \
+    with started_together(lambda: ActiveMQ(host=network.address), 3) as brokers, \
             PostgreSQL(host=network.address) as postgres:
-        yield broker, postgres
+        yield brokers, postgres
 
 
 def test_a_container_cut_off_mid_stream(
-    network: Network, bridged: tuple[BrokerProcess, PostgreSQL],
+    network: Network, bridged: tuple[list[BrokerProcess], PostgreSQL],
 ) -> None:
-    """The container in a network namespace whose link is cut (every packet dropped, nothing
-    reset: the broker and the database both unreachable) for longer than the broker tolerates
-    its silence, then healed: TCP retransmits what each side wrote meanwhile."""
-    broker, postgres = bridged
+    """One container in a network namespace whose link is cut (every packet dropped,
+    nothing reset: the brokers and the database all unreachable) for longer than the brokers
+    tolerate its silence, then healed: TCP retransmits what each side wrote meanwhile."""
+    brokers, postgres = bridged
     room = network.namespace()
 
     def cut_off(stages: Stages) -> list[str]:
@@ -142,24 +222,35 @@ def test_a_container_cut_off_mid_stream(
             room.heal()
         return sent
 
-    process = mid_stream(broker, postgres, cut_off, prefix=room.prefix)
+    process = mid_stream(brokers, postgres, cut_off, prefix=room.prefix)
     logged = []
     while not process.lines.empty():
         logged.append(process.lines.get_nowait()["event"])
     assert "connection-lost" in logged  # the container noticed the cut
 
 
-def mid_stream(broker: BrokerProcess, postgres: PostgreSQL,
+def mid_stream(brokers: Sequence[BrokerProcess], postgres: PostgreSQL,
                fault: Callable[[Stages], list[str]],
                prefix: Sequence[str] = ()) -> ContainerProcess:
-    """Both stages in one process (``prefix`` before its command), ``fault`` once the first
-    stage is midway through the first ``HALF`` (it sends the second half, returning their
-    ids), then the checks of ``settle``; the process, ended."""
+    """Two processes of both stages (``s1`` with ``prefix`` before its command), ``fault``
+    once the first stage is midway through the first ``HALF`` (it sends the second half,
+    returning their ids), then the checks of ``settle``; ``s1``, ended."""
     with ExitStack() as stack:
-        stages = Stages(broker, postgres, stack)
-        process = stages.start("s1", prefix, EO_DELAY=SLOW)
+        stages = Stages(brokers, postgres, stack)
+        first = stages.start("s1", prefix, EO_DELAY=SLOW)
+        second = stages.start("s2", EO_DELAY=SLOW)
         sent = stages.send(0, HALF)
         midway(stages)
         sent += fault(stages)
-        settle(stages, sent, process)
-    return process
+        settle(stages, sent, first, second)
+    return first
+
+
+def midway(stages: Stages) -> None:
+    """Wait until the first stage committed some of the first ``HALF`` messages, not all:
+    the fault comes mid-stream."""
+    def ran() -> int:
+        rows, _ = stages.ledger()
+        return sum(stage == "first" for stage, _ in rows)
+    stages.poll(lambda: ran() >= 3, "3 runs of the first stage")
+    assert ran() < HALF, "the stream ended before the fault"
