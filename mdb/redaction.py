@@ -9,7 +9,9 @@ MASK = "***"
 
 def redact_url(url: str) -> str:
     """``url`` with the password of its user-info replaced by ``***`` (the user name is kept: it
-    says who connects, which an operator needs).
+    says who connects, which an operator needs), and so is the value of every query parameter
+    whose name says it holds a secret (``_SECRET_NAME``): asyncpg and libpq take
+    ``?user=u&password=...`` as well as a user-info.
 
     Found by text, not by a URL parser: a password may hold an unencoded ``/``, ``?`` or ``#``
     (a base64 one often does), and a parser then ends the user-info there and reads the
@@ -18,10 +20,10 @@ def redact_url(url: str) -> str:
     before its first ``:``. A ``@`` in a path or query masks more than needed, never less."""
     scheme, sep, rest = url.partition("://") if "://" in url else ("", "", url)
     userinfo, at, location = rest.rpartition("@")
-    if not at:
-        return url
-    user, colon, _ = userinfo.partition(":")
-    return f"{scheme}{sep}{user}{':' + MASK if colon else ''}@{location}"
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        url = f"{scheme}{sep}{user}{':' + MASK if colon else ''}@{location}"
+    return _URL_QUERY_SECRET.sub(rf"\g<1>{MASK}", url)
 
 
 def check_userinfo(url: str) -> None:
@@ -37,6 +39,13 @@ def check_userinfo(url: str) -> None:
             "`password` or `password_file` instead of the URL")
 
 
+# A query parameter holding a secret: named ``password``, ``sslpassword``, ``passwd``, ``pwd``,
+# ``token``, ``client_secret``... Its value runs to the next ``&`` (SQLAlchemy and asyncpg read
+# a ``#`` or ``;`` as part of it) or, in free text, to a space or a quote.
+_SECRET_NAME = r"([?&;][^=&#\s'\"]*(?:pass|pwd|secret|token)[^=&#\s'\"]*=)"
+_URL_QUERY_SECRET = re.compile(_SECRET_NAME + r"[^&]*", re.IGNORECASE)
+_TEXT_QUERY_SECRET = re.compile(_SECRET_NAME + r"[^&\s'\"]*", re.IGNORECASE)
+
 # A password in a URL's user-info (``scheme://user:PASSWORD@host``, up to the last ``@`` of the
 # word: a password may hold one), and a STOMP ``passcode`` header as a frame is logged: up to
 # the end of its line, a newline or, in the repr of the frame's lines that stomp.py logs, an
@@ -46,6 +55,7 @@ _PASSCODE = re.compile(r"(passcode:).*?(?=\\n|\n|$)")
 
 
 def mask_secrets(text: str) -> str:
-    """``text`` with every URL password and STOMP passcode in it replaced by ``***``: for text
-    mdb did not write itself (a library's log line, a frame)."""
+    """``text`` with every URL password (in a user-info or a query) and STOMP passcode in it
+    replaced by ``***``: for text mdb did not write itself (a library's log line, a frame)."""
+    text = _TEXT_QUERY_SECRET.sub(rf"\g<1>{MASK}", text)
     return _PASSCODE.sub(rf"\g<1>{MASK}", _URL_PASSWORD.sub(rf"\g<1>{MASK}\g<2>", text))
