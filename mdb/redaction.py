@@ -1,4 +1,5 @@
-"""Keeping secrets out of what mdb shows: plan tables, errors, logs, spans and status pages."""
+"""Keeping secrets out of what mdb shows (plan tables, errors, logs, spans and status pages),
+and control characters out of the lines it writes for terminals and log files."""
 
 from __future__ import annotations
 
@@ -59,3 +60,20 @@ def mask_secrets(text: str) -> str:
     replaced by ``***``: for text mdb did not write itself (a library's log line, a frame)."""
     text = _TEXT_QUERY_SECRET.sub(rf"\g<1>{MASK}", text)
     return _PASSCODE.sub(rf"\g<1>{MASK}", _URL_PASSWORD.sub(rf"\g<1>{MASK}\g<2>", text))
+
+
+# C0 controls, DEL, C1 controls (U+0085 among them), and the Unicode line and paragraph
+# separators: what ends a line (str.splitlines, JavaScript, some log viewers) or drives a
+# terminal (ESC, and CSI U+009B: an ESC[2J clears the screen). Written as a Python string
+# literal writes them: \n, \x1b, \x85, \u2028.
+_CONTROLS = [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]
+_ESCAPED = {c: repr(chr(c))[1:-1] for c in _CONTROLS}
+_ESCAPED_BUT_LINES = {c: e for c, e in _ESCAPED.items() if chr(c) not in "\n\t"}
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` with every control character written as an escape (``\\n``, ``\\x1b``,
+    ``\\u2028``): one line that cannot drive a terminal, for text that is not mdb's own (a
+    message id, an exception's text, a file name). ``lines``: line feeds and tabs are kept,
+    for text whose lines are the caller's to set apart (``mdb.logs.TextLines``)."""
+    return text.translate(_ESCAPED_BUT_LINES if lines else _ESCAPED)
