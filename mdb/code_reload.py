@@ -33,8 +33,10 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from mdb import logs
 from mdb.errors import ConfigurationError
+from mdb.redaction import printable
 
 KILL_MARGIN = 10.0  # seconds past shutdown_grace_period before a stopping child is killed
+SHOWN_CHANGES = 5  # changed files a restart's line names; the others it counts
 
 
 def directories(modules: Sequence[str]) -> list[Path]:
@@ -73,7 +75,7 @@ async def run_reloading(command: Callable[[int], Sequence[str]], watched: Sequen
                                       stop_event=reloader.stop):
                 _offer(sending, sorted(path for _, path in batch))
 
-    print(f"mdb: --reload: watching {', '.join(map(str, watched))}", flush=True)
+    print(f"mdb: --reload: watching {printable(', '.join(map(str, watched)))}", flush=True)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(watch)
         tasks.start_soon(reloader.stop_on_signals)
@@ -99,6 +101,15 @@ def _offer(stream: MemoryObjectSendStream[list[str]], paths: list[str]) -> None:
     both)."""
     with contextlib.suppress(anyio.WouldBlock):
         stream.send_nowait(paths)
+
+
+def _changed(paths: Sequence[str]) -> str:
+    """The changed files, for one line: the names of the first ``SHOWN_CHANGES``, their
+    control characters escaped (a file name may hold a line feed, and forge a line), and how
+    many more."""
+    names = ", ".join(printable(Path(p).name) for p in paths[:SHOWN_CHANGES])
+    more = len(paths) - SHOWN_CHANGES
+    return f"{names} and {more} more" if more > 0 else names
 
 
 class _Reloader:
@@ -144,7 +155,7 @@ class _Reloader:
 
             async def on_change() -> None:
                 paths = await changes.receive()
-                outcome.append(", ".join(Path(p).name for p in paths))
+                outcome.append(_changed(paths))
                 race.cancel_scope.cancel()
 
             if self.process is not None:

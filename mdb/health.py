@@ -39,6 +39,7 @@ import anyio.lowlevel
 
 from mdb.errors import ConfigurationError
 from mdb.probe_server import Answer, ProbeServer, Request, json_answer
+from mdb.redaction import printable
 from mdb.settings import Settings
 
 Page = tuple[str, bytes]
@@ -334,7 +335,7 @@ def fetch_status(url: str, timeout: float) -> Health:
             raise Unreachable(f"{target}: HTTP {exc.code}; is this an mdb health "
                                f"endpoint?") from None
         try:
-            said = str(json.loads(exc.read())["error"])
+            said = printable(str(json.loads(exc.read())["error"]))  # for a terminal
         except (ValueError, KeyError, TypeError):
             said = "HTTP 503"
         raise NotLive(said) from None

@@ -6,6 +6,13 @@ shipper: the log records, the one-line messages of ``mdb run`` and its superviso
 Python's warnings and an uncaught exception's traceback. Stdout (the subscription plan, the
 ready and status lines) stays text.
 
+Whatever a record holds (a producer's message id, an exception's text), a line of the log is
+never taken for another record nor drives the terminal: the text format writes control
+characters as escapes (``\\x1b``) and indents every line of a record after its first (a
+traceback, a text holding a line feed); the JSON format writes them as JSON escapes, U+2028,
+U+2029 and the C1 controls included, which JSON leaves raw (docs/security.md, "Control
+characters").
+
 A broker library logs what mdb already says in one line per broker per outage (``mdb.events``):
 stomp.py alone logs a "could not connect" warning per reconnect attempt per connection and an
 "established connection" line per ``mdb send``. An adapter therefore hands its library's
@@ -23,9 +30,12 @@ from datetime import UTC, datetime
 from types import TracebackType
 
 from mdb import tracing
-from mdb.redaction import mask_secrets
+from mdb.redaction import mask_secrets, printable
 
 FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s%(trace)s"
+CONTINUED = "    "
+"""Before each line of a text record after its first: a line that starts with its time is
+always a record's first."""
 
 
 def configure() -> None:
@@ -35,8 +45,7 @@ def configure() -> None:
     logging.basicConfig(level=os.environ.get("MDB_LOG_LEVEL", "INFO").upper(), format=FORMAT)
     for handler in logging.getLogger().handlers:
         handler.addFilter(tracing.TraceIds())
-        if json_lines:
-            handler.setFormatter(JsonLines())
+        handler.setFormatter(JsonLines() if json_lines else TextLines(FORMAT))
     if json_lines:
         logging.captureWarnings(True)
         sys.excepthook = _log_uncaught
@@ -50,6 +59,19 @@ def _json_asked() -> bool:
               f"'json'", file=sys.stderr, flush=True)
         sys.exit(2)
     return value == "json"
+
+
+class TextLines(logging.Formatter):
+    """A record in ``FORMAT``, its control characters escaped but line feeds and tabs
+    (``mdb.redaction.printable``), each line after its first indented by ``CONTINUED``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record), lines=True).replace("\n", "\n" + CONTINUED)
+
+
+# What JSON leaves raw in a string and a line-based reader may take for a line's end, or a
+# terminal for a command: DEL, the C1 controls (U+0085 among them), U+2028 and U+2029.
+_JSON_ESCAPES = {c: f"\\u{c:04x}" for c in (*range(0x7F, 0xA0), 0x2028, 0x2029)}
 
 
 class JsonLines(logging.Formatter):
@@ -72,17 +94,17 @@ class JsonLines(logging.Formatter):
             line["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(line, ensure_ascii=False)
+        return json.dumps(line, ensure_ascii=False).translate(_JSON_ESCAPES)
 
 
 def tell(text: str, level: int = logging.WARNING) -> None:
     """Say ``text`` on stderr, as ``mdb run`` says what the operator must know at once (a
-    signal, a worker's end, why it stops): the line itself, or a record of logger ``mdb``
-    at ``level`` in JSON."""
+    signal, a worker's end, why it stops): the line itself, its control characters escaped,
+    or a record of logger ``mdb`` at ``level`` in JSON."""
     if any(isinstance(h.formatter, JsonLines) for h in logging.getLogger().handlers):
         logging.getLogger("mdb").log(level, text)
     else:
-        print(text, file=sys.stderr, flush=True)
+        print(printable(text), file=sys.stderr, flush=True)
 
 
 def _log_uncaught(kind: type[BaseException], exc: BaseException,

@@ -14,7 +14,7 @@ from mdb.brokers import connections_for
 from mdb.delivery import Stats
 from mdb.health import Health
 from mdb.planning import Planned, slots_per_broker
-from mdb.redaction import redact_url
+from mdb.redaction import printable, redact_url
 from mdb.settings import Settings
 
 
@@ -69,7 +69,8 @@ def status_report(health: Health, url: str, now: float | None = None) -> str:
     """What ``mdb status`` prints: a headline and why, then brokers, listeners, the databases
     of exactly-once listeners (their outbox), the handlers stuck past their
     ``handler_timeout``, the workers (``mdb run --workers N``), event
-    counts."""
+    counts. Each value's control characters are escaped: a message id is a producer's, and
+    the snapshot whatever the endpoint answered."""
     now = time.time() if now is None else now
     lines = [f"mdb at {url}: {'live' if health.live else 'NOT LIVE'}, "
              f"{'ready' if health.ready else 'NOT READY'}"]
@@ -82,6 +83,7 @@ def status_report(health: Health, url: str, now: float | None = None) -> str:
     reasons += [f"worker {w.index} is {w.state}" for w in health.workers if w.state != "ready"]
     if reasons and not health.ready:
         lines.append(f"  because {'; '.join(reasons)}")
+    lines = [printable(line) for line in lines]
     brokers = [("broker", "state", "since", "address")] + [
         (b.name, b.state, f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b.since))} "
                           f"({_ago(now - b.since)} ago)", b.address)
@@ -89,7 +91,8 @@ def status_report(health: Health, url: str, now: float | None = None) -> str:
     listeners = [("listener", "subscribed", "in flight", "processed")] + [
         (lh.name, f"{lh.subscribed}/{lh.members}", str(lh.in_flight), str(lh.processed))
         for lh in health.listeners]
-    events = ", ".join(f"{kind} {count}" for kind, count in sorted(health.events.items()))
+    events = printable(", ".join(f"{kind} {count}"
+                                 for kind, count in sorted(health.events.items())))
     parts = [_table(brokers), _table(listeners)]
     if health.databases:
         parts.append(_table([("database", "state", "since", "outbox", "oldest waits")] + [
@@ -108,6 +111,7 @@ def status_report(health: Health, url: str, now: float | None = None) -> str:
 
 
 def _table(rows: Sequence[Sequence[str]]) -> str:
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
     return "\n".join(line.rstrip() for line in lines)

@@ -283,7 +283,10 @@ def _engine(settings: DatabaseSettings) -> AsyncEngine:
         url = url.set(username=settings.username)
     if settings.password is not None:
         url = url.set(password=settings.password.get_secret_value())
-    options: dict[str, Any] = {}
+    # A statement's parameters are a message's body and headers (a producer's) and what a
+    # handler writes: SQLAlchemy puts them in the text of its errors, which reach the log,
+    # spans and the error header mdb_error_message (docs/security.md, "Secrets").
+    options: dict[str, Any] = {"hide_parameters": True}
     if url.get_backend_name() == "sqlite":
         # Writers wait for each other instead of failing at once ("database is locked").
         options["connect_args"] = {"timeout": settings.timeout}
@@ -303,6 +306,9 @@ def _engine(settings: DatabaseSettings) -> AsyncEngine:
             "(`pip install 'mdb[db]'` brings aiosqlite and asyncpg)") from None
     if url.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        # aiosqlite logs each call at DEBUG with its arguments, a statement's parameters among
+        # them (docs/security.md, "Secrets"); its other lines say nothing mdb does not.
+        logging.getLogger("aiosqlite").setLevel(logging.INFO)
     return engine
 
 

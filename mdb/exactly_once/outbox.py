@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
-from sqlalchemy import ColumnElement, bindparam, delete, func, select, update
+from sqlalchemy import ColumnElement, String, bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import message as headers_
@@ -30,6 +30,7 @@ from mdb.errors import (
     ConnectionFailed,
     ConnectionLost,
     DatabaseUnavailable,
+    EncodeError,
     SendOutcomeUnknown,
     error_type,
     sole,
@@ -101,9 +102,32 @@ class Writer:
             "created_at": now, "owner": self._owner, "lease_until": now + self._lease,
             "attempts": 0,
         }
+        _refuse_too_long(values)
         result = await self._session.execute(_WRITE, values)
         seq = result.inserted_primary_key[0]  # type: ignore[attr-defined]
         self.rows.append(Row(seq, target, self._broker, key, message, errors, now + self._lease))
+
+
+# The columns of a row that hold text of bounded length, and what a user calls each. A
+# producer sets a reply's address and correlation id (its request's reply-to and
+# correlation-id), and a handler may take a key from a message: all of them are checked
+# before the database, whose own refusal would name no header (PostgreSQL) or never come
+# (SQLite keeps text of any length).
+_BOUNDED = {column.name: column.type.length for column in outbox.c
+            if isinstance(column.type, String) and column.type.length is not None}
+_CALLED = {"correlation_id": "correlation-id", "reply_address": "reply-to",
+           "reply_to": "reply-to", "member_key": "key", "message_id": ID,
+           "error_destination": "error destination"}
+
+
+def _refuse_too_long(values: Mapping[str, object]) -> None:
+    """``EncodeError`` naming the first value longer than its column keeps (never the value:
+    it is a producer's)."""
+    for column, limit in _BOUNDED.items():
+        value = values.get(column)
+        if isinstance(value, str) and len(value) > limit:
+            raise EncodeError(f"{_CALLED.get(column, column)}: {len(value)} characters, more "
+                              f"than the {limit} an outbox row keeps (docs/exactly-once.md)")
 
 
 async def backlog(session: AsyncSession) -> tuple[int, float | None]:
