@@ -28,9 +28,9 @@ error: ...``, never a traceback):
   a listener module that does not import or raises at import, an invalid selector, a
   ``health_port`` that cannot be bound, a ``--file`` that cannot be read or holds over 64 MiB,
   ``mdb send`` to the embedded ``memory://`` broker (it lives inside ``mdb run``), a database
-  whose mdb tables are missing or that cannot be reached, a message ``mdb send`` cannot send
-  (a ``--json`` body that is not JSON, a NUL byte in a header, headers beyond the bounds of
-  docs/security.md);
+  whose mdb tables are missing, that cannot be reached or that refuses the login, a message
+  ``mdb send`` cannot send (a ``--json`` body that is not JSON, a NUL byte in a header,
+  headers beyond the bounds of docs/security.md);
 - 3: a broker error: no broker could be reached at startup, or a broker refused what mdb asked
   (a subscription, ``mdb send``'s message, ...); ``mdb status``: the health endpoint could not
   be reached;
@@ -52,9 +52,9 @@ import anyio
 from mdb import asyncapi, codec, logs, serve, tracing
 from mdb.brokers import Brokers
 from mdb.destinations import Destination, Kind
-from mdb.errors import BrokerError, ConfigurationError, DatabaseUnavailable, EncodeError, sole
+from mdb.errors import BrokerError, ConfigurationError, EncodeError, sole
 from mdb.exactly_once import tables
-from mdb.exactly_once.database import Database, translated
+from mdb.exactly_once.database import Database, at_startup
 from mdb.health import NotLive, Unreachable, fetch_status, health_url
 from mdb.links import adapters
 from mdb.message import CONTENT_TYPE, ID, MAX_SEND_FILE_BYTES, addressed
@@ -194,12 +194,8 @@ async def db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
     for name, database_settings in settings.databases.items():
         database = Database(name, database_settings)
         try:
-            with database.deadline():
-                async with translated(database):
-                    created = await tables.upgrade(database.engine)
-        except DatabaseUnavailable as exc:
-            raise ConfigurationError(f"{exc}; is it running, and is databases.{name}.url "
-                                     "right?") from None
+            async with at_startup(database):
+                created = await tables.upgrade(database.engine)
         finally:
             await database.close()
         print(f"database {name} ({database.shown}): "

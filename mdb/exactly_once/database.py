@@ -15,9 +15,11 @@ deliveries wait for its end (``reachable``).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -203,6 +205,47 @@ async def translated(database: Database) -> AsyncIterator[None]:
                else str(exc) or type(exc).__name__)
         raise DatabaseUnavailable(
             f"database {database.name} ({database.shown}): {why}") from None
+
+
+@asynccontextmanager
+async def at_startup(database: Database) -> AsyncIterator[None]:
+    """Around the first statements a container or ``mdb db upgrade`` makes: a database that
+    cannot be reached, refuses mdb's login or does not answer in ``timeout`` is a
+    ``ConfigurationError`` naming the settings to check (docs/exactly-once.md: nothing runs
+    until they or the server are set right)."""
+    name = database.name
+    sqlite = make_url(database.settings.url).get_backend_name() == "sqlite"
+    check = (f"may mdb create and write the file (databases.{name}.url)?" if sqlite else
+             f"is it running, and are databases.{name}.url, databases.{name}.username and "
+             f"databases.{name}.password (or password_file) right?")
+    if sqlite:
+        _sqlite_folder(database)
+    try:
+        with database.deadline():
+            async with translated(database):
+                yield
+    except DatabaseUnavailable as exc:
+        raise ConfigurationError(f"{exc}; {check}") from None
+    except DBAPIError as exc:  # a refused login, a database that does not exist...
+        raise ConfigurationError(
+            f"database {name} ({database.shown}): {_first_line(exc)}; {check}") from None
+
+
+def _sqlite_folder(database: Database) -> None:
+    # Said before connecting, too: aiosqlite's thread of a connection that failed may outlive
+    # the event loop and print a traceback of its own as the process ends.
+    path = make_url(database.settings.url).database
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return
+    folder = Path(path).absolute().parent
+    if not folder.is_dir():
+        why = "does not exist: create it, or correct"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        why = "may not be written by this process: grant it, or correct"
+    else:
+        return
+    raise ConfigurationError(f"database {database.name} ({database.shown}): folder {folder} "
+                             f"{why} databases.{database.name}.url")
 
 
 @contextmanager

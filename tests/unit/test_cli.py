@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.postgresql import USER, PostgreSQL
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -349,9 +351,48 @@ def test_mdb_db_upgrade_creates_the_tables_a_container_then_finds(app: Path) -> 
     assert mdb("subscriptions", "app_listeners", "--config", "mdb.toml", cwd=app).returncode == 0
 
 
-def test_mdb_db_upgrade_names_a_database_it_cannot_reach(app: Path) -> None:
-    (app / "mdb.toml").write_text(
-        "[databases.main]\nurl = 'sqlite+aiosqlite:////nonexistent/dir/app.db'\n")
-    result = mdb("db", "upgrade", "--config", "mdb.toml", cwd=app)
+EXACTLY_ONCE_APP = (
+    "from sqlalchemy.ext.asyncio import AsyncSession\n"
+    "from mdb import listener\n\n"
+    "@listener('queue:orders', exactly_once='main')\n"
+    "async def on_order(body: bytes, session: AsyncSession) -> None:\n"
+    "    pass\n")
+
+
+def out_of_reach(tmp_path: Path, where: str) -> str:
+    """A database URL that cannot be reached: a server that is down (nothing listens on its
+    port), or a SQLite file in a folder that does not exist."""
+    from tests.harness.process import free_port
+
+    if where == "server down":
+        return f"postgresql+asyncpg://127.0.0.1:{free_port()}/orders"
+    return f"sqlite+aiosqlite:///{tmp_path}/no_such_folder/app.db"
+
+
+@pytest.mark.parametrize("command", [["run", "app_listeners"], ["db", "upgrade"]])
+@pytest.mark.parametrize("where", ["server down", "no such folder"])
+def test_a_database_out_of_reach_at_startup_is_one_line_exit_2(
+        app: Path, command: list[str], where: str) -> None:
+    (app / "app_listeners.py").write_text(EXACTLY_ONCE_APP)
+    (app / "mdb.toml").write_text(f"[databases.main]\nurl = '{out_of_reach(app, where)}'\n"
+                                  "timeout = 5\n")
+    result = mdb(*command, "--config", "mdb.toml", cwd=app)
     assert result.returncode == 2
-    assert "database main" in result.stderr and "databases.main.url" in result.stderr
+    line = one_line(result.stderr)
+    assert line.startswith("mdb: configuration error: database main (")
+    assert "databases.main.url" in line
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("command", [["run", "app_listeners"], ["db", "upgrade"]])
+def test_a_database_that_refuses_the_login_is_one_line_exit_2(
+        app: Path, postgres: PostgreSQL, command: list[str]) -> None:
+    (app / "app_listeners.py").write_text(EXACTLY_ONCE_APP)
+    url = postgres.url().replace(f"{USER}@", "")
+    (app / "mdb.toml").write_text(f"[databases.main]\nurl = '{url}'\nusername = 'nobody'\n"
+                                  "password = 'wrong'\n")
+    result = mdb(*command, "--config", "mdb.toml", cwd=app)
+    assert result.returncode == 2
+    line = one_line(result.stderr)
+    assert 'role "nobody" does not exist' in line and "wrong" not in line
+    assert "databases.main.username" in line and "databases.main.password" in line
