@@ -12,6 +12,7 @@ from sqlalchemy.exc import ArgumentError
 from mdb.broker_settings import one_password
 
 DAY = 86_400.0
+URL_EXAMPLES = "'sqlite+aiosqlite:///mdb.sqlite3' or 'postgresql+asyncpg://host:5432/db'"
 
 
 class DatabaseSettings(BaseModel):
@@ -49,6 +50,5 @@ class DatabaseSettings(BaseModel):
         try:
             make_url(self.url)
         except ArgumentError:
-            raise ValueError("not a SQLAlchemy URL: write e.g. 'sqlite+aiosqlite:///mdb.sqlite3' "
-                             "or 'postgresql+asyncpg://host:5432/db'") from None
+            raise ValueError(f"not a SQLAlchemy URL: write e.g. {URL_EXAMPLES}") from None
         return self

@@ -26,10 +26,11 @@ import anyio
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
-    ArgumentError,
     DBAPIError,
     DisconnectionError,
     InvalidatePoolError,
+    InvalidRequestError,
+    NoSuchModuleError,
     OperationalError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -42,7 +43,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from mdb.database_settings import DatabaseSettings
+from mdb.database_settings import URL_EXAMPLES, DatabaseSettings
 from mdb.errors import ConfigurationError, DatabaseUnavailable
 from mdb.redaction import redact_url
 
@@ -61,7 +62,7 @@ class Database:
     def __init__(self, name: str, settings: DatabaseSettings) -> None:
         self.name = name
         self.settings = settings
-        self.engine = _engine(settings)
+        self.engine = _engine(name, settings)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         # For a statement in a transaction of its own (``autocommitted``): on PostgreSQL
         # committed as it runs, without the BEGIN and COMMIT round trips; SQLite's implicit
@@ -274,7 +275,11 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
-def _engine(settings: DatabaseSettings) -> AsyncEngine:
+# The extra of mdb that installs a driver (pyproject.toml); SQLite's comes with mdb.
+_DRIVER_EXTRAS = {"asyncpg": "mdb[postgres]"}
+
+
+def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
     url = make_url(settings.url)
     if settings.username is not None:
         url = url.set(username=settings.username)
@@ -292,12 +297,23 @@ def _engine(settings: DatabaseSettings) -> AsyncEngine:
         if url.get_driver_name() == "asyncpg":
             options["connect_args"] = {"timeout": settings.timeout,
                                        "command_timeout": settings.timeout}
+    setting = f"setting databases.{name}.url: {redact_url(settings.url)!r}"
     try:
         engine = create_async_engine(url, **options)
-    except (ArgumentError, ImportError) as exc:
+    except ImportError as exc:
+        driver = exc.name or url.get_driver_name()
+        extra = _DRIVER_EXTRAS.get(driver)
         raise ConfigurationError(
-            f"database url {redact_url(settings.url)!r}: {exc}; install the driver "
-            "(`pip install 'mdb[db]'` brings aiosqlite and asyncpg)") from None
+            f"{setting} needs the driver {driver}, which is not installed: "
+            f"{f'pip install {extra!r}' if extra else 'install it'}") from None
+    except NoSuchModuleError:
+        raise ConfigurationError(
+            f"{setting}: SQLAlchemy has no driver {url.get_driver_name()!r} for "
+            f"{url.get_backend_name()}; write e.g. {URL_EXAMPLES}") from None
+    except InvalidRequestError:  # the asyncio extension refuses a driver that is not async
+        raise ConfigurationError(
+            f"{setting} names the driver {url.get_driver_name()}, which is not async: write "
+            f"e.g. {URL_EXAMPLES}") from None
     if url.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
