@@ -111,6 +111,21 @@ def test_an_unreachable_broker_exits_3(app: Path) -> None:
     assert "broker error" in one_line(result.stderr)  # said once, not logged before it too
 
 
+@pytest.mark.parametrize("command", [["run", "app_listeners"], ["send", "queue:orders", "x"],
+                                     ["subscriptions", "app_listeners"]])
+def test_a_broker_whose_extra_is_not_installed_is_one_line_exit_2(
+        app: Path, command: list[str]) -> None:
+    (app / "amq.toml").write_text("[brokers.main]\nurl = 'stomp+activemq://127.0.0.1:9'\n")
+    without_stomp = ("import sys\nsys.modules['stomp'] = None  # as if mdb[stomp] was not "
+                     "installed\nfrom mdb.cli import main\nmain()\n")
+    result = subprocess.run([sys.executable, "-c", without_stomp, *command, "--config",
+                             "amq.toml"], cwd=app, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert one_line(result.stderr) == (
+        "mdb: configuration error: broker url 'stomp+activemq://127.0.0.1:9': its adapter "
+        "cannot be loaded: mdb's STOMP adapter needs stomp.py: pip install 'mdb[stomp]'")
+
+
 def test_mdb_subscriptions_delete_names_what_it_needs(app: Path) -> None:
     nothing = mdb("subscriptions", cwd=app)
     assert nothing.returncode == 2 and "--delete TOPIC NAME" in nothing.stderr
