@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
     DBAPIError,
     DisconnectionError,
@@ -279,12 +279,22 @@ def _first_line(exc: BaseException) -> str:
 _DRIVER_EXTRAS = {"asyncpg": "mdb[postgres]"}
 
 
-def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
+def database_url(settings: DatabaseSettings) -> URL:
+    """The URL mdb connects to the database of ``settings`` with: ``url`` with the
+    ``username`` and the password (``password``, or the content of ``password_file``) of the
+    settings in place of any the URL holds. For an engine of the application's own, on the
+    same database with the same login (docs/exactly-once.md); shown with ``str()``, it hides
+    the password."""
     url = make_url(settings.url)
     if settings.username is not None:
         url = url.set(username=settings.username)
     if settings.password is not None:
         url = url.set(password=settings.password.get_secret_value())
+    return url
+
+
+def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
+    url = database_url(settings)
     options: dict[str, Any] = {}
     if url.get_backend_name() == "sqlite":
         # Writers wait for each other instead of failing at once ("database is locked").
