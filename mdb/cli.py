@@ -61,7 +61,7 @@ from mdb.message import CONTENT_TYPE, ID, MAX_SEND_FILE_BYTES, addressed
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.producer import Producer
 from mdb.report import plan_table, status_report
-from mdb.settings import Settings, load_settings
+from mdb.settings import Settings, command_settings
 from mdb.wiring import (
     find_listeners,
     import_modules,
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logs.configure()
     try:
-        settings = load_settings(args.config, app=args.app, server=args.server)
+        settings = command_settings(args.config, app=args.app, server=args.server)
         try:
             code = anyio.run(args.command, args, settings)
         except BaseExceptionGroup as group:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -208,9 +209,28 @@ def _member_destination(key: str, name: str | None) -> Destination:
     return Destination.parse(f"{logical.kind.value}:{name}") if name else logical
 
 
+@dataclass
+class _Command:
+    """Where the ``mdb`` command running in this process read its settings from."""
+
+    config: Path | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+_command = _Command()
+
+
 def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:
     """Read settings from every source (``config``: the TOML file, a path or its name as a
-    ``str``); raise ConfigurationError naming each bad setting."""
+    ``str``); raise ConfigurationError naming each bad setting.
+
+    Without ``config``, in a process of the ``mdb`` command (the application's resources and
+    handlers under ``mdb run``), the command's own: its ``--config`` file, and its ``--app``
+    and ``--server`` under ``overrides``. So a ``Producer(load_settings())`` sends where the
+    container listens (docs/configuration.md)."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if config is None:
+        config, given = _command.config, {**_command.overrides, **given}
     path = None if config is None else Path(config)
     if path is not None and not path.is_file():
         raise ConfigurationError(f"--config {path}: no such file")
@@ -219,12 +239,21 @@ def load_settings(config: str | Path | None = None, **overrides: Any) -> Setting
         _toml_file = path
 
     try:
-        settings: Settings = _FromFile(**{k: v for k, v in overrides.items() if v is not None})
+        settings: Settings = _FromFile(**given)
     except ValidationError as exc:
         raise ConfigurationError(describe_errors(exc)) from None
     except ValueError as exc:  # a TOML syntax error, or an unparsable environment variable
         raise ConfigurationError(f"settings could not be read: {exc}") from None
     settings.check()
+    return settings
+
+
+def command_settings(config: Path | None, **overrides: Any) -> Settings:
+    """The ``mdb`` command's settings, ``load_settings(config, **overrides)``; from now on
+    ``load_settings()`` without a file reads them from there too, in this process."""
+    settings = load_settings(config, **overrides)
+    _command.config = None if config is None else config.absolute()
+    _command.overrides = {k: v for k, v in overrides.items() if v is not None}
     return settings
 
 

@@ -289,6 +289,42 @@ def test_mdb_run_without_config_runs_on_after_sighup(app: Path) -> None:
     assert out.splitlines()[-1] == "mdb: stopped; processed 0, in flight 0"
 
 
+def test_load_settings_in_mdb_run_reads_what_mdb_run_read(tmp_path: Path) -> None:
+    # A resource's Producer made from load_settings() sends where the container listens:
+    # the --config file's broker (a memory broker of another name than the default's) and
+    # app, and the command line's --server.
+    (tmp_path / "svc.py").write_text(
+        "from collections.abc import AsyncIterator\n"
+        "from dependency_injector import containers, providers\n"
+        "from mdb import Producer, listener, load_settings\n\n"
+        "async def greeting() -> AsyncIterator[None]:\n"
+        "    settings = load_settings()\n"
+        "    print(f'resource: app {settings.app}, server {settings.server}, broker '\n"
+        "          f'{settings.brokers[\"default\"].url}', flush=True)\n"
+        "    async with Producer(settings) as producer:\n"
+        "        await producer.send('queue:greetings', 'hello')\n"
+        "    yield\n\n"
+        "class Services(containers.DeclarativeContainer):\n"
+        "    greeting = providers.Resource(greeting)\n\n"
+        "@listener('queue:greetings')\n"
+        "async def on_greeting(body: str) -> None:\n"
+        "    print(f'handled {body}', flush=True)\n")
+    (tmp_path / "shop.toml").write_text("app = 'shop'\n[brokers.default]\nurl = 'memory://shop'\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mdb.cli", "run", "svc", "--config", "shop.toml", "--server",
+         "s7"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        lines = (line.strip() for line in process.stdout)
+        assert next(line for line in lines if line.startswith("resource:")) == (
+            "resource: app shop, server s7, broker memory://shop")
+        assert next(line for line in lines if line.startswith("handled")) == "handled hello"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+
+
 def test_mdb_send_refuses_the_embedded_broker_it_cannot_reach(app: Path) -> None:
     # The default broker is memory://, inside the process of `mdb run`: a send from another
     # process would go to a broker of its own and reach nothing.
