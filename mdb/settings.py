@@ -21,6 +21,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -85,6 +86,8 @@ class Settings(BaseSettings):
         env_prefix="MDB_", env_nested_delimiter="__", env_file=".env",
         env_file_encoding="utf-8", extra="forbid", nested_model_default_partial_update=True,
         allow_inf_nan=False,  # an endless grace period or interval hangs
+        # MDB_X= (empty) is none: it unsets what a weaker source (the TOML file) set.
+        env_parse_none_str="",
     )
 
     app: str = Field(default="mdb", description="application name; processes of one app share work")
@@ -168,7 +171,7 @@ class Settings(BaseSettings):
         sources = [init_settings, env_settings, dotenv_settings]
         if cls._toml_file is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_file))
-        return tuple(sources)
+        return tuple(_OnePasswordForm(source) for source in sources)
 
     def topology(self) -> Topology:
         """The destinations as configured; call ``check`` first."""
@@ -202,6 +205,32 @@ class Settings(BaseSettings):
                         f"or name"
                     )
                 seen.add((member.broker, physical))
+
+
+_PASSWORD_FORMS = (("password", "password_file"), ("password_file", "password"))
+
+
+class _OnePasswordForm(PydanticBaseSettingsSource):
+    """``source``, where a broker's or a database's password it gives also unsets the
+    ``password_file`` a weaker source gave, and the other way round: they are one setting in
+    two forms (docs/configuration.md). One source giving both is still refused."""
+
+    def __init__(self, source: PydanticBaseSettingsSource) -> None:
+        super().__init__(source.settings_cls)
+        self._source = source
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        state = self._source()
+        for group in ("brokers", "databases"):
+            entries = state.get(group)
+            for entry in entries.values() if isinstance(entries, dict) else ():
+                for given, other in _PASSWORD_FORMS:
+                    if isinstance(entry, dict) and entry.get(given) is not None:
+                        entry.setdefault(other, None)
+        return state
 
 
 def _member_destination(key: str, name: str | None) -> Destination:
@@ -261,8 +290,12 @@ def describe_errors(exc: ValidationError) -> str:
     """One line per invalid setting, naming it and what is wrong, never the value given: a
     misspelt or mistyped password key would otherwise print the password."""
     lines = ["invalid settings:"]
-    for err in exc.errors(include_input=False, include_url=False):
+    for err in exc.errors(include_url=False):  # its input is read for being none, never shown
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["input"] is None:  # an empty environment variable
+            lines.append(f"  setting {where}: empty, and it needs a value: give one, or leave "
+                         "the variable out")
+            continue
         unknown = err["type"] == "extra_forbidden"
         hint = " — unknown setting; see docs/configuration.md" if unknown else ""
         lines.append(f"  setting {where}: {err['msg']}{hint}")
