@@ -287,7 +287,10 @@ def _parser() -> argparse.ArgumentParser:
     p_send.add_argument("--file", metavar="PATH",
                         help="send the bytes of PATH as the body (-: read stdin), for a body "
                              "too large or too binary for the command line; at most 64 MiB")
-    p_send.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
+    p_send.add_argument("--header", action="append", default=[], metavar="KEY=VALUE",
+                        help="an application header of the message (repeat it for more); "
+                             "mdb_id=ID sends it under that id, e.g. again after an unknown "
+                             "outcome (default: a new id)")
     label = p_send.add_mutually_exclusive_group()
     label.add_argument("--json", action="store_true",
                        help="the body is JSON: refused unless it parses, sent as "

@@ -159,6 +159,27 @@ def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> Non
     assert result.stderr == ""  # nothing of stomp.py's ("established connection ...")
 
 
+def test_mdb_send_keeps_the_id_it_is_given(activemq: object) -> None:
+    import anyio
+
+    from tests.contract.support import read, unique
+
+    url = str(activemq.url)  # type: ignore[attr-defined]
+    queue = f"queue:{unique('sent')}"
+    env = {**os.environ, "MDB_BROKERS__DEFAULT__URL": url}
+    result = mdb("send", queue, "again", "--header", "mdb_id=order-17", cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"sent order-17 to {queue}\n"
+    [delivery] = anyio.run(read, url, queue, 1)
+    assert delivery.headers["mdb_id"] == "order-17"
+
+
+def test_mdb_send_help_says_what_a_header_is(app: Path) -> None:
+    helped = " ".join(mdb("send", "--help", cwd=app).stdout.split())
+    assert ("--header KEY=VALUE an application header of the message (repeat it for more); "
+            "mdb_id=ID sends it under that id") in helped
+
+
 def test_mdb_send_takes_the_body_from_a_file_or_stdin(activemq: object, tmp_path: Path) -> None:
     import anyio
 
