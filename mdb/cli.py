@@ -34,7 +34,9 @@ error: ...``, never a traceback):
 - 3: a broker error: no broker could be reached at startup, or a broker refused what mdb asked
   (a subscription, ``mdb send``'s message, ...); ``mdb status``: the health endpoint could not
   be reached;
-- 128+N: a second signal N.
+- 128+N: a second signal N;
+- 141 (128 + SIGPIPE): the reader of stdout left (``mdb status | head -1``): no traceback,
+  as a command that SIGPIPE ends.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ import argparse
 import importlib.metadata
 import json
 import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,6 +81,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = anyio.run(args.command, args, settings)
         except BaseExceptionGroup as group:
             raise sole(group) from None
+        sys.stdout.flush()  # here, where a reader gone is caught, not as the interpreter ends
+    except BrokenPipeError:
+        # The reader of stdout left (`mdb status | head -1`, once head has its line): it has
+        # what it wanted. End as a command SIGPIPE ends, with no traceback; stdout goes to
+        # /dev/null, so that the interpreter's last flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
     except ConfigurationError as exc:
         logs.tell(f"mdb: configuration error: {exc}", logging.ERROR)
         sys.exit(2)

@@ -377,6 +377,23 @@ def test_mdb_subscriptions_prints_the_plan_without_connecting(tmp_path: Path) ->
                                     "shop-web_1-per_server", "own,", "durable"]
 
 
+def to_a_reader_gone(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``mdb`` whose stdout is a pipe nobody reads any more, as in ``mdb status | head -1``
+    once head has its line."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "mdb.cli", *args], cwd=cwd, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+
+
+def test_a_reader_that_stops_reading_ends_mdb_quietly(app: Path) -> None:
+    cut = to_a_reader_gone("subscriptions", "app_listeners", cwd=app)
+    assert (cut.returncode, cut.stderr) == (128 + signal.SIGPIPE, "")
+
+
 def test_mdb_run_serves_its_health_to_mdb_status(app: Path) -> None:
     from tests.harness.process import free_port
 
@@ -392,6 +409,8 @@ def test_mdb_run_serves_its_health_to_mdb_status(app: Path) -> None:
         status = mdb("status", "--url", f"http://127.0.0.1:{port}", cwd=app, env=env)
         assert status.returncode == 0, status.stdout + status.stderr
         assert "live, ready" in status.stdout and "on_order" in status.stdout
+        cut = to_a_reader_gone("status", "--url", f"http://127.0.0.1:{port}", cwd=app)
+        assert (cut.returncode, cut.stderr) == (128 + signal.SIGPIPE, "")
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
