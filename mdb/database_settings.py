@@ -48,7 +48,10 @@ class DatabaseSettings(BaseModel):
     def _one_password(self) -> DatabaseSettings:
         self.password = one_password(self.password, self.password_file)
         try:
-            make_url(self.url)
+            url = make_url(self.url)
         except ArgumentError:
             raise ValueError(f"not a SQLAlchemy URL: write e.g. {URL_EXAMPLES}") from None
+        if url.get_backend_name() == "sqlite" and (self.username or self.password):
+            raise ValueError("SQLite takes no username or password: leave username, password "
+                             "and password_file out")
         return self

@@ -26,6 +26,7 @@ import anyio
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
+    ArgumentError,
     DBAPIError,
     DisconnectionError,
     InvalidatePoolError,
@@ -324,6 +325,8 @@ def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
         raise ConfigurationError(
             f"{setting} names the driver {url.get_driver_name()}, which is not async: write "
             f"e.g. {URL_EXAMPLES}") from None
+    except ArgumentError as exc:  # the dialect refuses the URL (its text hides the password)
+        raise ConfigurationError(f"{setting}: {_first_line(exc)}") from None
     if url.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 
 from mdb.database_settings import DatabaseSettings
@@ -87,3 +88,15 @@ def test_a_driver_that_is_not_async_is_refused_naming_those_that_are() -> None:
                        r"'sqlite:///orders.db' names the driver pysqlite, which is not async: "
                        r"write e.g. 'sqlite\+aiosqlite:///"):
         Database("main", DatabaseSettings(url="sqlite:///orders.db"))
+
+
+def test_a_url_sqlalchemy_refuses_is_named() -> None:
+    with pytest.raises(ConfigurationError, match=r"setting databases.main.url: "
+                       r"'sqlite\+aiosqlite://host/orders.db': Invalid SQLite URL"):
+        Database("main", DatabaseSettings(url="sqlite+aiosqlite://host/orders.db"))
+
+
+@pytest.mark.parametrize("login", [{"username": "shop"}, {"password": "s3cret"}])
+def test_sqlite_takes_no_login(login: dict[str, str]) -> None:
+    with pytest.raises(ValidationError, match="SQLite takes no username or password"):
+        DatabaseSettings(url="sqlite+aiosqlite:///orders.db", **login)
