@@ -379,7 +379,8 @@ def broker_for(options: ConnectionOptions) -> Broker:
 
 def factory_for(url: str) -> type[Broker]:
     """The ``Broker`` factory registered for ``url``'s scheme, or a ConfigurationError listing
-    them."""
+    them, or passing on the ``ImportError`` of an adapter that cannot be loaded (its text says
+    what to install: docs/architecture.md, "The broker seam")."""
     scheme = urlsplit(url).scheme
     found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     if scheme not in found:
@@ -387,5 +388,9 @@ def factory_for(url: str) -> type[Broker]:
             f"broker url {redact_url(url)!r}: no adapter for scheme {scheme!r}; "
             f"installed: {', '.join(sorted(found)) or 'none'}"
         )
-    factory: type[Broker] = found[scheme].load()
+    try:
+        factory: type[Broker] = found[scheme].load()
+    except ImportError as exc:  # an adapter whose library is an extra that is not installed
+        raise ConfigurationError(f"broker url {redact_url(url)!r}: its adapter cannot be "
+                                 f"loaded: {exc}") from None
     return factory

@@ -28,13 +28,15 @@ error: ...``, never a traceback):
   a listener module that does not import or raises at import, an invalid selector, a
   ``health_port`` that cannot be bound, a ``--file`` that cannot be read or holds over 64 MiB,
   ``mdb send`` to the embedded ``memory://`` broker (it lives inside ``mdb run``), a database
-  whose mdb tables are missing or that cannot be reached, a message ``mdb send`` cannot send
-  (a ``--json`` body that is not JSON, a NUL byte in a header, headers beyond the bounds of
-  docs/security.md);
+  whose mdb tables are missing, that cannot be reached or that refuses the login, a message
+  ``mdb send`` cannot send (a ``--json`` body that is not JSON, a NUL byte in a header,
+  headers beyond the bounds of docs/security.md);
 - 3: a broker error: no broker could be reached at startup, or a broker refused what mdb asked
   (a subscription, ``mdb send``'s message, ...); ``mdb status``: the health endpoint could not
   be reached;
-- 128+N: a second signal N.
+- 128+N: a second signal N;
+- 141 (128 + SIGPIPE): the reader of stdout left (``mdb status | head -1``): no traceback,
+  as a command that SIGPIPE ends.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ import argparse
 import importlib.metadata
 import json
 import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,16 +56,16 @@ import anyio
 from mdb import asyncapi, codec, logs, serve, tracing
 from mdb.brokers import Brokers
 from mdb.destinations import Destination, Kind
-from mdb.errors import BrokerError, ConfigurationError, DatabaseUnavailable, EncodeError, sole
+from mdb.errors import BrokerError, ConfigurationError, EncodeError, sole
 from mdb.exactly_once import tables
-from mdb.exactly_once.database import Database, translated
+from mdb.exactly_once.database import Database, at_startup
 from mdb.health import NotLive, Unreachable, fetch_status, health_url
 from mdb.links import adapters
 from mdb.message import CONTENT_TYPE, ID, MAX_SEND_FILE_BYTES, addressed
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.producer import Producer
 from mdb.report import plan_table, status_report
-from mdb.settings import Settings, load_settings
+from mdb.settings import Settings, command_settings
 from mdb.wiring import (
     find_listeners,
     import_modules,
@@ -72,11 +76,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logs.configure()
     try:
-        settings = load_settings(args.config, app=args.app, server=args.server)
+        settings = command_settings(args.config, app=args.app, server=args.server)
         try:
             code = anyio.run(args.command, args, settings)
         except BaseExceptionGroup as group:
             raise sole(group) from None
+        sys.stdout.flush()  # here, where a reader gone is caught, not as the interpreter ends
+    except BrokenPipeError:
+        # The reader of stdout left (`mdb status | head -1`, once head has its line): it has
+        # what it wanted. End as a command SIGPIPE ends, with no traceback; stdout goes to
+        # /dev/null, so that the interpreter's last flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
     except ConfigurationError as exc:
         logs.tell(f"mdb: configuration error: {exc}", logging.ERROR)
         sys.exit(2)
@@ -194,12 +206,8 @@ async def db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
     for name, database_settings in settings.databases.items():
         database = Database(name, database_settings)
         try:
-            with database.deadline():
-                async with translated(database):
-                    created = await tables.upgrade(database.engine)
-        except DatabaseUnavailable as exc:
-            raise ConfigurationError(f"{exc}; is it running, and is databases.{name}.url "
-                                     "right?") from None
+            async with at_startup(database):
+                created = await tables.upgrade(database.engine)
         finally:
             await database.close()
         print(f"database {name} ({database.shown}): "
@@ -291,7 +299,10 @@ def _parser() -> argparse.ArgumentParser:
     p_send.add_argument("--file", metavar="PATH",
                         help="send the bytes of PATH as the body (-: read stdin), for a body "
                              "too large or too binary for the command line; at most 64 MiB")
-    p_send.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
+    p_send.add_argument("--header", action="append", default=[], metavar="KEY=VALUE",
+                        help="an application header of the message (repeat it for more); "
+                             "mdb_id=ID sends it under that id, e.g. again after an unknown "
+                             "outcome (default: a new id)")
     label = p_send.add_mutually_exclusive_group()
     label.add_argument("--json", action="store_true",
                        help="the body is JSON: refused unless it parses, sent as "

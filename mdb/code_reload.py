@@ -66,6 +66,8 @@ async def run_reloading(command: Callable[[int], Sequence[str]], watched: Sequen
     except ImportError:
         raise ConfigurationError("mdb run --reload needs watchfiles: pip install "
                                  "'mdb[reload]'") from None
+    # watchfiles logs each batch of changes at INFO; the restart line says which files.
+    logs.quiet_library("watchfiles.main")
     reloader = _Reloader(grace)
     sending, changes = anyio.create_memory_object_stream[list[str]](1)
 

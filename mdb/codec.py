@@ -119,15 +119,24 @@ def outgoing(body: object, headers: Mapping[str, str] | None = None,
              limits: HeaderLimits | None = None) -> OutgoingMessage:
     """A new message: the encoded body, its content type (``content-type`` and
     ``mdb_content_type``: the one ``headers`` declare, else the body's), and mdb's ``own``
-    headers over ``headers`` (by default a fresh ``mdb_id``).
-    Raises ``EncodeError`` for a body ``encode`` refuses, a header holding a NUL byte, or
+    headers over ``headers`` (a handler's: its derived ``mdb_id``). Without ``own``, the
+    ``mdb_id`` is the one ``headers`` give (a producer sending a message again under its id),
+    else a fresh one.
+    Raises ``EncodeError`` for a body ``encode`` refuses, an empty ``mdb_id``, a header holding
+    a NUL byte, or
     ``headers`` that take the message beyond ``limits`` (``refuse_oversized``; those of the
     brokers it may go to, ``Brokers.header_limits``); warns (once per name) about a header
     name a JMS selector cannot name (``mdb.jms_names``)."""
     if headers:
         refuse_nul(headers)
+    if own is None:
+        given = (headers or {}).get(ID)
+        if given == "":
+            raise EncodeError("header mdb_id is empty: give the message's id, or leave the "
+                              "header out for a new one")
+        own = {ID: given or new_id()}
     data, content_type = encode(body)
-    merged = {**labelled(headers or {}, content_type), **(own or {ID: new_id()})}
+    merged = {**labelled(headers or {}, content_type), **own}
     if headers:
         if limits is not None:
             refuse_oversized(merged, limits)

@@ -13,6 +13,7 @@ from mdb.broker_settings import one_password
 
 HOUR = 3_600.0
 DAY = 24 * HOUR
+URL_EXAMPLES = "'sqlite+aiosqlite:///mdb.sqlite3' or 'postgresql+asyncpg://host:5432/db'"
 
 
 class DatabaseSettings(BaseModel):
@@ -48,8 +49,10 @@ class DatabaseSettings(BaseModel):
     def _one_password(self) -> DatabaseSettings:
         self.password = one_password(self.password, self.password_file)
         try:
-            make_url(self.url)
+            url = make_url(self.url)
         except ArgumentError:
-            raise ValueError("not a SQLAlchemy URL: write e.g. 'sqlite+aiosqlite:///mdb.sqlite3' "
-                             "or 'postgresql+asyncpg://host:5432/db'") from None
+            raise ValueError(f"not a SQLAlchemy URL: write e.g. {URL_EXAMPLES}") from None
+        if url.get_backend_name() == "sqlite" and (self.username or self.password):
+            raise ValueError("SQLite takes no username or password: leave username, password "
+                             "and password_file out")
         return self

@@ -32,8 +32,12 @@ def plan_table(settings: Settings, plans: Sequence[Planned]) -> str:
             rows.append((spec.name, str(spec.destination), str(p.request.destination),
                          p.name, kind, str(spec.options.pool),
                          f"{p.broker} ({_addresses(settings, p.broker)}, "
-                         f"{connections_for(slots[p.broker])} connections)"))
+                         f"{_connections(connections_for(slots[p.broker]))})"))
     return _table(rows)
+
+
+def _connections(count: int) -> str:
+    return f"{count} connection{'' if count == 1 else 's'}"
 
 
 def _addresses(settings: Settings, broker: str) -> str:
@@ -78,8 +82,10 @@ def status_report(health: Health, url: str, now: float | None = None) -> str:
     reasons += [f"database {d.name} is {d.state}" for d in health.databases if d.state != "up"]
     reasons += [f"listener {lh.name} has {lh.subscribed} of {lh.members} members subscribed"
                 for lh in health.listeners if lh.subscribed < lh.members]
-    reasons += [f"listener {lh.name} has all {lh.slots} slots stuck in handlers past their "
-                f"handler_timeout" for lh in health.listeners if lh.all_stuck]
+    reasons += [f"listener {lh.name} has its one slot stuck in a handler past its "
+                "handler_timeout" if lh.slots == 1 else
+                f"listener {lh.name} has all {lh.slots} slots stuck in handlers past their "
+                "handler_timeout" for lh in health.listeners if lh.all_stuck]
     reasons += [f"worker {w.index} is {w.state}" for w in health.workers if w.state != "ready"]
     if reasons and not health.ready:
         lines.append(f"  because {'; '.join(reasons)}")

@@ -134,7 +134,8 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
                 await channel.tell(health=f"http://{settings.health_host}:{health.port}")
         try:
             async with anyio.create_task_group() as helpers:
-                helpers.start_soon(_stop_on_signals, container)
+                # The container of --reload is stopped by its watcher, which says why.
+                helpers.start_soon(_stop_on_signals, container, args.lifeline is None)
                 if args.config is None:
                     helpers.start_soon(_hangups_without_config)
                 if channel is not None:
@@ -188,11 +189,13 @@ async def _hangups_without_config() -> None:
             logs.tell("mdb: SIGHUP: nothing to reload without --config; running on")
 
 
-async def _stop_on_signals(container: Container) -> None:
+async def _stop_on_signals(container: Container, say: bool) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             if container.stopping:
                 logs.tell("mdb: second signal, exiting now", logging.ERROR)
                 os._exit(128 + signum)
-            logs.tell(f"mdb: {signal.Signals(signum).name}: stopping (signal again to exit now)")
+            if say:
+                logs.tell(f"mdb: {signal.Signals(signum).name}: stopping (signal again to "
+                          "exit now)")
             container.request_stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -20,6 +21,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -84,6 +86,8 @@ class Settings(BaseSettings):
         env_prefix="MDB_", env_nested_delimiter="__", env_file=".env",
         env_file_encoding="utf-8", extra="forbid", nested_model_default_partial_update=True,
         allow_inf_nan=False,  # an endless grace period or interval hangs
+        # MDB_X= (empty) is none: it unsets what a weaker source (the TOML file) set.
+        env_parse_none_str="",
     )
 
     app: str = Field(default="mdb", description="application name; processes of one app share work")
@@ -167,7 +171,7 @@ class Settings(BaseSettings):
         sources = [init_settings, env_settings, dotenv_settings]
         if cls._toml_file is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_file))
-        return tuple(sources)
+        return tuple(_OnePasswordForm(source) for source in sources)
 
     def topology(self) -> Topology:
         """The destinations as configured; call ``check`` first."""
@@ -203,14 +207,59 @@ class Settings(BaseSettings):
                 seen.add((member.broker, physical))
 
 
+_PASSWORD_FORMS = (("password", "password_file"), ("password_file", "password"))
+
+
+class _OnePasswordForm(PydanticBaseSettingsSource):
+    """``source``, where a broker's or a database's password it gives also unsets the
+    ``password_file`` a weaker source gave, and the other way round: they are one setting in
+    two forms (docs/configuration.md). One source giving both is still refused."""
+
+    def __init__(self, source: PydanticBaseSettingsSource) -> None:
+        super().__init__(source.settings_cls)
+        self._source = source
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        state = self._source()
+        for group in ("brokers", "databases"):
+            entries = state.get(group)
+            for entry in entries.values() if isinstance(entries, dict) else ():
+                for given, other in _PASSWORD_FORMS:
+                    if isinstance(entry, dict) and entry.get(given) is not None:
+                        entry.setdefault(other, None)
+        return state
+
+
 def _member_destination(key: str, name: str | None) -> Destination:
     logical = Destination.parse(key)
     return Destination.parse(f"{logical.kind.value}:{name}") if name else logical
 
 
+@dataclass
+class _Command:
+    """Where the ``mdb`` command running in this process read its settings from."""
+
+    config: Path | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+_command = _Command()
+
+
 def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:
     """Read settings from every source (``config``: the TOML file, a path or its name as a
-    ``str``); raise ConfigurationError naming each bad setting."""
+    ``str``); raise ConfigurationError naming each bad setting.
+
+    Without ``config``, in a process of the ``mdb`` command (the application's resources and
+    handlers under ``mdb run``), the command's own: its ``--config`` file, and its ``--app``
+    and ``--server`` under ``overrides``. So a ``Producer(load_settings())`` sends where the
+    container listens (docs/configuration.md)."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if config is None:
+        config, given = _command.config, {**_command.overrides, **given}
     path = None if config is None else Path(config)
     if path is not None and not path.is_file():
         raise ConfigurationError(f"--config {path}: no such file")
@@ -219,7 +268,7 @@ def load_settings(config: str | Path | None = None, **overrides: Any) -> Setting
         _toml_file = path
 
     try:
-        settings: Settings = _FromFile(**{k: v for k, v in overrides.items() if v is not None})
+        settings: Settings = _FromFile(**given)
     except ValidationError as exc:
         raise ConfigurationError(describe_errors(exc)) from None
     except ValueError as exc:  # a TOML syntax error, or an unparsable environment variable
@@ -228,12 +277,25 @@ def load_settings(config: str | Path | None = None, **overrides: Any) -> Setting
     return settings
 
 
+def command_settings(config: Path | None, **overrides: Any) -> Settings:
+    """The ``mdb`` command's settings, ``load_settings(config, **overrides)``; from now on
+    ``load_settings()`` without a file reads them from there too, in this process."""
+    settings = load_settings(config, **overrides)
+    _command.config = None if config is None else config.absolute()
+    _command.overrides = {k: v for k, v in overrides.items() if v is not None}
+    return settings
+
+
 def describe_errors(exc: ValidationError) -> str:
     """One line per invalid setting, naming it and what is wrong, never the value given: a
     misspelt or mistyped password key would otherwise print the password."""
     lines = ["invalid settings:"]
-    for err in exc.errors(include_input=False, include_url=False):
+    for err in exc.errors(include_url=False):  # its input is read for being none, never shown
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["input"] is None:  # an empty environment variable
+            lines.append(f"  setting {where}: empty, and it needs a value: give one, or leave "
+                         "the variable out")
+            continue
         unknown = err["type"] == "extra_forbidden"
         hint = " — unknown setting; see docs/configuration.md" if unknown else ""
         lines.append(f"  setting {where}: {err['msg']}{hint}")

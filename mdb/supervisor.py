@@ -145,7 +145,8 @@ class Supervisor:
             if health is not None:
                 health.close()
         restarts = sum(p.restarts for p in self._places)
-        print(f"mdb: stopped; {len(self._places)} workers, {restarts} restarts", flush=True)
+        print(f"mdb: stopped; {len(self._places)} workers, {restarts} "
+              f"restart{'' if restarts == 1 else 's'}", flush=True)
         return self._failure
 
     def request_stop(self, signum: signal.Signals = signal.SIGTERM) -> None:

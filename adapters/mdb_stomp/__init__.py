@@ -10,6 +10,12 @@ Classic configuration, ``activemq-shared-store.xml`` the same for a shared-store
 pair.
 """
 
+try:
+    import stomp  # noqa: F401  (imported first, to say which extra brings it)
+except ImportError as missing:
+    raise ModuleNotFoundError("mdb's STOMP adapter needs stomp.py: pip install 'mdb[stomp]'",
+                              name=missing.name) from None
+
 from mdb.logs import quiet_library
 from mdb_stomp.activemq import ActiveMQDialect
 from mdb_stomp.broker import StompBroker

@@ -20,6 +20,7 @@ from examples.orders.console import say
 from examples.orders.models import Invoice, Order
 from examples.orders.services import demo_orders
 from mdb import Context, Redelivery, listener, load_settings
+from mdb.exactly_once import database_url
 
 CONFIG = Path(__file__).with_name("exactly_once.toml")
 
@@ -36,7 +37,7 @@ orders = Table(
 async def made_tables() -> AsyncIterator[None]:
     """The example's own table, in the database of ``exactly_once.toml`` (an application
     makes its tables with its migrations; ``mdb db upgrade`` makes only mdb's)."""
-    engine = create_async_engine(load_settings(CONFIG).databases["main"].url)
+    engine = create_async_engine(database_url(load_settings(CONFIG).databases["main"]))
     try:
         async with engine.begin() as connection:
             await connection.run_sync(tables.create_all)

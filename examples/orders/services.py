@@ -36,6 +36,7 @@ async def demo_orders(count: int) -> AsyncIterator[None]:
     """Demo traffic: ``count`` orders sent at startup, before the listeners subscribe (a queue
     keeps them). One is poison (never succeeds) and one is flaky (fails once)."""
     if count:
+        # mdb run's own settings (its --config): the demo goes where the container listens.
         async with Producer(load_settings()) as producer:
             for n in range(1, count + 1):
                 order = Order(id=f"o-{n}", sku="POISON" if n == 3 else f"sku-{n % 4}",

@@ -380,8 +380,10 @@ class Processor:
                 self._stats.to_error_destination += 1
                 if isinstance(failure, Unreadable) and failure.damaged:
                     self._stats.damaged += 1
-                log.warning("listener %s: message %s moved to %s after %d deliveries (%s: %s)%s",
-                            name, message.id, outcome.destination, message.delivery_count,
+                count = message.delivery_count
+                log.warning("listener %s: message %s moved to %s after %d %s (%s: %s)%s",
+                            name, message.id, outcome.destination, count,
+                            "delivery" if count == 1 else "deliveries",
                             failure.error_type, failure.text,
                             f"\n{stacktrace}" if stacktrace else "")
 

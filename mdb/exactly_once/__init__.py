@@ -2,7 +2,9 @@
 commit together, without two-phase commit (docs/exactly-once.md).
 
 * ``database``: the ``[databases.NAME]`` settings and one SQLAlchemy async engine per
-  database, whose driver errors become mdb's (``DatabaseUnavailable``) at this edge;
+  database, whose driver errors become mdb's (``DatabaseUnavailable``) at this edge, and
+  ``database_url``, the URL with the credentials mdb connects with, for the application's own
+  engines;
 * ``tables``: mdb's two tables, made by ``mdb db upgrade`` and checked at startup;
 * ``inbox``: the ids of the messages a listener processed, claimed in the handler's own
   database transaction, so that a redelivered copy is settled without running it again;
@@ -12,6 +14,7 @@ commit together, without two-phase commit (docs/exactly-once.md).
   transaction (store-and-forward while a destination's brokers are down).
 """
 
+from mdb.exactly_once.database import database_url
 from mdb.exactly_once.forwarding import Outbox
 
-__all__ = ["Outbox"]
+__all__ = ["Outbox", "database_url"]

@@ -15,20 +15,24 @@ deliveries wait for its end (``reachable``).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 import anyio
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
     ArgumentError,
     DBAPIError,
     DisconnectionError,
     InvalidatePoolError,
+    InvalidRequestError,
+    NoSuchModuleError,
     OperationalError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -42,7 +46,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from mdb.database_settings import DatabaseSettings
+from mdb.database_settings import URL_EXAMPLES, DatabaseSettings
 from mdb.errors import ConfigurationError, DatabaseUnavailable, SessionMisuse
 from mdb.redaction import redact_url
 
@@ -61,7 +65,7 @@ class Database:
     def __init__(self, name: str, settings: DatabaseSettings) -> None:
         self.name = name
         self.settings = settings
-        self.engine = _engine(settings)
+        self.engine = _engine(name, settings)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False,
                                             sync_session_class=_Session)
         # For a statement in a transaction of its own (``autocommitted``): on PostgreSQL
@@ -251,6 +255,47 @@ async def translated(database: Database) -> AsyncIterator[None]:
             f"database {database.name} ({database.shown}): {why}") from None
 
 
+@asynccontextmanager
+async def at_startup(database: Database) -> AsyncIterator[None]:
+    """Around the first statements a container or ``mdb db upgrade`` makes: a database that
+    cannot be reached, refuses mdb's login or does not answer in ``timeout`` is a
+    ``ConfigurationError`` naming the settings to check (docs/exactly-once.md: nothing runs
+    until they or the server are set right)."""
+    name = database.name
+    sqlite = make_url(database.settings.url).get_backend_name() == "sqlite"
+    check = (f"may mdb create and write the file (databases.{name}.url)?" if sqlite else
+             f"is it running, and are databases.{name}.url, databases.{name}.username and "
+             f"databases.{name}.password (or password_file) right?")
+    if sqlite:
+        _sqlite_folder(database)
+    try:
+        with database.deadline():
+            async with translated(database):
+                yield
+    except DatabaseUnavailable as exc:
+        raise ConfigurationError(f"{exc}; {check}") from None
+    except DBAPIError as exc:  # a refused login, a database that does not exist...
+        raise ConfigurationError(
+            f"database {name} ({database.shown}): {_first_line(exc)}; {check}") from None
+
+
+def _sqlite_folder(database: Database) -> None:
+    # Said before connecting, too: aiosqlite's thread of a connection that failed may outlive
+    # the event loop and print a traceback of its own as the process ends.
+    path = make_url(database.settings.url).database
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return
+    folder = Path(path).absolute().parent
+    if not folder.is_dir():
+        why = "does not exist: create it, or correct"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        why = "may not be written by this process: grant it, or correct"
+    else:
+        return
+    raise ConfigurationError(f"database {database.name} ({database.shown}): folder {folder} "
+                             f"{why} databases.{database.name}.url")
+
+
 @contextmanager
 def _deadline(database: Database) -> Iterator[anyio.CancelScope]:
     with anyio.move_on_after(database.settings.timeout) as scope:
@@ -277,12 +322,26 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
-def _engine(settings: DatabaseSettings) -> AsyncEngine:
+# The extra of mdb that installs a driver (pyproject.toml); SQLite's comes with mdb.
+_DRIVER_EXTRAS = {"asyncpg": "mdb[postgres]"}
+
+
+def database_url(settings: DatabaseSettings) -> URL:
+    """The URL mdb connects to the database of ``settings`` with: ``url`` with the
+    ``username`` and the password (``password``, or the content of ``password_file``) of the
+    settings in place of any the URL holds. For an engine of the application's own, on the
+    same database with the same login (docs/exactly-once.md); shown with ``str()``, it hides
+    the password."""
     url = make_url(settings.url)
     if settings.username is not None:
         url = url.set(username=settings.username)
     if settings.password is not None:
         url = url.set(password=settings.password.get_secret_value())
+    return url
+
+
+def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
+    url = database_url(settings)
     # A statement's parameters are a message's body and headers (a producer's) and what a
     # handler writes: SQLAlchemy puts them in the text of its errors, which reach the log,
     # spans and the error header mdb_error_message (docs/security.md, "Secrets").
@@ -298,12 +357,25 @@ def _engine(settings: DatabaseSettings) -> AsyncEngine:
         if url.get_driver_name() == "asyncpg":
             options["connect_args"] = {"timeout": settings.timeout,
                                        "command_timeout": settings.timeout}
+    setting = f"setting databases.{name}.url: {redact_url(settings.url)!r}"
     try:
         engine = create_async_engine(url, **options)
-    except (ArgumentError, ImportError) as exc:
+    except ImportError as exc:
+        driver = exc.name or url.get_driver_name()
+        extra = _DRIVER_EXTRAS.get(driver)
         raise ConfigurationError(
-            f"database url {redact_url(settings.url)!r}: {exc}; install the driver "
-            "(`pip install 'mdb[db]'` brings aiosqlite and asyncpg)") from None
+            f"{setting} needs the driver {driver}, which is not installed: "
+            f"{f'pip install {extra!r}' if extra else 'install it'}") from None
+    except NoSuchModuleError:
+        raise ConfigurationError(
+            f"{setting}: SQLAlchemy has no driver {url.get_driver_name()!r} for "
+            f"{url.get_backend_name()}; write e.g. {URL_EXAMPLES}") from None
+    except InvalidRequestError:  # the asyncio extension refuses a driver that is not async
+        raise ConfigurationError(
+            f"{setting} names the driver {url.get_driver_name()}, which is not async: write "
+            f"e.g. {URL_EXAMPLES}") from None
+    except ArgumentError as exc:  # the dialect refuses the URL (its text hides the password)
+        raise ConfigurationError(f"{setting}: {_first_line(exc)}") from None
     if url.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         # aiosqlite logs each call at DEBUG with its arguments, a statement's parameters among

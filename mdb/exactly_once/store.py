@@ -19,7 +19,7 @@ import anyio
 from mdb.destinations import Destination
 from mdb.errors import BrokerError, ConfigurationError, DatabaseUnavailable
 from mdb.exactly_once import inbox, tables
-from mdb.exactly_once.database import Database
+from mdb.exactly_once.database import Database, at_startup
 from mdb.exactly_once.guard import Guard
 from mdb.exactly_once.outbox import Dispatcher, backlog
 from mdb.health import DatabaseHealth
@@ -55,12 +55,8 @@ class Store:
     async def check(self) -> None:
         """``ConfigurationError`` when mdb's tables are missing (``mdb db upgrade``), or the
         database cannot be reached at startup."""
-        try:
-            with self.database.deadline():
-                await tables.check(self.database.engine, self.database.name)
-        except DatabaseUnavailable as exc:
-            raise ConfigurationError(f"{exc}; is the database running, and is "
-                                     f"databases.{self.database.name}.url right?") from None
+        async with at_startup(self.database):
+            await tables.check(self.database.engine, self.database.name)
 
     def health(self, now: float) -> DatabaseHealth:
         """The database for ``/status``: reached or not, and the outbox as last counted."""

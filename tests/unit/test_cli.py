@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.postgresql import USER, PostgreSQL
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -109,6 +111,21 @@ def test_an_unreachable_broker_exits_3(app: Path) -> None:
     assert "broker error" in one_line(result.stderr)  # said once, not logged before it too
 
 
+@pytest.mark.parametrize("command", [["run", "app_listeners"], ["send", "queue:orders", "x"],
+                                     ["subscriptions", "app_listeners"]])
+def test_a_broker_whose_extra_is_not_installed_is_one_line_exit_2(
+        app: Path, command: list[str]) -> None:
+    (app / "amq.toml").write_text("[brokers.main]\nurl = 'stomp+activemq://127.0.0.1:9'\n")
+    without_stomp = ("import sys\nsys.modules['stomp'] = None  # as if mdb[stomp] was not "
+                     "installed\nfrom mdb.cli import main\nmain()\n")
+    result = subprocess.run([sys.executable, "-c", without_stomp, *command, "--config",
+                             "amq.toml"], cwd=app, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert one_line(result.stderr) == (
+        "mdb: configuration error: broker url 'stomp+activemq://127.0.0.1:9': its adapter "
+        "cannot be loaded: mdb's STOMP adapter needs stomp.py: pip install 'mdb[stomp]'")
+
+
 def test_mdb_subscriptions_delete_names_what_it_needs(app: Path) -> None:
     nothing = mdb("subscriptions", cwd=app)
     assert nothing.returncode == 2 and "--delete TOPIC NAME" in nothing.stderr
@@ -140,6 +157,27 @@ def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> Non
     assert delivery.body == b"hello" and delivery.headers["region"] == "eu"
     assert result.stdout.startswith(f"sent {delivery.headers['mdb_id']} to {queue}")
     assert result.stderr == ""  # nothing of stomp.py's ("established connection ...")
+
+
+def test_mdb_send_keeps_the_id_it_is_given(activemq: object) -> None:
+    import anyio
+
+    from tests.contract.support import read, unique
+
+    url = str(activemq.url)  # type: ignore[attr-defined]
+    queue = f"queue:{unique('sent')}"
+    env = {**os.environ, "MDB_BROKERS__DEFAULT__URL": url}
+    result = mdb("send", queue, "again", "--header", "mdb_id=order-17", cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"sent order-17 to {queue}\n"
+    [delivery] = anyio.run(read, url, queue, 1)
+    assert delivery.headers["mdb_id"] == "order-17"
+
+
+def test_mdb_send_help_says_what_a_header_is(app: Path) -> None:
+    helped = " ".join(mdb("send", "--help", cwd=app).stdout.split())
+    assert ("--header KEY=VALUE an application header of the message (repeat it for more); "
+            "mdb_id=ID sends it under that id") in helped
 
 
 def test_mdb_send_takes_the_body_from_a_file_or_stdin(activemq: object, tmp_path: Path) -> None:
@@ -272,6 +310,42 @@ def test_mdb_run_without_config_runs_on_after_sighup(app: Path) -> None:
     assert out.splitlines()[-1] == "mdb: stopped; processed 0, in flight 0"
 
 
+def test_load_settings_in_mdb_run_reads_what_mdb_run_read(tmp_path: Path) -> None:
+    # A resource's Producer made from load_settings() sends where the container listens:
+    # the --config file's broker (a memory broker of another name than the default's) and
+    # app, and the command line's --server.
+    (tmp_path / "svc.py").write_text(
+        "from collections.abc import AsyncIterator\n"
+        "from dependency_injector import containers, providers\n"
+        "from mdb import Producer, listener, load_settings\n\n"
+        "async def greeting() -> AsyncIterator[None]:\n"
+        "    settings = load_settings()\n"
+        "    print(f'resource: app {settings.app}, server {settings.server}, broker '\n"
+        "          f'{settings.brokers[\"default\"].url}', flush=True)\n"
+        "    async with Producer(settings) as producer:\n"
+        "        await producer.send('queue:greetings', 'hello')\n"
+        "    yield\n\n"
+        "class Services(containers.DeclarativeContainer):\n"
+        "    greeting = providers.Resource(greeting)\n\n"
+        "@listener('queue:greetings')\n"
+        "async def on_greeting(body: str) -> None:\n"
+        "    print(f'handled {body}', flush=True)\n")
+    (tmp_path / "shop.toml").write_text("app = 'shop'\n[brokers.default]\nurl = 'memory://shop'\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mdb.cli", "run", "svc", "--config", "shop.toml", "--server",
+         "s7"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        lines = (line.strip() for line in process.stdout)
+        assert next(line for line in lines if line.startswith("resource:")) == (
+            "resource: app shop, server s7, broker memory://shop")
+        assert next(line for line in lines if line.startswith("handled")) == "handled hello"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+
+
 def test_mdb_send_refuses_the_embedded_broker_it_cannot_reach(app: Path) -> None:
     # The default broker is memory://, inside the process of `mdb run`: a send from another
     # process would go to a broker of its own and reach nothing.
@@ -303,6 +377,23 @@ def test_mdb_subscriptions_prints_the_plan_without_connecting(tmp_path: Path) ->
                                     "shop-web_1-per_server", "own,", "durable"]
 
 
+def to_a_reader_gone(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``mdb`` whose stdout is a pipe nobody reads any more, as in ``mdb status | head -1``
+    once head has its line."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "mdb.cli", *args], cwd=cwd, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+
+
+def test_a_reader_that_stops_reading_ends_mdb_quietly(app: Path) -> None:
+    cut = to_a_reader_gone("subscriptions", "app_listeners", cwd=app)
+    assert (cut.returncode, cut.stderr) == (128 + signal.SIGPIPE, "")
+
+
 def test_mdb_run_serves_its_health_to_mdb_status(app: Path) -> None:
     from tests.harness.process import free_port
 
@@ -318,6 +409,8 @@ def test_mdb_run_serves_its_health_to_mdb_status(app: Path) -> None:
         status = mdb("status", "--url", f"http://127.0.0.1:{port}", cwd=app, env=env)
         assert status.returncode == 0, status.stdout + status.stderr
         assert "live, ready" in status.stdout and "on_order" in status.stdout
+        cut = to_a_reader_gone("status", "--url", f"http://127.0.0.1:{port}", cwd=app)
+        assert (cut.returncode, cut.stderr) == (128 + signal.SIGPIPE, "")
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
@@ -349,9 +442,48 @@ def test_mdb_db_upgrade_creates_the_tables_a_container_then_finds(app: Path) -> 
     assert mdb("subscriptions", "app_listeners", "--config", "mdb.toml", cwd=app).returncode == 0
 
 
-def test_mdb_db_upgrade_names_a_database_it_cannot_reach(app: Path) -> None:
-    (app / "mdb.toml").write_text(
-        "[databases.main]\nurl = 'sqlite+aiosqlite:////nonexistent/dir/app.db'\n")
-    result = mdb("db", "upgrade", "--config", "mdb.toml", cwd=app)
+EXACTLY_ONCE_APP = (
+    "from sqlalchemy.ext.asyncio import AsyncSession\n"
+    "from mdb import listener\n\n"
+    "@listener('queue:orders', exactly_once='main')\n"
+    "async def on_order(body: bytes, session: AsyncSession) -> None:\n"
+    "    pass\n")
+
+
+def out_of_reach(tmp_path: Path, where: str) -> str:
+    """A database URL that cannot be reached: a server that is down (nothing listens on its
+    port), or a SQLite file in a folder that does not exist."""
+    from tests.harness.process import free_port
+
+    if where == "server down":
+        return f"postgresql+asyncpg://127.0.0.1:{free_port()}/orders"
+    return f"sqlite+aiosqlite:///{tmp_path}/no_such_folder/app.db"
+
+
+@pytest.mark.parametrize("command", [["run", "app_listeners"], ["db", "upgrade"]])
+@pytest.mark.parametrize("where", ["server down", "no such folder"])
+def test_a_database_out_of_reach_at_startup_is_one_line_exit_2(
+        app: Path, command: list[str], where: str) -> None:
+    (app / "app_listeners.py").write_text(EXACTLY_ONCE_APP)
+    (app / "mdb.toml").write_text(f"[databases.main]\nurl = '{out_of_reach(app, where)}'\n"
+                                  "timeout = 5\n")
+    result = mdb(*command, "--config", "mdb.toml", cwd=app)
     assert result.returncode == 2
-    assert "database main" in result.stderr and "databases.main.url" in result.stderr
+    line = one_line(result.stderr)
+    assert line.startswith("mdb: configuration error: database main (")
+    assert "databases.main.url" in line
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("command", [["run", "app_listeners"], ["db", "upgrade"]])
+def test_a_database_that_refuses_the_login_is_one_line_exit_2(
+        app: Path, postgres: PostgreSQL, command: list[str]) -> None:
+    (app / "app_listeners.py").write_text(EXACTLY_ONCE_APP)
+    url = postgres.url().replace(f"{USER}@", "")
+    (app / "mdb.toml").write_text(f"[databases.main]\nurl = '{url}'\nusername = 'nobody'\n"
+                                  "password = 'wrong'\n")
+    result = mdb(*command, "--config", "mdb.toml", cwd=app)
+    assert result.returncode == 2
+    line = one_line(result.stderr)
+    assert 'role "nobody" does not exist' in line and "wrong" not in line
+    assert "databases.main.username" in line and "databases.main.password" in line

@@ -41,10 +41,11 @@ def until(lines: Iterator[str], wanted: str, seen: list[str]) -> None:
 def test_a_changed_module_restarts_the_container_with_the_new_code(tmp_path: Path) -> None:
     module = tmp_path / "reloaded_app.py"
     module.write_text(MODULE.format(version=1))
+    # At the default log level: a restart says what changed, and nothing else of its own.
+    env = {k: v for k, v in os.environ.items() if k != "MDB_LOG_LEVEL"}
     process = subprocess.Popen(
         [sys.executable, "-m", "mdb.cli", "run", "reloaded_app", "--reload"], cwd=tmp_path,
-        env={**os.environ, "MDB_LOG_LEVEL": "WARNING"}, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert process.stdout is not None
     lines, seen = iter(process.stdout), list[str]()
     try:
@@ -69,6 +70,11 @@ def test_a_changed_module_restarts_the_container_with_the_new_code(tmp_path: Pat
     assert process.returncode == 0, "".join(seen) + rest
     assert "mdb: stopped" in rest  # the container stopped in order
     assert sum(line.startswith("mdb: ready") for line in seen) == 3
+    said = seen + rest.splitlines(keepends=True)
+    assert not [line for line in said if "watchfiles" in line], "".join(said)
+    # The watcher's own line for the final SIGTERM; none from the container, stopped by it.
+    assert [line for line in said if "SIGTERM" in line] == [
+        "mdb: --reload: SIGTERM: stopping the container (signal again to kill it)\n"]
 
 
 def test_a_watcher_killed_with_sigkill_leaves_no_container_running(tmp_path: Path) -> None:

@@ -4,11 +4,14 @@ message); what says the statement is wrong stays the handler's failure."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
+from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 
 from mdb.database_settings import DatabaseSettings
-from mdb.errors import DatabaseUnavailable
+from mdb.errors import ConfigurationError, DatabaseUnavailable
 from mdb.exactly_once.database import Database, translated
 
 pytestmark = pytest.mark.anyio
@@ -54,3 +57,46 @@ async def test_the_drivers_own_timeout_says_what_happened() -> None:
     with pytest.raises(DatabaseUnavailable, match="no answer in 4 s"):
         async with translated(database):
             raise TimeoutError  # asyncpg's command_timeout, which has no message
+
+
+def test_a_missing_driver_names_the_extra_that_brings_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "asyncpg", None)  # as if `mdb[postgres]` was not installed
+    with pytest.raises(ConfigurationError) as raised:
+        Database("main", DatabaseSettings(url="postgresql+asyncpg://db:5432/orders"))
+    assert str(raised.value) == (
+        "setting databases.main.url: 'postgresql+asyncpg://db:5432/orders' needs the driver "
+        "asyncpg, which is not installed: pip install 'mdb[postgres]'")
+
+
+def test_a_driver_mdb_has_no_extra_for_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "aiomysql", None)
+    with pytest.raises(ConfigurationError, match=r"needs the driver aiomysql, which is not "
+                                                 r"installed: install it$"):
+        Database("main", DatabaseSettings(url="mysql+aiomysql://db:3306/orders"))
+
+
+def test_a_driver_sqlalchemy_does_not_know_is_named() -> None:
+    with pytest.raises(ConfigurationError, match=r"setting databases.main.url: "
+                       r"'postgresql\+nosuch://db:5432/orders': SQLAlchemy has no driver "
+                       r"'nosuch' for postgresql"):
+        Database("main", DatabaseSettings(url="postgresql+nosuch://db:5432/orders"))
+
+
+def test_a_driver_that_is_not_async_is_refused_naming_those_that_are() -> None:
+    with pytest.raises(ConfigurationError, match=r"setting databases.main.url: "
+                       r"'sqlite:///orders.db' names the driver pysqlite, which is not async: "
+                       r"write e.g. 'sqlite\+aiosqlite:///"):
+        Database("main", DatabaseSettings(url="sqlite:///orders.db"))
+
+
+def test_a_url_sqlalchemy_refuses_is_named() -> None:
+    with pytest.raises(ConfigurationError, match=r"setting databases.main.url: "
+                       r"'sqlite\+aiosqlite://host/orders.db': Invalid SQLite URL"):
+        Database("main", DatabaseSettings(url="sqlite+aiosqlite://host/orders.db"))
+
+
+@pytest.mark.parametrize("login", [{"username": "shop"}, {"password": "s3cret"}])
+def test_sqlite_takes_no_login(login: dict[str, str]) -> None:
+    with pytest.raises(ValidationError, match="SQLite takes no username or password"):
+        DatabaseSettings(url="sqlite+aiosqlite:///orders.db", **login)

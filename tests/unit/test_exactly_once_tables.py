@@ -23,7 +23,7 @@ def test_a_lease_or_a_retention_too_short_to_keep_the_promise_is_refused(
     # A lease shorter than a dispatch's renewal can keep up with hands rows being sent to
     # another process; a retention shorter than a broker outage runs its copies again.
     with pytest.raises(ValidationError, match=next(iter(setting))):
-        DatabaseSettings(**setting)  # type: ignore[arg-type]
+        DatabaseSettings(**setting)
 
 
 async def test_upgrade_adds_the_columns_a_table_of_an_earlier_mdb_lacks(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from mdb import codec
 from mdb.context import Context
 from mdb.destinations import Destination
+from mdb.errors import EncodeError
 from mdb.message import (
     ID,
     MAYBE_REPEAT,
@@ -44,6 +45,18 @@ def test_any_other_send_gets_another_id(other: tuple[str, str, str, int]) -> Non
 
 def test_a_producers_messages_get_random_ids() -> None:
     assert codec.outgoing("a").headers[ID] != codec.outgoing("a").headers[ID]
+
+
+def test_a_producer_that_gives_an_id_keeps_it() -> None:
+    # To send a message again under its id (after SendOutcomeUnknown): a receiver that
+    # remembers ids sees one message.
+    assert codec.outgoing("a", {ID: "order-17"}).headers[ID] == "order-17"
+
+
+def test_an_empty_id_is_refused() -> None:
+    with pytest.raises(EncodeError, match="header mdb_id is empty: give the message's id, or "
+                                          "leave the header out for a new one"):
+        codec.outgoing("a", {ID: ""})
 
 
 def incoming(redelivered: bool) -> Message:

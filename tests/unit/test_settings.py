@@ -134,3 +134,64 @@ def test_the_default_server_name_is_the_host_name_made_valid(
     monkeypatch.delenv("MDB_SERVER", raising=False)
     monkeypatch.setattr(socket, "gethostname", lambda: "orders-1.orders.shop.svc")
     assert load_settings().server == "orders_1"
+
+
+@pytest.mark.parametrize(("group", "url"), [("brokers", "stomp+activemq://broker:61613"),
+                                            ("databases", "postgresql+asyncpg://db:5432/shop")])
+def test_a_password_from_a_stronger_source_replaces_a_weaker_ones_password_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, group: str, url: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "secret").write_text("from-file\n")
+    from_file = write(tmp_path, f"[{group}.main]\nurl = '{url}'\npassword_file = 'secret'\n")
+    monkeypatch.setenv(f"MDB_{group.upper()}__MAIN__PASSWORD", "from-env")
+    main = getattr(load_settings(from_file), group)["main"]
+    assert (main.password.get_secret_value(), main.password_file) == ("from-env", None)
+
+    given = write(tmp_path, f"[{group}.main]\nurl = '{url}'\npassword = 'in-toml'\n")
+    monkeypatch.delenv(f"MDB_{group.upper()}__MAIN__PASSWORD")
+    monkeypatch.setenv(f"MDB_{group.upper()}__MAIN__PASSWORD_FILE", "secret")
+    main = getattr(load_settings(given), group)["main"]
+    assert main.password.get_secret_value() == "from-file"
+
+    both = write(tmp_path, f"[{group}.main]\nurl = '{url}'\npassword = 'in-toml'\n"
+                           "password_file = 'secret'\n")
+    monkeypatch.delenv(f"MDB_{group.upper()}__MAIN__PASSWORD_FILE")
+    with pytest.raises(ConfigurationError, match="either password or password_file, not both"):
+        load_settings(both)  # one source giving both is ambiguous
+
+
+def test_an_empty_environment_variable_unsets_what_the_file_set(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "secret").write_text("from-file\n")
+    config = write(tmp_path, """
+health_port = 8081
+[databases.main]
+url = "postgresql+asyncpg://db:5432/shop"
+password_file = "secret"
+[listeners.on_order]
+selector = "region = 'eu'"
+pool = 4
+""")
+    for name in ("MDB_HEALTH_PORT", "MDB_DATABASES__MAIN__PASSWORD_FILE",
+                 "MDB_LISTENERS__ON_ORDER__SELECTOR"):
+        monkeypatch.setenv(name, "")
+    settings = load_settings(config)
+    assert settings.health_port is None
+    assert (settings.databases["main"].password, settings.databases["main"].password_file) == (
+        None, None)
+    # No selector override: the code's selector applies.
+    assert settings.listeners["on_order"].model_dump(exclude_none=True) == {"pool": 4}
+
+
+def test_an_empty_environment_variable_for_a_setting_that_needs_a_value_is_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MDB_SHUTDOWN_GRACE_PERIOD", "")
+    with pytest.raises(ConfigurationError, match=r"setting shutdown_grace_period: empty, and it "
+                                                 r"needs a value: give one, or leave the "
+                                                 r"variable out"):
+        load_settings()

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from examples.orders import exactly_once
 from examples.orders.models import Invoice, Order
 from mdb import Settings, load_settings
+from mdb.exactly_once import database_url
 from mdb.testing import SyncRunner
 
 pytestmark = pytest.mark.anyio
@@ -25,7 +26,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 
 
 async def recorded(settings: Settings) -> list[str]:
-    engine = create_async_engine(settings.databases["main"].url)
+    engine = create_async_engine(database_url(settings.databases["main"]))
     try:
         async with engine.connect() as connection:
             rows = await connection.execute(select(exactly_once.orders.c.id))
