@@ -68,7 +68,7 @@ class ContainerMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from health_families(self._container.health())
         yield from self._listener_families()
-        yield from REGISTRY.collect()
+        yield from without_empty_labels(REGISTRY.collect())
 
     def _listener_families(self) -> Iterator[Metric]:
         slots = GaugeMetricFamily(
@@ -97,6 +97,18 @@ class ContainerMetrics(Collector):
             for outcome in OUTCOMES:
                 outcomes.add_metric([name, outcome], getattr(deployed.stats, outcome))
         yield from (slots, busy, oldest, outcomes)
+
+
+def without_empty_labels(families: Iterable[Metric]) -> Iterator[Metric]:
+    """``families`` with every label whose value is empty left out. OpenTelemetry's exporter
+    gives each sample of a metric every label any of its samples has, empty where the sample
+    has none (``error_type=""`` on a message that did not fail); Prometheus reads an empty
+    label as no label, so the page says so."""
+    for family in families:
+        family.samples = [
+            sample._replace(labels={k: v for k, v in sample.labels.items() if v})
+            if "" in sample.labels.values() else sample for sample in family.samples]
+        yield family
 
 
 def health_families(health: Health) -> Iterator[Metric]:
