@@ -55,8 +55,8 @@ from mdb.health import (
     Health,
     HealthServer,
     ListenerHealth,
+    MetricsSource,
     NotLive,
-    Page,
     Unreachable,
     WorkerHealth,
     fetch_status,
@@ -126,7 +126,7 @@ class Supervisor:
         if self.settings.health_port is not None:
             health = HealthServer(
                 self.health, self.settings.health_host, self.settings.health_port,
-                metrics=self.metrics if tracing.metrics_exporter() == "prometheus" else None)
+                metrics=self.metrics() if tracing.metrics_exporter() == "prometheus" else None)
             health.start()
             print(f"mdb: health on http://{self.settings.health_host}:{health.port}",
                   flush=True)
@@ -177,16 +177,19 @@ class Supervisor:
                     asking.start_soon(ask, place, place.health_url)
         return server_health(self._places, answers, self._stopping.is_set())
 
-    async def metrics(self, accept: str) -> Page:
+    def metrics(self) -> MetricsSource:
         """``/metrics``: every worker's page, each sample labelled with its ``worker``, and
-        the state of each (``mdb.metrics.WorkerMetrics``, docs/metrics.md)."""
+        the state of each (``mdb.metrics.SupervisorMetrics``, docs/metrics.md)."""
         from mdb import metrics  # the prometheus extra, which the workers' setup checks
 
-        health = await self.health()
-        urls = [(place.index, place.health_url) for place in self._places
-                if place.health_url is not None and place.state in ("ready", "starting")]
-        pages = await anyio.to_thread.run_sync(metrics.fetch_pages, urls, ASK_TIMEOUT)
-        return metrics.supervisor_page(health, pages, accept)
+        async def ask() -> tuple[Health, dict[int, str]]:
+            health = await self.health()
+            urls = [(place.index, place.health_url) for place in self._places
+                    if place.health_url is not None and place.state in ("ready", "starting")]
+            return health, await anyio.to_thread.run_sync(metrics.fetch_pages, urls,
+                                                          ASK_TIMEOUT)
+
+        return metrics.SupervisorMetrics(ask)
 
     async def _keep_up(self, place: Place) -> None:
         while not self._stopping.is_set():
