@@ -150,8 +150,8 @@ class WorkerHealth:
     """The process now in that place; 0 while none runs."""
     state: str
     """``"starting"``, ``"ready"``, ``"not ready"``, ``"no answer"`` (its health endpoint did
-    not answer), ``"restarting"`` (waiting to be started again), ``"stopping"`` or
-    ``"stopped"``."""
+    not answer), ``"restarting"`` (waiting to be started again), ``"failed"`` (given up: not
+    started again until SIGHUP), ``"stopping"`` or ``"stopped"``."""
     restarts: int
     """How many times the supervisor started this place again after its process ended."""
 
