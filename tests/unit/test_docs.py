@@ -84,6 +84,15 @@ def test_the_testing_doc_shows_every_option_of_the_kit() -> None:
         assert not missing, f"docs/testing.md shows no app.{method}(...) with {missing}"
 
 
+def test_the_readme_and_the_docs_name_the_exactly_once_database_alike() -> None:
+    # One name, the one the docs' settings define ([databases.main]): a reader who copies
+    # the README's listener and the docs' settings gets a listener that starts.
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    named = {name for page in pages
+             for name in re.findall(r'exactly_once="(\w+)"', page.read_text())}
+    assert named == {"main"}, named
+
+
 def test_the_quickstart_project_passes_its_own_tests(tmp_path: Path) -> None:
     # docs/quickstart.md, copied as a reader would: the listener module, its tests, pytest's
     # configuration; run from the project folder.
