@@ -10,7 +10,9 @@ topology), connecting to nothing:
   JSON Schema pydantic makes of the body parameter's annotation (``TypeAdapter.json_schema``;
   models land in ``components.schemas``);
 * a ``receive`` **operation** per listener, and a ``send`` operation per error destination (mdb
-  itself moves failed messages there, with the failure in headers).
+  itself moves failed messages there, with the failure in headers). An exactly-once listener's
+  says so (``x-mdb-exactly-once``), and how it treats a repeated ``mdb_id`` and sends through
+  its database's outbox; its error destination also takes the sends its broker refused.
 
 What AsyncAPI has no field for is carried in ``x-mdb-*`` extensions: the destination's kind and
 members, a listener's distribution mode, subscription names, pool, transactions, selector and
@@ -54,6 +56,28 @@ _ERROR_HEADERS = {
                                "description": "where the message was sent first"},
     },
 }
+# What an exactly-once listener's error destination takes besides its failed messages: a send
+# of its handler that the broker refused (docs/exactly-once.md), its body whatever the handler
+# sent.
+_REFUSED_HEADERS = {
+    "type": "object",
+    "properties": {
+        ID: {"type": "string", "description": "mdb's message id, as the send's"},
+        ERROR_TYPE: {"type": "string", "description": "the broker's refusal, as an error type"},
+        ERROR_MESSAGE: {"type": "string", "description": "what the broker said"},
+        ORIGINAL_DESTINATION: {"type": "string",
+                               "description": "where the handler sent it"},
+    },
+}
+# An exactly-once listener's messages: the id it knows a repeat by.
+_ONCE_HEADERS = {
+    "type": "object",
+    "properties": {
+        ID: {"type": "string", "description": "the message's id: a message with the id of "
+                                              "one this listener processed is not run again "
+                                              "(without it, a digest of the content counts)"},
+    },
+}
 
 
 async def command(args: argparse.Namespace, settings: Settings) -> None:
@@ -93,29 +117,37 @@ def document(settings: Settings, listeners: Iterable[ListenerSpec], version: str
         return key
 
     for spec, planned in plan_listeners(settings, listeners):
+        database = spec.options.exactly_once
         payload, content_type = _payload(spec.body_type, schemas)
         message = {"name": _body_name(spec.body_type), "contentType": content_type,
                    "payload": payload}
         source = channel(spec.destination)
-        channels[source]["messages"][_key(spec.name)] = message
+        channels[source]["messages"][_key(spec.name)] = (
+            message if database is None else {**message, "headers": _ONCE_HEADERS})
         operations[_key(spec.name)] = {
             "action": "receive",
             "channel": {"$ref": f"#/channels/{source}"},
             "messages": [{"$ref": f"#/channels/{source}/messages/{_key(spec.name)}"}],
             **_summary(spec),
+            **({} if database is None else {"description": _exactly_once(database)}),
             **_extensions(spec, planned),
         }
         failed = channel(spec.error_destination)
-        channels[failed]["messages"][_key(f"{spec.name}.failed")] = {
+        moved = {_key(f"{spec.name}.failed"): {
             **message, "name": f"{message['name']} that failed in {spec.name}",
-            "headers": _ERROR_HEADERS}
+            "headers": _ERROR_HEADERS}}
+        if database is not None:
+            moved[_key(f"{spec.name}.refused_send")] = {
+                "name": f"a send of {spec.name} its broker refused", "payload": {},
+                "headers": _REFUSED_HEADERS}
+        channels[failed]["messages"].update(moved)
         operations[_key(f"{spec.name}.error_destination")] = {
             "action": "send",
             "channel": {"$ref": f"#/channels/{failed}"},
-            "messages": [{"$ref": f"#/channels/{failed}/messages/"
-                                  f"{_key(f'{spec.name}.failed')}"}],
+            "messages": [{"$ref": f"#/channels/{failed}/messages/{key}"} for key in moved],
             "summary": f"mdb moves a message {spec.name} failed past its redelivery limit, or "
-                       f"that does not decode, here",
+                       f"that does not decode, here"
+                       + ("" if database is None else ", and a send of it the broker refused"),
         }
     return {
         "asyncapi": ASYNCAPI,
@@ -148,6 +180,16 @@ def _body_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", None) or str(annotation)
 
 
+def _exactly_once(database: str) -> str:
+    """What an exactly-once listener promises its senders and the consumers of its sends."""
+    return (f"Exactly once, with database `{database}` (docs/exactly-once.md): a message whose "
+            f"`{ID}` this listener already processed is settled without running again, so a "
+            f"sender may repeat a message with its `{ID}`. What the handler sends is written "
+            f"to the database's outbox in the transaction that records the message, and sent "
+            f"after its commit; a send made twice (a process ending between the broker's "
+            f"receipt and the outbox's delete) carries the same `{ID}` both times.")
+
+
 def _summary(spec: ListenerSpec) -> dict[str, str]:
     doc = inspect.getdoc(spec.handler)
     return {"summary": doc.split("\n\n", 1)[0].replace("\n", " ")} if doc else {}
@@ -168,6 +210,8 @@ def _extensions(spec: ListenerSpec, planned: tuple[PlannedSubscription, ...]) ->
         found["x-mdb-subscriptions"] = sorted({p.name for p in planned})
     if options.selector is not None:
         found["x-mdb-selector"] = options.selector
+    if options.exactly_once is not None:
+        found["x-mdb-exactly-once"] = options.exactly_once
     return found
 
 

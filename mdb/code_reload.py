@@ -32,10 +32,10 @@ from anyio.abc import ObjectReceiveStream, Process
 from anyio.streams.memory import MemoryObjectSendStream
 
 from mdb import logs
+from mdb.children import stop_in_order
 from mdb.errors import ConfigurationError
 from mdb.redaction import printable
 
-KILL_MARGIN = 10.0  # seconds past shutdown_grace_period before a stopping child is killed
 SHOWN_CHANGES = 5  # changed files a restart's line names; the others it counts
 
 
@@ -168,16 +168,8 @@ class _Reloader:
 
     async def stop_container(self) -> None:
         """Stop the container in order; kill it past its grace period and a margin."""
-        process = self.process
-        if process is None:
-            return
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-        with anyio.move_on_after(self.grace + KILL_MARGIN):
-            self.code = await process.wait()
-            return
-        process.kill()
-        self.code = await process.wait()
+        if self.process is not None:
+            self.code = await stop_in_order(self.process, self.grace)
 
     async def stop_on_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

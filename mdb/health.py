@@ -21,18 +21,26 @@ workers' snapshots (``mdb.supervisor``); its snapshot lists the workers (``Worke
 Any other path is 404, any other method 405. The server logs nothing per request, and no client
 can exhaust it: it keeps a bounded number of connections and threads, cuts off slow clients,
 and answers probes under a flood of them (``mdb.probe_server``).
+
+``/metrics`` (``mdb.metrics``, docs/metrics.md) costs the container's loop one short read per
+``PAGE_FRESH_FOR`` seconds at most (longer for a page slow to make: ``PAGE_REUSE``), however
+many clients scrape: the page is made from that read in a request thread, and every scrape
+until it is stale gets the same page, served on the probe server's own loop; a scrape that
+finds the page being made anew gets the last one instead of waiting.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 import anyio.from_thread
 import anyio.lowlevel
@@ -44,6 +52,32 @@ from mdb.settings import Settings
 
 Page = tuple[str, bytes]
 """``/metrics``: (content type, body)."""
+Render = Callable[[str], Page]
+"""``/metrics`` as read from the container: its page in the format an ``Accept`` header asks
+for, made off the container's loop."""
+
+PAGE_FRESH_FOR = 1.0
+"""Seconds a ``/metrics`` page is served again before the container is read anew: a fraction
+of any scrape interval, so a scraper sees no difference, while a flood of scrapers costs the
+container one read a second (docs/metrics.md)..."""
+PAGE_REUSE = 10.0
+"""... or this many times as long as the page took to make, when that is longer: however
+large the page and however busy the process, making pages takes at most a tenth of its
+time."""
+
+
+class MetricsSource(Protocol):
+    """What serves ``/metrics`` (``mdb.metrics``)."""
+
+    def content_type(self, accept: str) -> str:
+        """The content type of the page an ``Accept`` header asks for."""
+        ...
+
+    def read(self) -> Render | Awaitable[Render]:
+        """On the container's loop: what only the loop may read, taken at once (it must not
+        block; a coroutine may await, as the supervisor's asks its workers). The page is made
+        of it elsewhere."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -117,8 +151,8 @@ class WorkerHealth:
     """The process now in that place; 0 while none runs."""
     state: str
     """``"starting"``, ``"ready"``, ``"not ready"``, ``"no answer"`` (its health endpoint did
-    not answer), ``"restarting"`` (waiting to be started again), ``"stopping"`` or
-    ``"stopped"``."""
+    not answer), ``"restarting"`` (waiting to be started again), ``"failed"`` (given up: not
+    started again until SIGHUP), ``"stopping"`` or ``"stopped"``."""
     restarts: int
     """How many times the supervisor started this place again after its process ended."""
 
@@ -235,16 +269,19 @@ class HealthServer:
     supervisor's asks its workers), and waits for it. ``port`` 0 picks a free port;
     after :meth:`start`, ``port`` is the bound one. :meth:`close` is idempotent; it blocks its
     caller (the loop) only until the server has closed its connections. ``metrics``, when
-    given, answers ``/metrics`` on that loop too, from the request's ``Accept`` header.
+    given, answers ``/metrics``: read on that loop, made in a request thread, served again
+    until it is stale (the module docstring).
     """
 
     def __init__(self, snapshot: Callable[[], Health | Awaitable[Health]],
                  host: str = "127.0.0.1", port: int = 0,
-                 metrics: Callable[[str], Page | Awaitable[Page]] | None = None) -> None:
+                 metrics: MetricsSource | None = None) -> None:
         self.host = host
         self.port = port
         self._snapshot = snapshot
         self._metrics = metrics
+        self._pages: dict[str, tuple[float, Page]] = {}  # by content type: (stale at, page)
+        self._making = threading.Lock()  # held while a page is read and made
         self._token = anyio.lowlevel.current_token()  # RuntimeError off the event loop
         self._server: ProbeServer | None = None
 
@@ -260,7 +297,7 @@ class HealthServer:
                 f"{exc.strerror or exc}; choose another port (0: any free one) or health_host"
             ) from None
         self.port = sock.getsockname()[1]
-        self._server = ProbeServer(sock, self._answer)
+        self._server = ProbeServer(sock, self._answer, self._answer_now)
         self._server.start()
 
     def close(self) -> None:
@@ -272,7 +309,7 @@ class HealthServer:
         """Runs in a request thread."""
         path, accept = request
         if path == "/metrics" and self._metrics is not None:
-            return self._page(accept)
+            return self._page(self._metrics, accept)
         if path not in ("/health/live", "/health/ready", "/status"):
             return json_answer(HTTPStatus.NOT_FOUND, {
                 "error": f"no route {path}; try /health/live, /health/ready or /status"})
@@ -288,21 +325,40 @@ class HealthServer:
             return json_answer(_ok(health.ready), {"ready": health.ready, **health.unready()})
         return json_answer(HTTPStatus.OK, health.to_json())
 
-    def _page(self, accept: str) -> Answer:
-        """``/metrics``, in a request thread."""
-        try:
-            content_type, data = anyio.from_thread.run(self._take_page, accept,
-                                                       token=self._token)
-        except RuntimeError:
-            return (HTTPStatus.SERVICE_UNAVAILABLE, "text/plain",
-                    b"the container's event loop is not running\n")
-        return HTTPStatus.OK, content_type, data
+    def _answer_now(self, request: Request) -> Answer | None:
+        """``/metrics`` when it needs no request thread (``mdb.probe_server``): the page while
+        it is fresh, and the last one while another request makes the next."""
+        path, accept = request
+        if path != "/metrics" or self._metrics is None:
+            return None
+        made = self._pages.get(self._metrics.content_type(accept))
+        if made is None or (time.monotonic() >= made[0] and not self._making.locked()):
+            return None
+        return HTTPStatus.OK, *made[1]
 
-    async def _take_page(self, accept: str) -> Page:
-        assert self._metrics is not None
-        taken = self._metrics(accept)
-        return taken if isinstance(taken, tuple) else await taken
+    def _page(self, metrics: MetricsSource, accept: str) -> Answer:
+        """``/metrics``, in a request thread: a new page, unless another request made one
+        while this one waited."""
+        content_type = metrics.content_type(accept)
+        with self._making:
+            made = self._pages.get(content_type)
+            if made is not None and time.monotonic() < made[0]:
+                return HTTPStatus.OK, *made[1]
+            began = time.monotonic()
+            try:
+                render = anyio.from_thread.run(self._read, metrics, token=self._token)
+            except RuntimeError:
+                return (HTTPStatus.SERVICE_UNAVAILABLE, "text/plain",
+                        b"the container's event loop is not running\n")
+            page = render(accept)
+            took = time.monotonic() - began
+            self._pages[content_type] = (began + max(PAGE_FRESH_FOR, PAGE_REUSE * took), page)
+            return HTTPStatus.OK, *page
 
+    @staticmethod
+    async def _read(metrics: MetricsSource) -> Render:
+        read = metrics.read()
+        return await read if isinstance(read, Awaitable) else read
 
     async def _take(self) -> Health:
         taken = self._snapshot()

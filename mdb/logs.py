@@ -77,7 +77,8 @@ _JSON_ESCAPES = {c: f"\\u{c:04x}" for c in (*range(0x7F, 0xA0), 0x2028, 0x2029)}
 class JsonLines(logging.Formatter):
     """One JSON object per record: ``timestamp`` (ISO 8601, UTC), ``level``, ``logger``,
     ``message``, ``trace_id`` and ``span_id`` while a span is current (the message being
-    handled: ``tracing.TraceIds``), ``exception`` with the traceback when there is one."""
+    handled: ``tracing.TraceIds``), ``exception`` with the traceback when there is one (the
+    record's exception, or the traceback ``with_traceback`` gave it)."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
@@ -92,9 +93,25 @@ class JsonLines(logging.Formatter):
             line["trace_id"], line["span_id"] = trace_id, getattr(record, "span_id", "")
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
         return json.dumps(line, ensure_ascii=False).translate(_JSON_ESCAPES)
+
+
+def with_traceback(logger: logging.Logger, level: int, traceback: str, message: str,
+                   *args: object) -> None:
+    """Log ``message % args`` with ``traceback``, a traceback mdb formatted itself (a handler's,
+    with the failure text of docs/security.md in place of the exception's own), as the
+    record's exception: every formatter shows it as it shows a traceback, after the message
+    (``JsonLines``: its ``exception``), never inside the message."""
+    if logger.isEnabledFor(level):
+        path, line, function, _ = logger.findCaller(stacklevel=2)
+        record = logger.makeRecord(logger.name, level, path, line, message, args, None,
+                                   function)
+        record.exc_text = traceback or None
+        logger.handle(record)
 
 
 def tell(text: str, level: int = logging.WARNING) -> None:

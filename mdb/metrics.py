@@ -17,9 +17,12 @@ holds:
 Under ``mdb run --workers N`` the supervisor serves every worker's page at once, each sample
 labelled ``worker`` (``WorkerMetrics``), and the state and restarts of each worker.
 
-Reading the container happens on its event loop (``HealthServer`` calls ``ContainerMetrics``
-there), so nothing is counted twice or read half-changed; no figure is kept for this page
-alone.
+Reading the container happens on its event loop (``HealthServer`` calls
+``ContainerMetrics.read`` there), so nothing is counted twice or read half-changed; no figure
+is kept for this page alone. That read is short, the container's own figures only: the
+OpenTelemetry metrics and the process's are collected, and the page encoded, in the health
+endpoint's request thread, at most once per ``mdb.health.PAGE_FRESH_FOR`` seconds
+(docs/metrics.md), so that scrapers do not slow the container.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from functools import partial
 
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -36,7 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from mdb.container import Container
-from mdb.health import Health
+from mdb.health import Health, Page, Render
 
 BROKER_STATES = ("up", "down", "failed", "unknown")
 
@@ -46,7 +50,7 @@ OUTCOMES = ("processed", "redelivered", "to_error_destination", "rolled_back", "
 ``mdb.delivery.Stats``."""
 
 
-def exposition(collector: Collector, accept: str) -> tuple[str, bytes]:
+def exposition(collector: Collector, accept: str) -> Page:
     """``collector``'s page in the format ``accept`` asks for (OpenMetrics when it names it,
     else the Prometheus text format): (content type, body)."""
     registry = CollectorRegistry(auto_describe=False)
@@ -55,20 +59,25 @@ def exposition(collector: Collector, accept: str) -> tuple[str, bytes]:
     return content_type, encode(registry)
 
 
-class ContainerMetrics(Collector):
-    """One container's page: its gauges and counts, then the OpenTelemetry metrics and the
-    process's (``prometheus_client``'s global registry). Call it on the container's loop."""
+def content_type(accept: str) -> str:
+    """The content type of the page ``accept`` asks for (``exposition``)."""
+    return choose_encoder(accept)[1]
+
+
+class ContainerMetrics:
+    """One container's ``/metrics`` (an ``mdb.health.MetricsSource``): its gauges and counts,
+    read on its loop, then the OpenTelemetry metrics and the process's (``prometheus_client``'s
+    global registry), collected where the page is made."""
+
+    content_type = staticmethod(content_type)
 
     def __init__(self, container: Container) -> None:
         self._container = container
 
-    def __call__(self, accept: str) -> tuple[str, bytes]:
-        return exposition(self, accept)
-
-    def collect(self) -> Iterator[Metric]:
-        yield from health_families(self._container.health())
-        yield from self._listener_families()
-        yield from REGISTRY.collect()
+    def read(self) -> Render:
+        """On the container's loop."""
+        figures = [*health_families(self._container.health()), *self._listener_families()]
+        return partial(exposition, _ProcessPage(figures))
 
     def _listener_families(self) -> Iterator[Metric]:
         slots = GaugeMetricFamily(
@@ -97,6 +106,30 @@ class ContainerMetrics(Collector):
             for outcome in OUTCOMES:
                 outcomes.add_metric([name, outcome], getattr(deployed.stats, outcome))
         yield from (slots, busy, oldest, outcomes)
+
+
+class _ProcessPage(Collector):
+    """``figures`` read from the container, then what OpenTelemetry and ``prometheus_client``
+    hold, collected when the page is made."""
+
+    def __init__(self, figures: list[Metric]) -> None:
+        self._figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._figures
+        yield from without_empty_labels(REGISTRY.collect())
+
+
+def without_empty_labels(families: Iterable[Metric]) -> Iterator[Metric]:
+    """``families`` with every label whose value is empty left out. OpenTelemetry's exporter
+    gives each sample of a metric every label any of its samples has, empty where the sample
+    has none (``error_type=""`` on a message that did not fail); Prometheus reads an empty
+    label as no label, so the page says so."""
+    for family in families:
+        family.samples = [
+            sample._replace(labels={k: v for k, v in sample.labels.items() if v})
+            if "" in sample.labels.values() else sample for sample in family.samples]
+        yield family
 
 
 def health_families(health: Health) -> Iterator[Metric]:
@@ -186,5 +219,16 @@ def fetch_pages(urls: Iterable[tuple[int, str]], timeout: float) -> dict[int, st
     return pages
 
 
-def supervisor_page(health: Health, pages: dict[int, str], accept: str) -> tuple[str, bytes]:
-    return exposition(WorkerMetrics(health, pages), accept)
+class SupervisorMetrics:
+    """The supervisor's ``/metrics`` (an ``mdb.health.MetricsSource``): ``ask``, on its loop,
+    gets its snapshot and every worker's page; they are parsed and merged where the page is
+    made (``WorkerMetrics``)."""
+
+    content_type = staticmethod(content_type)
+
+    def __init__(self, ask: Callable[[], Awaitable[tuple[Health, dict[int, str]]]]) -> None:
+        self._ask = ask
+
+    async def read(self) -> Render:
+        health, pages = await self._ask()
+        return partial(exposition, WorkerMetrics(health, pages))

@@ -11,17 +11,22 @@ threads, and with a low file limit a readiness probe got no answer at all. Here:
   clients must not slow the container, and a container whose loop has stopped is still
   answered for, 503);
 * at most ``MAX_CONNECTIONS`` connections are open. A connection past it closes the one that
-  has waited longest for its request (a client that sends its request at once, as a probe
-  does, is never that one under a flood of slow clients); when every open connection has
-  sent its request, the new one is closed. This is decided as each connection is accepted,
-  so the server never holds more file descriptors than that; when the process has none left
-  (other parts of it hold them), accepting pauses and says so once;
+  has waited longest for its request, or for its turn (below) (a client that sends its
+  request at once, as a probe does, is never that one under a flood of slow clients or
+  scrapers); when every open connection has sent its request and waits for its answer, the
+  new one is closed. This is decided as each connection is accepted, so the server never
+  holds more file descriptors than that; when the process has none left (other parts of it
+  hold them), accepting pauses and says so once;
 * a connection has ``DEADLINE`` seconds, from its accept, to send its request and take the
   answer, then it is closed;
 * answers are computed by ``ANSWER_THREADS`` threads (computing one may block: the health
   endpoint waits for the container's loop). When ``MAX_CONNECTIONS`` requests still wait for
   their answer (the container's loop does not answer), further requests are answered 503 at
   once instead of queuing for ever;
+* an answer at hand (``answer_now``: a ``/metrics`` page already made) is given on the
+  server's loop, without a thread, in turn: ``AT_HAND_PER_SECOND`` a second at most, so that
+  clients asking for it in a loop take next to nothing from the process, whose threads share
+  one interpreter lock with the container's loop (docs/metrics.md);
 * a client that goes away, or sends something that is not a GET request, costs no log line.
 """
 
@@ -30,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import queue
 import socket
 import threading
@@ -58,16 +64,20 @@ class ProbeServer:
     """Serves ``answer(request)`` (a status, content type and body; it runs in an answer
     thread) to ``GET`` requests on the listening socket ``sock``, from :meth:`start` until
     :meth:`close` (idempotent; it returns once the server's threads are told to stop, without
-    waiting for an answer being computed)."""
+    waiting for an answer being computed). ``answer_now(request)``, on the server's loop,
+    gives the answer when it is at hand (it must not block), else None."""
 
     MAX_CONNECTIONS = 64
     DEADLINE = 5.0
     ANSWER_THREADS = 2
+    AT_HAND_PER_SECOND = 10
     MAX_REQUEST_BYTES = 8_192  # the request line and the headers
 
-    def __init__(self, sock: socket.socket, answer: Callable[[Request], Answer]) -> None:
+    def __init__(self, sock: socket.socket, answer: Callable[[Request], Answer],
+                 answer_now: Callable[[Request], Answer | None] = lambda _: None) -> None:
         self._sock = sock
         self._answer = answer
+        self._answer_now = answer_now
         self._loop = asyncio.new_event_loop()
         self._stopped = self._loop.create_future()
         self._open: dict[asyncio.Task[None], socket.socket] = {}
@@ -76,6 +86,7 @@ class ProbeServer:
         self._unanswered = 0  # jobs handed to the answer threads and not finished
         self._threads: list[threading.Thread] = []
         self._said_out_of_files = False
+        self._next_turn = -math.inf  # when the last answer at hand was, or will be, given
 
     def start(self) -> None:
         port = self._sock.getsockname()[1]
@@ -138,7 +149,13 @@ class ProbeServer:
                 try:
                     request = await _request(reader)
                     self._waiting.pop(task, None)
-                    answer = await self._answered(request)
+                    answer = self._answer_now(request)
+                    if answer is None:
+                        answer = await self._answered(request)
+                    else:
+                        self._waiting[task] = None  # a scraper waiting: closed before a probe
+                        await self._turn()
+                        self._waiting.pop(task, None)
                 except _Refused as refused:
                     answer = refused.answer
                 writer.write(_response(*answer))
@@ -157,7 +174,8 @@ class ProbeServer:
                 writer.transport.abort()
 
     def _evict_one(self) -> bool:
-        """Close the connection that has waited longest for its request; False if none has."""
+        """Close the connection that has waited longest for its request or its turn; False
+        if none waits."""
         oldest = next(iter(self._waiting), None)
         if oldest is None:
             return False
@@ -165,6 +183,13 @@ class ProbeServer:
         del self._open[oldest]
         oldest.cancel()  # its task closes the connection as it ends
         return True
+
+    async def _turn(self) -> None:
+        """Return when an answer at hand may be given: ``AT_HAND_PER_SECOND`` a second at
+        most, in the order asked."""
+        now = self._loop.time()
+        turn = self._next_turn = max(self._next_turn + 1 / self.AT_HAND_PER_SECOND, now)
+        await asyncio.sleep(turn - now)
 
     async def _answered(self, request: Request) -> Answer:
         if self._unanswered >= self.MAX_CONNECTIONS:

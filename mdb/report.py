@@ -78,15 +78,7 @@ def status_report(health: Health, url: str, now: float | None = None) -> str:
     now = time.time() if now is None else now
     lines = [f"mdb at {url}: {'live' if health.live else 'NOT LIVE'}, "
              f"{'ready' if health.ready else 'NOT READY'}"]
-    reasons = [f"broker {b.name} is {b.state}" for b in health.brokers if b.state != "up"]
-    reasons += [f"database {d.name} is {d.state}" for d in health.databases if d.state != "up"]
-    reasons += [f"listener {lh.name} has {lh.subscribed} of {lh.members} members subscribed"
-                for lh in health.listeners if lh.subscribed < lh.members]
-    reasons += [f"listener {lh.name} has its one slot stuck in a handler past its "
-                "handler_timeout" if lh.slots == 1 else
-                f"listener {lh.name} has all {lh.slots} slots stuck in handlers past their "
-                "handler_timeout" for lh in health.listeners if lh.all_stuck]
-    reasons += [f"worker {w.index} is {w.state}" for w in health.workers if w.state != "ready"]
+    reasons = unready_reasons(health)
     if reasons and not health.ready:
         lines.append(f"  because {'; '.join(reasons)}")
     lines = [printable(line) for line in lines]
@@ -114,6 +106,21 @@ def status_report(health: Health, url: str, now: float | None = None) -> str:
             (str(w.index), str(w.pid or "-"), w.state, str(w.restarts))
             for w in health.workers]))
     return "\n\n".join(["\n".join(lines), *parts, f"events: {events or 'none'}"])
+
+
+def unready_reasons(health: Health) -> list[str]:
+    """What keeps ``health`` from being ready, in words: the brokers and databases not up, the
+    listeners short of members or stuck, the workers not ready."""
+    reasons = [f"broker {b.name} is {b.state}" for b in health.brokers if b.state != "up"]
+    reasons += [f"database {d.name} is {d.state}" for d in health.databases if d.state != "up"]
+    reasons += [f"listener {lh.name} has {lh.subscribed} of {lh.members} members subscribed"
+                for lh in health.listeners if lh.subscribed < lh.members]
+    reasons += [f"listener {lh.name} has its one slot stuck in a handler past its "
+                "handler_timeout" if lh.slots == 1 else
+                f"listener {lh.name} has all {lh.slots} slots stuck in handlers past their "
+                "handler_timeout" for lh in health.listeners if lh.all_stuck]
+    reasons += [f"worker {w.index} is {w.state}" for w in health.workers if w.state != "ready"]
+    return reasons
 
 
 def _table(rows: Sequence[Sequence[str]]) -> str:

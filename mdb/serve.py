@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
 from contextlib import AsyncExitStack
 from functools import partial
 from types import ModuleType
@@ -22,7 +21,7 @@ from dependency_injector import containers
 from mdb import code_reload, lifeline, logs, tracing
 from mdb.container import Container
 from mdb.delivery.timeouts import HandlerCall
-from mdb.health import HealthServer, Page
+from mdb.health import HealthServer, MetricsSource
 from mdb.listener import ListenerSpec
 from mdb.reload import reload_on_change
 from mdb.report import plan_table, print_status, status_line
@@ -170,7 +169,7 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
     return container
 
 
-def _metrics(container: Container) -> Callable[[str], Page] | None:
+def _metrics(container: Container) -> MetricsSource | None:
     """``/metrics`` for the health port, when ``OTEL_METRICS_EXPORTER=prometheus``
     (docs/metrics.md)."""
     if tracing.metrics_exporter() != "prometheus":

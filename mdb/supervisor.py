@@ -13,16 +13,26 @@ The supervisor:
 * restarts a worker whose process ended, after a pause of 0.5 s that doubles with each further
   end of that worker within a minute (at most 30 s); each restart is one log line, counted, and
   shown in ``/status``;
-* gives up, stopping the others and exiting with the worker's status, when a worker cannot be
-  kept up: it ended before reporting ready ``START_ATTEMPTS`` times in a row (a broker that
-  never answers: 3), or once with a configuration error (2, which no restart can mend);
+* stops, in order, a worker not ready ``READY_TIMEOUT`` seconds after its start, in a line that
+  says why (what its health endpoint says is missing): it has ended before it was ready;
+* until the server was first ready, gives up, stopping the others and exiting with the worker's
+  status, when a worker cannot be started: it ended before it was ready ``START_ATTEMPTS``
+  times in a row (a broker that never answers: 3), or once with a configuration error (2,
+  which no restart mends);
+* once the server was ready, never stops the others for one worker (docs/deployment.md): a
+  worker that ends is restarted after its pause whatever its status, and one that ended before
+  it was ready ``START_ATTEMPTS`` times in a row is given up, in one line, until the next
+  SIGHUP; the server is not ready meanwhile. When every worker is given up, it stops;
 * on SIGTERM or SIGINT stops restarting and forwards the signal to every worker, each of which
   stops in the container's order (docs/concepts.md) at the same time; it exits 0 once all have
   ended. A second signal kills the workers (SIGKILL) and exits 128+N at once;
 * on SIGHUP restarts the workers one at a time, each stopped in order and started again (which
   reads the settings and the code anew) before the next is stopped, as gunicorn does: to a
   process manager SIGHUP means "reload", which a one-process ``mdb run --config`` does too,
-  and one at a time keeps the server taking messages on the other workers meanwhile;
+  and one at a time keeps the server taking messages on the other workers meanwhile. A
+  worker that does not get ready with the new settings (a bad deploy) ends the round there:
+  the workers not yet restarted keep running as they were started. A worker waiting out its
+  pause, or given up, is started at once;
 * with ``--lifeline FD`` (it is the container of ``mdb run --reload --workers N``), stops as on
   SIGTERM when its watcher is gone (``mdb.lifeline``);
 * serves the health endpoint (``health_port``) for the whole server: live while every worker
@@ -48,6 +58,7 @@ import anyio.to_thread
 from anyio.abc import Process, UNIXSocketStream
 
 from mdb import lifeline, logs, tracing
+from mdb.children import stop_in_order
 from mdb.errors import ConfigurationError
 from mdb.health import (
     BrokerHealth,
@@ -55,18 +66,20 @@ from mdb.health import (
     Health,
     HealthServer,
     ListenerHealth,
+    MetricsSource,
     NotLive,
-    Page,
     Unreachable,
     WorkerHealth,
     fetch_status,
 )
+from mdb.report import unready_reasons
 from mdb.settings import Settings
 from mdb.worker_channel import WorkerPlace, news
 
 log = logging.getLogger("mdb.supervisor")
 
 START_ATTEMPTS = 5  # ends before ready, in a row, after which a worker cannot be kept up
+READY_TIMEOUT = 300.0  # seconds a worker may take to get ready: the startup probe's five minutes
 FIRST_PAUSE, LONGEST_PAUSE, PAUSE_MEMORY = 0.5, 30.0, 60.0  # seconds
 ASK_TIMEOUT = 2.0  # seconds a worker's health endpoint may take to answer the supervisor
 _CONFIGURATION_ERROR = 2
@@ -93,9 +106,13 @@ class Place:
     health_url: str | None = None
     restarts: int = 0
     renewing: bool = False  # its worker was asked to end by SIGHUP, to be started again at once
-    renewed: anyio.Event | None = None  # set when the worker started for SIGHUP is ready
+    # For SIGHUP: set once the worker being started is ready (start_status None) or has ended
+    # before it was (its exit status).
+    started: anyio.Event | None = None
+    start_status: int | None = None
     failed_starts: int = 0  # ends before ready, in a row
     ends: deque[float] = field(default_factory=deque)  # monotonic times of recent ends
+    wake: anyio.Event | None = None  # ends its pause, or its being given up, at once
 
     @property
     def pid(self) -> int:
@@ -126,7 +143,7 @@ class Supervisor:
         if self.settings.health_port is not None:
             health = HealthServer(
                 self.health, self.settings.health_host, self.settings.health_port,
-                metrics=self.metrics if tracing.metrics_exporter() == "prometheus" else None)
+                metrics=self.metrics() if tracing.metrics_exporter() == "prometheus" else None)
             health.start()
             print(f"mdb: health on http://{self.settings.health_host}:{health.port}",
                   flush=True)
@@ -156,6 +173,8 @@ class Supervisor:
         self._signal = signum
         self._stopping.set()
         for place in self._places:
+            if place.wake is not None:
+                place.wake.set()
             if place.process is not None and place.process.returncode is None:
                 place.state = "stopping"
                 if not place.renewing:  # that one stops already: a second signal would kill it
@@ -178,16 +197,19 @@ class Supervisor:
                     asking.start_soon(ask, place, place.health_url)
         return server_health(self._places, answers, self._stopping.is_set())
 
-    async def metrics(self, accept: str) -> Page:
+    def metrics(self) -> MetricsSource:
         """``/metrics``: every worker's page, each sample labelled with its ``worker``, and
-        the state of each (``mdb.metrics.WorkerMetrics``, docs/metrics.md)."""
+        the state of each (``mdb.metrics.SupervisorMetrics``, docs/metrics.md)."""
         from mdb import metrics  # the prometheus extra, which the workers' setup checks
 
-        health = await self.health()
-        urls = [(place.index, place.health_url) for place in self._places
-                if place.health_url is not None and place.state in ("ready", "starting")]
-        pages = await anyio.to_thread.run_sync(metrics.fetch_pages, urls, ASK_TIMEOUT)
-        return metrics.supervisor_page(health, pages, accept)
+        async def ask() -> tuple[Health, dict[int, str]]:
+            health = await self.health()
+            urls = [(place.index, place.health_url) for place in self._places
+                    if place.health_url is not None and place.state in ("ready", "starting")]
+            return health, await anyio.to_thread.run_sync(metrics.fetch_pages, urls,
+                                                          ASK_TIMEOUT)
+
+        return metrics.SupervisorMetrics(ask)
 
     async def _keep_up(self, place: Place) -> None:
         while not self._stopping.is_set():
@@ -206,24 +228,62 @@ class Supervisor:
                 continue
             place.ends.append(time.monotonic())
             place.failed_starts = 0 if was_ready else place.failed_starts + 1
-            if not was_ready and (code == _CONFIGURATION_ERROR
-                                  or place.failed_starts >= START_ATTEMPTS):
-                why = ("a configuration error no restart mends" if code == _CONFIGURATION_ERROR
-                       else f"{place.failed_starts} times in a row")
-                logs.tell(f"mdb: worker {place.index} cannot be kept up: it exited with status "
-                          f"{code} before it was ready ({why}); stopping the others",
-                          logging.ERROR)
-                self._failure = code if code in (2, 3) else 1
-                place.state = "stopped"
-                self.request_stop()
-                return
+            if not was_ready:
+                _settle(place, code)
+                if not self._announced and (code == _CONFIGURATION_ERROR
+                                            or place.failed_starts >= START_ATTEMPTS):
+                    # The server never started: nothing serves that a stop would interrupt.
+                    why = ("a configuration error no restart mends"
+                           if code == _CONFIGURATION_ERROR
+                           else f"{place.failed_starts} times in a row")
+                    logs.tell(f"mdb: worker {place.index} cannot be kept up: it exited with "
+                              f"status {code} before it was ready ({why}); stopping the others",
+                              logging.ERROR)
+                    self._fail(code)
+                    place.state = "stopped"
+                    return
+                if place.failed_starts >= START_ATTEMPTS:
+                    await self._give_up(place, code)
+                    continue
             pause = self._pause(place)
             place.restarts += 1
             place.state = "restarting"
             logs.tell(f"mdb: worker {place.index} (pid {place.pid}) exited with status {code}; "
                       f"restart {place.restarts} in {pause:g} s")
             with anyio.move_on_after(pause):
-                await self._stopping.wait()
+                await self._woken(place)
+        place.state = "stopped"
+
+    async def _give_up(self, place: Place, code: int) -> None:
+        """Leave ``place`` empty until SIGHUP (or the stop) wakes it, the other workers serving
+        on; stop the server when none is left."""
+        place.state = "failed"
+        serving = _workers([p.index for p in self._places if p.state == "ready"],
+                           "keeps serving", "keep serving", "no other worker is ready now")
+        logs.tell(f"mdb: worker {place.index} cannot be kept up: it exited with status {code} "
+                  f"before it was ready ({place.failed_starts} times in a row); {serving}; "
+                  f"SIGHUP starts it again", logging.ERROR)
+        if all(p.state == "failed" for p in self._places):
+            logs.tell("mdb: no worker is left; stopping", logging.ERROR)
+            self._fail(code)
+        await self._woken(place)
+        if not self._stopping.is_set():
+            place.failed_starts = 0
+            place.restarts += 1
+
+    async def _woken(self, place: Place) -> None:
+        """Return when SIGHUP or the stop wakes ``place``."""
+        place.wake = anyio.Event()
+        try:
+            if not self._stopping.is_set():
+                await place.wake.wait()
+        finally:
+            place.wake = None
+
+    def _fail(self, code: int) -> None:
+        """Stop the server, to exit with ``code`` (a worker's) as ``mdb run`` would."""
+        self._failure = code if code in (2, 3) else 1
+        self.request_stop()
 
     async def _run_once(self, place: Place) -> tuple[int, bool]:
         """Start the worker of ``place`` and wait until it ends: (exit status, was it ready)."""
@@ -242,18 +302,48 @@ class Supervisor:
         place.state, place.health_url = "starting", None
         channel = await UNIXSocketStream.from_socket(ours)
         async with channel:
-            async for item in news(channel):
-                if isinstance(item.get("health"), str):
-                    place.health_url = str(item["health"])
-                if item.get("ready") is True:
-                    ready = True
-                    place.state = "stopping" if self._stopping.is_set() else "ready"
-                    self._announce_ready()
-                    if place.renewed is not None:
-                        place.renewed.set()
-                        place.renewed = None
+            told = news(channel)
+            with anyio.move_on_after(READY_TIMEOUT) as starting:
+                async for item in told:
+                    if ready := self._heard(place, item):
+                        break
+            if starting.cancelled_caught and not self._stopping.is_set():
+                why = await self._why_not_ready(place)
+                logs.tell(f"mdb: worker {place.index} (pid {place.pid}) not ready after "
+                          f"{READY_TIMEOUT:g} s ({why}); stopping it", logging.ERROR)
+                await stop_in_order(place.process, self.settings.shutdown_grace_period)
+            elif ready:
+                async for item in told:
+                    self._heard(place, item)
             code = await place.process.wait()
         return code, ready
+
+    def _heard(self, place: Place, item: dict[str, object]) -> bool:
+        """Take in what the worker of ``place`` told (``mdb.worker_channel``); whether it is
+        that it is ready."""
+        if isinstance(item.get("health"), str):
+            place.health_url = str(item["health"])
+        if item.get("ready") is not True:
+            return False
+        place.state = "stopping" if self._stopping.is_set() else "ready"
+        self._announce_ready()
+        _settle(place, None)
+        return True
+
+    async def _why_not_ready(self, place: Place) -> str:
+        """What the health endpoint of ``place``'s worker says it lacks, in words."""
+        if place.health_url is None:
+            return ("it has not opened its health endpoint: its listener modules are still "
+                    "being imported, or its container built" if self.settings.health_port
+                    is not None else "set health_port to hear why from its health endpoint")
+        try:
+            health = await anyio.to_thread.run_sync(fetch_status, place.health_url,
+                                                    ASK_TIMEOUT)
+        except (NotLive, Unreachable) as exc:
+            return f"its health endpoint does not answer: {exc}"
+        return "; ".join(unready_reasons(health)) or (
+            "its container is still starting: connecting, subscribing, or starting the "
+            "application's resources")
 
     def _environment(self) -> dict[str, str] | None:
         """The workers' environment: the supervisor's, with a health endpoint of their own on
@@ -283,21 +373,36 @@ class Supervisor:
                 logs.tell(f"mdb: SIGHUP: restarting the {len(self._places)} workers one at a "
                           f"time")
                 for place in self._places:
-                    await self._renew(place)
-                if not self._stopping.is_set():
+                    if not await self._renew(place):
+                        break
+                else:
                     logs.tell(f"mdb: SIGHUP: the {len(self._places)} workers restarted")
 
-    async def _renew(self, place: Place) -> None:
-        """Stop the worker of ``place`` in order and wait until the one started in its stead
-        is ready. A worker not ready now is left alone: it is starting, or about to, anyway."""
+    async def _renew(self, place: Place) -> bool:
+        """Stop the worker of ``place`` in order, or end its pause or its being given up, and
+        wait until the one started in its stead is ready: True. False, the round to stop, when
+        it ended before it was ready (the line says so), or when the server stops. A worker
+        starting now is waited for as it is: it read the settings anew."""
+        if self._stopping.is_set():
+            return False
+        started = place.started = anyio.Event()
         process = place.process
-        if (self._stopping.is_set() or place.state != "ready" or process is None
-                or process.returncode is not None):
-            return
-        renewed = place.renewed = anyio.Event()
-        place.renewing, place.state = True, "restarting"
-        process.terminate()
-        await renewed.wait()  # or for ever, if the server stops first: then cancelled
+        if place.state == "ready" and process is not None and process.returncode is None:
+            place.renewing, place.state = True, "restarting"
+            process.terminate()
+        elif place.wake is not None:
+            place.wake.set()
+        await started.wait()  # or for ever, if the server stops first: then cancelled
+        if place.start_status is None:
+            return True
+        later = _workers([p.index for p in self._places[place.index:]
+                          if p.process is not None and p.process.returncode is None],
+                         "keeps running as it was started", "keep running as they were started",
+                         "no other worker was to be restarted")
+        logs.tell(f"mdb: SIGHUP: worker {place.index} (pid {place.pid}) exited with status "
+                  f"{place.start_status} before it was ready: the round stops; {later}",
+                  logging.ERROR)
+        return False
 
     async def _stop_on_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -315,6 +420,24 @@ class Supervisor:
                 logs.tell(f"mdb: {signal.Signals(signum).name}: stopping {len(self._places)} "
                           f"workers (signal again to kill them)")
                 self.request_stop(signal.Signals(signum))
+
+
+def _settle(place: Place, status: int | None) -> None:
+    """Tell a SIGHUP round waiting for the worker of ``place`` that it is ready (None) or
+    ended with ``status`` before it was."""
+    if place.started is not None:
+        place.start_status = status
+        place.started.set()
+        place.started = None
+
+
+def _workers(indexes: Sequence[int], one: str, several: str, none: str) -> str:
+    """``worker 2 <one>``, ``workers 2, 3 <several>`` or ``none``, for a line."""
+    if not indexes:
+        return none
+    if len(indexes) == 1:
+        return f"worker {indexes[0]} {one}"
+    return f"workers {', '.join(map(str, indexes))} {several}"
 
 
 def server_health(places: Sequence[Place], answers: dict[int, Health | None],

@@ -39,7 +39,7 @@ from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
 
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError, error_type
-from mdb.message import OutgoingMessage, ReplyTo
+from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 
 _tracer = trace.get_tracer("mdb")
 _meter = metrics.get_meter("mdb")
@@ -49,6 +49,8 @@ _meter = metrics.get_meter("mdb")
 PROCESS = "process"  # the CONSUMER span of a delivery is named ``process <destination>``
 MESSAGE_ID = "messaging.message.id"
 DESTINATION = "messaging.destination.name"
+DESTINATION_TEMPLATE = "messaging.destination.template"
+REPLY_TO = "(reply-to)"  # the DESTINATION_TEMPLATE that counts every send to a reply address
 SUBSCRIPTION = "messaging.destination.subscription.name"
 ERROR_TYPE = "error.type"
 DELIVERY_COUNT = "mdb.delivery_count"
@@ -102,7 +104,8 @@ _consumed = _Counter("messaging.client.consumed.messages",
                      "Number of messages that were delivered to the application.")
 _sent = _Counter("messaging.client.sent.messages",
                  "Number of messages producer attempted to send to the broker.")
-_sent_to: dict[tuple[str, ReplyTo], _Count] = {}  # (system, destination): its count in _sent
+# (system, destination, or None for every reply address): its count in _sent
+_sent_to: dict[tuple[str, Destination | None], _Count] = {}
 _redeliveries = _Counter("mdb.redeliveries", "Failed deliveries re-sent for another attempt.")
 _error_moves = _Counter("mdb.error_destination.moves",
                         "Messages moved to their listener's error destination.")
@@ -170,10 +173,19 @@ def sending(system: str, destination: ReplyTo, message: OutgoingMessage,
 
 
 def _sent_count(system: str, destination: ReplyTo) -> _Count:
-    count = _sent_to.get((system, destination))
+    # A reply address comes from the message replied to, not from mdb's settings: each
+    # requester's temporary queue is another. All of them are counted as one, under
+    # REPLY_TO, so that neither this map nor /metrics grows with the requesters
+    # (docs/security.md, "Hostile input: the operator's files and the health endpoint's
+    # clients"); the span of each send still names its address.
+    target = None if isinstance(destination, ReplyAddress) else destination
+    count = _sent_to.get((system, target))
     if count is None:
-        count = _sent_to[system, destination] = _sent.of(
-            _metric_attributes(_attributes(system, destination, "send")))
+        attributes = _metric_attributes(_attributes(system, destination, "send"))
+        if target is None:
+            del attributes[DESTINATION]
+            attributes[DESTINATION_TEMPLATE] = REPLY_TO
+        count = _sent_to[system, target] = _sent.of(attributes)
     return count
 
 

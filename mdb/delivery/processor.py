@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mdb import clock, tracing
+from mdb import clock, logs, tracing
 from mdb.broker import Connection, Delivery, Subscription
 from mdb.context import SendFunction
 from mdb.delivery.batch import Ready, Step, fall_back, ready_run, run_in_one_transaction
@@ -344,8 +344,8 @@ class Processor:
                          name, message.id, failure.error_type, failure.text,
                          message.delivery_count, self._spec.options.redelivery.limit + 1)
                 if stacktrace:
-                    log.debug("listener %s: message %s failed:\n%s", name, message.id,
-                              stacktrace)
+                    logs.with_traceback(log, logging.DEBUG, stacktrace,
+                                        "listener %s: message %s failed", name, message.id)
             case Keep(failure=failure):
                 # A longer pause next time. Struck and counted as it is decided, before any
                 # wait: two copies of one message in two slots (its ack lost after its copy
@@ -381,11 +381,11 @@ class Processor:
                 if isinstance(failure, Unreadable) and failure.damaged:
                     self._stats.damaged += 1
                 count = message.delivery_count
-                log.warning("listener %s: message %s moved to %s after %d %s (%s: %s)%s",
-                            name, message.id, outcome.destination, count,
-                            "delivery" if count == 1 else "deliveries",
-                            failure.error_type, failure.text,
-                            f"\n{stacktrace}" if stacktrace else "")
+                logs.with_traceback(
+                    log, logging.WARNING, stacktrace,
+                    "listener %s: message %s moved to %s after %d %s (%s: %s)", name,
+                    message.id, outcome.destination, count,
+                    "delivery" if count == 1 else "deliveries", failure.error_type, failure.text)
 
     async def _wait_or_hold(self, delay: float, connection: Connection) -> float:
         """The delay the broker holds a copy for, freeing this slot at once; or, where it

@@ -129,12 +129,13 @@ async def test_redeliveries_and_the_error_destination_are_in_the_trace(
         ("1", "ValueError", "exception,mdb.redelivery"),
         ("2", "None", ""), ("2", "ValueError", "exception,mdb.error_destination")]
     # Each failure's traceback: on its span (as record_exception makes it) and in the log, at
-    # DEBUG for a redelivery, with the WARNING of the move to the error destination.
+    # DEBUG for a redelivery, with the WARNING of the move to the error destination, as the
+    # record's exception text (mdb.logs.with_traceback), not in its message.
     exception = next(e for s in processes for e in s.events if e.name == "exception")
     stacktrace = str((exception.attributes or {})["exception.stacktrace"])
     assert 'raise ValueError(f"{body} fails")' in stacktrace and ", in flaky" in stacktrace
-    tracebacks = [(r.levelname, r.getMessage()) for r in caplog.records
-                  if "Traceback (most recent call last)" in r.getMessage()]
+    tracebacks = [(r.levelname, r.exc_text) for r in caplog.records
+                  if r.exc_text and "Traceback (most recent call last)" in r.exc_text]
     assert sorted(level for level, _ in tracebacks) == ["DEBUG", "DEBUG", "WARNING"]
     assert all(", in flaky" in text and "ValueError: " in text for _, text in tracebacks)
     second = [s for s in processes if (s.attributes or {}).get("mdb.delivery_count") == 2]

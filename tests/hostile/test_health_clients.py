@@ -1,7 +1,8 @@
 """A hostile or careless client of the health endpoint (docs/security.md, "Hostile input:
 the operator's files and the health endpoint's clients"): a flood of idle and slow
 connections, under a low file limit, must leave the probes answered and the threads few;
-clients that go away print nothing."""
+clients that go away print nothing; clients scraping ``/metrics`` in a loop cost the
+container's loop one short read per interval, and the page is made off it."""
 
 from __future__ import annotations
 
@@ -12,16 +13,20 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import pytest
 
-from mdb.health import Health
+from mdb import health
+from mdb.health import Health, HealthServer, Page, Render
 from mdb.probe_server import ProbeServer
-from tests.unit.test_health import serving
+from tests.unit.test_health import READY, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 60.0
@@ -128,3 +133,119 @@ def test_clients_that_go_away_early_print_nothing(tmp_path: Path) -> None:
     assert process.stderr is not None
     stderr = process.stderr.read()
     assert "Traceback" not in stderr, stderr
+
+
+class Pages:
+    """A ``MetricsSource`` that says where it is read and where its pages are made; a page
+    waits for ``release`` while ``hold`` is set."""
+
+    def __init__(self) -> None:
+        self.reads: list[int] = []  # threads
+        self.renders: list[int] = []
+        self.hold = threading.Event()
+        self.holding = threading.Event()  # a page is being made, held
+        self.release = threading.Event()
+
+    def content_type(self, accept: str) -> str:
+        return "text/plain"
+
+    def read(self) -> Render:
+        self.reads.append(threading.get_ident())
+        number = len(self.reads)
+
+        def render(accept: str) -> Page:
+            self.renders.append(threading.get_ident())
+            if self.hold.is_set():
+                self.holding.set()
+                self.release.wait(WAIT)
+            return "text/plain", f"page {number}".encode()
+
+        return render
+
+
+async def scraped(pages: Pages, clients: Callable[[str], None]) -> None:
+    """Serve ``pages`` from this loop while ``clients(url)`` runs in a thread."""
+    server = HealthServer(lambda: READY, metrics=pages)
+    server.start()
+    try:
+        await anyio.to_thread.run_sync(clients, f"http://127.0.0.1:{server.port}")
+    finally:
+        server.close()
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=WAIT) as answer:
+        return bytes(answer.read())
+
+
+@pytest.mark.anyio
+async def test_scrapers_in_a_loop_cost_the_container_one_read_and_no_page(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(health, "PAGE_FRESH_FOR", 3600.0)  # no page goes stale in this test
+    loop = threading.get_ident()
+    pages = Pages()
+
+    def twenty_scrapers(url: str) -> None:
+        def scrape() -> None:
+            for _ in range(5):
+                assert get(f"{url}/metrics") == b"page 1"
+
+        threads = [threading.Thread(target=scrape) for _ in range(20)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    await scraped(pages, twenty_scrapers)
+    assert pages.reads == [loop]  # 100 scrapes: one read, on the container's loop
+    assert len(pages.renders) == 1 and loop not in pages.renders
+
+
+@pytest.mark.anyio
+async def test_a_scrape_while_the_page_is_made_anew_gets_the_last_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(health, "PAGE_FRESH_FOR", 0.0)  # every page is stale at once
+    monkeypatch.setattr(health, "PAGE_REUSE", 0.0)
+    pages = Pages()
+
+    def clients(url: str) -> None:
+        assert get(f"{url}/metrics") == b"page 1"
+        pages.hold.set()
+        making = threading.Thread(target=lambda: get(f"{url}/metrics"))
+        making.start()
+        assert pages.holding.wait(WAIT)
+        # Page 2 is being made and held: neither a scrape nor a probe waits for it.
+        assert get(f"{url}/metrics") == b"page 1"
+        assert get(f"{url}/health/live") == b'{"live": true}'
+        pages.release.set()
+        making.join()
+        pages.hold.clear()
+        assert get(f"{url}/metrics") == b"page 3"
+
+    await scraped(pages, clients)
+    assert len(pages.reads) == 3
+
+
+@pytest.mark.anyio
+async def test_scrapers_wait_their_turn_and_give_way_to_probes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(health, "PAGE_FRESH_FOR", 3600.0)  # the first page is served on
+    monkeypatch.setattr(ProbeServer, "AT_HAND_PER_SECOND", 1e-9)  # one page, then no turn
+    monkeypatch.setattr(ProbeServer, "MAX_CONNECTIONS", 2)
+    monkeypatch.setattr(ProbeServer, "DEADLINE", 3600.0)  # no connection is cut off for time
+
+    def clients(url: str) -> None:
+        port = int(url.rsplit(":", 1)[1])
+        assert get(f"{url}/metrics") == b"page 1"  # made in a request thread
+        assert get(f"{url}/metrics") == b"page 1"  # served at once: the first turn
+        with socket.create_connection(("127.0.0.1", port)) as waiting:
+            waiting.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")  # the next turn is far off
+            assert get(f"{url}/health/live") == b'{"live": true}'  # a probe does not wait
+            with socket.create_connection(("127.0.0.1", port)):  # both connections open
+                # Past MAX_CONNECTIONS, the scraper waiting for its turn is closed, unanswered,
+                # and the probe answered.
+                assert get(f"{url}/health/ready").startswith(b'{"ready": true')
+                waiting.settimeout(WAIT)
+                assert waiting.recv(1024) == b""
+
+    await scraped(Pages(), clients)

@@ -119,6 +119,40 @@ def test_the_document_of_a_module_is_valid_asyncapi_3(app: Path) -> None:
         "type": "string", "format": "binary"}
 
 
+ONCE_APP = '''
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from mdb import Context, listener
+
+
+@listener("queue:payments", exactly_once="main")
+async def on_payment(payment_id: str, ctx: Context, session: AsyncSession) -> None:
+    await ctx.send("queue:receipts", payment_id)
+'''
+
+
+def test_an_exactly_once_listener_says_so_and_how_its_sends_go(app: Path) -> None:
+    (app / "once_app.py").write_text(ONCE_APP)
+    (app / "mdb.toml").write_text('[databases.main]\nurl = "sqlite+aiosqlite:///app.db"\n')
+    doc = valid(document(load_settings(app / "mdb.toml"),
+                         find_listeners(import_modules(["once_app", "contract_app"]))))
+    channels, operations = doc["channels"], doc["operations"]
+    payment = operations["on_payment"]
+    assert payment["x-mdb-exactly-once"] == "main"
+    assert "outbox" in payment["description"] and "mdb_id" in payment["description"]
+    assert "x-mdb-exactly-once" not in operations["on_basket"]
+    # A sender may repeat a message with its mdb_id: the listener runs it once.
+    message = channels["queue_payments"]["messages"]["on_payment"]
+    assert "mdb_id" in message["headers"]["properties"]
+    assert "headers" not in channels["queue_baskets"]["messages"]["on_basket"]
+    # A send of its handler that the broker refuses goes to its error destination too.
+    failed = channels["queue_payments.DLQ"]["messages"]
+    assert set(failed) == {"on_payment.failed", "on_payment.refused_send"}
+    refused = failed["on_payment.refused_send"]["headers"]["properties"]
+    assert {"mdb_original_destination", "mdb_error_type"} <= set(refused)
+    assert len(operations["on_payment.error_destination"]["messages"]) == 2
+
+
 def test_a_partitioned_topic_lists_its_members_and_their_brokers() -> None:
     settings = load_settings(ROOT / "examples" / "orders" / "partitioned.toml")
     doc = valid(document(settings, find_listeners(import_modules(["examples.orders.listeners"]))))

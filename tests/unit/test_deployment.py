@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,12 @@ from mdb.settings import Settings, load_settings
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUBERNETES_VERSION = "1.30.0"  # the oldest release still maintained when these were written
+# Where the kubelet mounts a pod's service-account token, unless the pod declines it.
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+PASSWORD_FILE = Path(tomllib.loads((DEPLOY / "mdb.toml").read_text())
+                     ["brokers"]["default"]["password_file"])
+# mdb's own source: an application's image has none of it (docs/deployment.md).
+MDB_SOURCE = {"mdb", "adapters", "pyproject.toml", "README.md"}
 
 INSTRUCTIONS = {"FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT",
                 "VOLUME", "USER", "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK",
@@ -88,10 +95,16 @@ def test_the_manifests_agree_with_the_settings(settings: Settings) -> None:
     assert Path(mounts[config]) / "mdb.toml" == Path(entrypoint[entrypoint.index("--config") + 1])
     secret = next(n for n, v in volumes.items() if "secret" in v)
     assert volumes[secret]["secret"]["secretName"] == objects["Secret"]["metadata"]["name"]
-    password_file = Path("/run/secrets/mq_password")  # deploy/mdb.toml's
-    assert f'password_file = "{password_file}"' in (DEPLOY / "mdb.toml").read_text()
-    assert password_file.parent == Path(mounts[secret])
-    assert password_file.name in objects["Secret"]["stringData"]
+    assert PASSWORD_FILE.parent == Path(mounts[secret])
+    assert PASSWORD_FILE.name in objects["Secret"]["stringData"]
+    # No mount hides, or sits above, the service-account token's directory: on
+    # python:3.11-slim /var/run is /run, and a read-only volume at /run/secrets left the
+    # kubelet no place for the token (the pod fails to start). The pod needs no token either.
+    assert pod["automountServiceAccountToken"] is False
+    token = _in_image(SERVICE_ACCOUNT_TOKEN)
+    for mount in container["volumeMounts"]:
+        path = _in_image(Path(mount["mountPath"]))
+        assert path != token and path not in token.parents, mount
     # Stable names: the pods' (orders-0, ...) are their servers' (docs/deployment.md).
     assert objects["StatefulSet"]["spec"]["serviceName"] == objects["Service"]["metadata"]["name"]
     assert "MDB_SERVER" not in {e["name"] for e in container.get("env", ())}
@@ -105,10 +118,16 @@ def test_the_compose_file_runs_two_servers_of_one_app(settings: Settings) -> Non
     for name in names:
         Settings(server=name)  # a valid server name
     for server in servers.values():
-        assert server["secrets"] == ["mq_password"]  # /run/secrets/mq_password
+        [secret] = server["secrets"]
+        assert secret["target"] == str(PASSWORD_FILE)
         seconds = float(server["stop_grace_period"].removesuffix("s"))
         assert seconds > settings.shutdown_grace_period + 5
     assert "--workers" not in json.dumps(compose)  # the memory broker is not used either
+
+
+def _in_image(path: Path) -> Path:
+    """``path`` as python:3.11-slim resolves it: its /var/run is a link to /run."""
+    return Path("/run", *path.parts[3:]) if path.parts[1:3] == ("var", "run") else path
 
 
 def _entrypoint() -> list[str]:
@@ -123,9 +142,26 @@ def test_the_dockerfile_parses_and_copies_what_exists() -> None:
     assert {i["instruction"] for i in instructions} <= INSTRUCTIONS
     assert instructions[0]["instruction"] == "COMMENT" and parser.baseimage.startswith("python:3")
     for copy in (i["value"].split() for i in instructions if i["instruction"] == "COPY"):
-        for source in copy[:-1]:
-            assert (ROOT / source).exists(), source  # the build context is the repository
+        if not copy[0].startswith("--from="):  # a file of the build context, not of a stage
+            for source in copy[:-1]:
+                assert (ROOT / source).exists(), source  # the build context is the repository
     assert _entrypoint()[:2] == ["mdb", "run"]
     [cmd] = [json.loads(i["value"]) for i in instructions if i["instruction"] == "CMD"]
     assert (ROOT / Path(*cmd[0].split("."))).with_suffix(".py").exists()
     assert parser.envs["MDB_HEALTH_PORT"] == "8081"
+
+
+def test_the_image_is_built_as_an_application_builds_its_own() -> None:
+    """docs/deployment.md: an application's Dockerfile is the image's last stage with its own
+    package: mdb comes from a wheel, built from this repository's source in a stage of its
+    own, as an application's comes from its package index."""
+    instructions = DockerfileParser(path=str(DEPLOY / "Dockerfile")).structure
+    begins = max(i["startline"] for i in instructions if i["instruction"] == "FROM")
+    image = [i for i in instructions if i["startline"] > begins]
+    copied = {source.split("/")[0] for copy in image if copy["instruction"] == "COPY"
+              and not copy["value"].startswith("--from=")
+              for source in copy["value"].split()[:-1]}
+    assert not copied & MDB_SOURCE, copied  # the image holds no source of mdb's
+    assert copied == {"examples", "deploy"}  # the application and its settings
+    installs = [i["value"] for i in image if i["instruction"] == "RUN" and "pip" in i["value"]]
+    assert len(installs) == 1 and "mdb-*.whl)[stomp,prometheus]" in installs[0], installs

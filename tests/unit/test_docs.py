@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 from mdb import reference
 from mdb.destinations import Destination
 from mdb.settings import load_settings
+from mdb.testing import RunningApp
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +66,31 @@ def test_the_examples_of_the_testing_doc_are_one_test_module_that_passes(tmp_pat
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
         text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
-    assert "8 passed" in result.stdout
+    assert "9 passed" in result.stdout
+
+
+def test_the_testing_doc_shows_every_option_of_the_kit() -> None:
+    # A reader learns the kit from the page: each option a wait or a send takes appears in a
+    # call on it (a user who never saw take's timeout waited 30 s for each empty queue).
+    text = (ROOT / "docs" / "testing.md").read_text()
+    calls: dict[str, str] = {}
+    for method, arguments in re.findall(r"app\.(\w+)\(((?:[^()]|\([^()]*\))*)\)", text):
+        calls[method] = calls.get(method, "") + " " + arguments
+    for method, function in inspect.getmembers(RunningApp, inspect.iscoroutinefunction):
+        options = [name for name, p in inspect.signature(function).parameters.items()
+                   if p.default is not inspect.Parameter.empty]
+        missing = [name for name in options if not re.search(rf"\b{name}\b",
+                                                             calls.get(method, ""))]
+        assert not missing, f"docs/testing.md shows no app.{method}(...) with {missing}"
+
+
+def test_the_readme_and_the_docs_name_the_exactly_once_database_alike() -> None:
+    # One name, the one the docs' settings define ([databases.main]): a reader who copies
+    # the README's listener and the docs' settings gets a listener that starts.
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    named = {name for page in pages
+             for name in re.findall(r'exactly_once="(\w+)"', page.read_text())}
+    assert named == {"main"}, named
 
 
 def test_the_quickstart_project_passes_its_own_tests(tmp_path: Path) -> None:

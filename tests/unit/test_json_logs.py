@@ -70,6 +70,12 @@ def test_every_stderr_line_is_json_with_the_trace_of_its_message(tmp_path: Path)
     assert re.fullmatch(r"[0-9a-f]{16}", handled["span_id"])
     [moved] = [r for r in records if "moved to" in r["message"]]
     assert re.fullmatch(r"[0-9a-f]{32}", moved["trace_id"])
+    # The handler's traceback is the record's exception, as a log shipper reads it; the
+    # message is the one line.
+    assert "\n" not in moved["message"] and moved["message"].endswith("(ValueError: boom)")
+    assert moved["exception"].startswith("Traceback (most recent call last):\n")
+    assert 'raise ValueError("boom")' in moved["exception"]
+    assert moved["exception"].endswith("\nValueError: boom")
     assert moved["trace_id"] != handled["trace_id"]  # each message its own trace
     [stopping] = [r for r in records if "SIGTERM: stopping" in r["message"]]
     assert stopping["logger"] == "mdb"

@@ -26,7 +26,7 @@ from tests.harness.process import free_port
 
 # A listener whose messages the test starts with SIGUSR1 (three are sent: "hold", "ok", "ok");
 # "hold" stays in its handler until SIGUSR2. The signals are the one way into the memory broker,
-# which lives in the process.
+# which lives in the process. A second listener fails its one message.
 APP = '''
 import asyncio
 import signal
@@ -45,6 +45,7 @@ async def feed() -> None:
     async with Producer(load_settings()) as producer:
         for body in ("hold", "ok", "ok"):
             await producer.send("queue:work", body)
+        await producer.send("queue:failing", "boom")
 
 
 async def signals():
@@ -62,6 +63,11 @@ class Services(containers.DeclarativeContainer):
 async def on_work(body: str) -> None:
     if body == "hold":
         await released.wait()
+
+
+@listener("queue:failing", redelivery={"limit": 0})
+async def on_failing(body: str) -> None:
+    raise ValueError(body)
 '''
 
 WAIT = 30.0  # seconds before a wait fails: a guard against hanging, not a timing
@@ -133,7 +139,9 @@ def test_metrics_move_as_messages_are_handled(tmp_path: Path) -> None:
         process.send_signal(signal.SIGUSR1)
         holding = until(url, lambda page: page.value(
             "mdb_listener_messages_total", outcome="processed", **work) == 2
-            and page.value("mdb_listener_in_flight", **work) == 1)
+            and page.value("mdb_listener_in_flight", **work) == 1
+            and page.value("mdb_listener_messages_total", listener="on_failing",
+                           outcome="to_error_destination") == 1)
         assert holding.value("mdb_listener_slots_busy", **work) == 1
         assert holding.value("mdb_listener_oldest_unsettled_seconds", **work) > 0
         # The messaging semantic conventions' metrics, through OpenTelemetry's exporter.
@@ -141,6 +149,10 @@ def test_metrics_move_as_messages_are_handled(tmp_path: Path) -> None:
         assert holding.value("messaging_client_sent_messages_total", **queue) == 3
         assert holding.value("messaging_client_consumed_messages_total", **queue) == 2
         assert holding.value("messaging_process_duration_seconds_count", **queue) == 2
+        failing = {"messaging_destination_name": "queue:failing", "error_type": "ValueError"}
+        assert holding.value("messaging_client_consumed_messages_total", **failing) == 1
+        # A message that did not fail has no error_type, not an empty one.
+        assert not [s for s in holding.samples if "" in s.labels.values()]
         assert holding.value("mdb_pool_usage", **{"mdb_listener": "on_work"}) == 1
         assert holding.value("mdb_broker_connected", mdb_broker="default") == 1
 

@@ -1,14 +1,22 @@
-"""``mdb run --workers N`` without a broker: what it refuses, when it gives up, and how the
-supervisor's snapshot of the server is made from its workers'. (On ActiveMQ:
-tests/faults/test_workers.py.)"""
+"""``mdb run --workers N`` without a broker: what it refuses, when it gives up, how it keeps a
+server serving when one worker cannot be kept up (over stand-in workers,
+``tests.unit.stand_in_workers``), and how the supervisor's snapshot of the server is made from
+its workers'. (On ActiveMQ: tests/faults/test_workers.py.)"""
 
 from __future__ import annotations
 
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
+from typing import IO
 
 from mdb.health import (
     BrokerHealth,
@@ -121,3 +129,138 @@ def test_a_database_is_as_up_as_its_worst_worker_sees_it() -> None:
     one_down = server_health(places, {1: seeing("up", 2), 2: seeing("down", 1)}, False)
     assert not one_down.ready and one_down.unready()["databases_down"] == ["main"]
     assert Health.from_json(one_down.to_json()) == one_down
+
+
+WAIT = 60.0  # seconds before a wait fails: a guard against hanging, not a timing
+
+
+class StandIns:
+    """A supervisor over stand-in workers (``tests.unit.stand_in_workers``), its output read
+    line by line."""
+
+    def __init__(self, folder: Path, process: subprocess.Popen[str]) -> None:
+        self.folder = folder
+        self.process = process
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        assert process.stdout is not None and process.stderr is not None
+        for stream in (process.stdout, process.stderr):
+            threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.put(line.rstrip("\n"))
+
+    def line(self, text: str) -> str:
+        """The next line of the supervisor's output that holds ``text``."""
+        while True:
+            try:
+                line = self.lines.get(timeout=WAIT)
+            except queue.Empty:
+                raise AssertionError(f"no line with {text!r} in {WAIT} s; "
+                                     f"seen: {self.seen}") from None
+            self.seen.append(line)
+            if text in line:
+                return line
+
+    def behave(self, index: int, what: str) -> None:
+        (self.folder / str(index)).write_text(what)
+
+    def pids(self, index: int) -> list[int]:
+        path = self.folder / f"{index}.pids"
+        return [int(pid) for pid in path.read_text().split()] if path.exists() else []
+
+    def started(self, index: int, times: int) -> int:
+        """The pid of the worker started ``times``-th in place ``index``, once it is."""
+        deadline = time.monotonic() + WAIT
+        while len(pids := self.pids(index)) < times:
+            assert time.monotonic() < deadline, f"worker {index} started {len(pids)} times"
+            time.sleep(0.01)  # a poll interval of a condition with a deadline
+        return pids[times - 1]
+
+
+@contextmanager
+def stand_ins(folder: Path, *behaviours: str, ready_timeout: float | None = None,
+              ) -> Iterator[StandIns]:
+    """A supervisor over one stand-in worker per ``behaviours``; SIGTERM at the end."""
+    for index, what in enumerate(behaviours, 1):
+        (folder / str(index)).write_text(what)
+    command = [sys.executable, "-m", "tests.unit.stand_in_workers", "supervise", str(folder),
+               str(len(behaviours))]
+    process = subprocess.Popen(command + ([] if ready_timeout is None else [str(ready_timeout)]),
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        yield StandIns(folder, process)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        process.wait(timeout=WAIT)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_bad_deploy_on_sighup_leaves_the_old_workers_serving(tmp_path: Path) -> None:
+    with stand_ins(tmp_path, "ready", "ready") as supervised:
+        supervised.line("mdb: ready")
+        first, second = supervised.started(1, 1), supervised.started(2, 1)
+        supervised.behave(1, "exit 2")  # the new settings do not load
+        supervised.behave(2, "exit 2")
+        supervised.process.send_signal(signal.SIGHUP)
+        stopped = supervised.line("the round stops")
+        assert stopped.startswith("mdb: SIGHUP: worker 1 (pid ")
+        assert "exited with status 2 before it was ready" in stopped
+        assert "worker 2 keeps running as it was started" in stopped
+        given_up = supervised.line("cannot be kept up")
+        assert f"{START_ATTEMPTS} times in a row" in given_up
+        assert "worker 2 keeps serving" in given_up and "SIGHUP" in given_up
+        assert not alive(first) and alive(second) and supervised.process.poll() is None
+
+        supervised.behave(1, "ready")  # the settings mended: SIGHUP tries again
+        supervised.behave(2, "ready")
+        supervised.process.send_signal(signal.SIGHUP)
+        supervised.line("SIGHUP: the 2 workers restarted")
+        assert not alive(second)
+        supervised.process.send_signal(signal.SIGTERM)
+        assert supervised.process.wait(timeout=WAIT) == 0
+
+
+def test_a_worker_killed_again_and_again_leaves_the_others_serving(tmp_path: Path) -> None:
+    with stand_ins(tmp_path, "ready", "ready") as supervised:
+        supervised.line("mdb: ready")
+        other = supervised.started(2, 1)
+        supervised.behave(1, "hang")  # its replacements never get ready
+        for start in range(1, START_ATTEMPTS + 2):  # the ready one, then its replacements
+            os.kill(supervised.started(1, start), signal.SIGKILL)
+        given_up = supervised.line("cannot be kept up")
+        assert given_up.startswith("mdb: worker 1 cannot be kept up: it exited with status -9 "
+                                   f"before it was ready ({START_ATTEMPTS} times in a row)")
+        assert "worker 2 keeps serving" in given_up
+        restarts = [line for line in supervised.seen if line.startswith("mdb: worker 1 (pid ")]
+        assert len(restarts) == START_ATTEMPTS  # each end but the last: a restart, counted
+        assert alive(other) and supervised.process.poll() is None
+        supervised.process.send_signal(signal.SIGTERM)
+        assert supervised.process.wait(timeout=WAIT) == 0
+        assert not alive(other)
+
+
+def test_a_worker_that_never_gets_ready_is_stopped_with_a_line_saying_why(
+        tmp_path: Path) -> None:
+    with stand_ins(tmp_path, "hang", "ready", ready_timeout=5) as supervised:
+        waited = supervised.line("not ready after")
+        pid = supervised.started(1, 1)
+        assert waited == (f"mdb: worker 1 (pid {pid}) not ready after 5 s (broker main is "
+                          f"down); stopping it")
+        supervised.behave(1, "exit 9")
+        assert supervised.line(f"(pid {pid}) exited").endswith("restart 1 in 0.005 s")
+        # At startup, it counts as a worker that ended before it was ready: the server cannot
+        # start.
+        given_up = supervised.line("cannot be kept up")
+        assert f"({START_ATTEMPTS} times in a row); stopping the others" in given_up
+        assert supervised.process.wait(timeout=WAIT) == 1
