@@ -123,7 +123,7 @@ class Brokers:
 
     def broker_states(self) -> list[tuple[str, str, bool]]:
         """Each watched broker the container is connected to: its name, ``messaging.system``
-        and whether it is up (for ``tracing.watch_brokers``)."""
+        and whether it is up (for ``telemetry.watch_brokers``)."""
         return [(name, self.pools[name][0].system, status.state == "up")
                 for name, status in self._watched.items() if name in self.pools]
 

@@ -53,7 +53,7 @@ from pathlib import Path
 
 import anyio
 
-from mdb import asyncapi, codec, logs, serve, tracing
+from mdb import asyncapi, codec, logs, serve, telemetry
 from mdb.brokers import Brokers
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError, EncodeError, sole
@@ -114,7 +114,7 @@ async def send(args: argparse.Namespace, settings: Settings) -> None:
     message = addressed(codec.outgoing(body, headers, limits=producer.brokers.header_limits),
                         args.reply_to, args.correlation_id)
     _refuse_embedded(settings, destination)
-    flush_telemetry = tracing.configure(settings.app)
+    flush_telemetry = telemetry.configure(settings.app)
     try:
         async with producer:
             await producer.send_message(destination, message, key=args.key)

@@ -36,7 +36,7 @@ from dataclasses import replace
 import anyio
 from anyio.abc import TaskStatus
 
-from mdb import tracing
+from mdb import telemetry
 from mdb.broker import Connection
 from mdb.brokers import Brokers
 from mdb.errors import BrokerError, ConnectionFailed
@@ -80,7 +80,7 @@ class Container:
                 deployed.store = self.stores[deployed.spec.options.exactly_once]
         self.slots = Slots(self.brokers, self.producer)
         self._stop_requested: anyio.Event | None = None
-        tracing.watch_brokers(self.brokers)
+        telemetry.watch_brokers(self.brokers)
 
     @property
     def stopping(self) -> bool:

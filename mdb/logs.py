@@ -29,7 +29,7 @@ import sys
 from datetime import UTC, datetime
 from types import TracebackType
 
-from mdb import tracing
+from mdb import telemetry
 from mdb.redaction import mask_secrets, printable
 
 FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s%(trace)s"
@@ -44,7 +44,7 @@ def configure() -> None:
     json_lines = _json_asked()
     logging.basicConfig(level=os.environ.get("MDB_LOG_LEVEL", "INFO").upper(), format=FORMAT)
     for handler in logging.getLogger().handlers:
-        handler.addFilter(tracing.TraceIds())
+        handler.addFilter(telemetry.TraceIds())
         handler.setFormatter(JsonLines() if json_lines else TextLines(FORMAT))
     if json_lines:
         logging.captureWarnings(True)
@@ -77,7 +77,7 @@ _JSON_ESCAPES = {c: f"\\u{c:04x}" for c in (*range(0x7F, 0xA0), 0x2028, 0x2029)}
 class JsonLines(logging.Formatter):
     """One JSON object per record: ``timestamp`` (ISO 8601, UTC), ``level``, ``logger``,
     ``message``, ``trace_id`` and ``span_id`` while a span is current (the message being
-    handled: ``tracing.TraceIds``), ``exception`` with the traceback when there is one (the
+    handled: ``telemetry.TraceIds``), ``exception`` with the traceback when there is one (the
     record's exception, or the traceback ``with_traceback`` gave it)."""
 
     def format(self, record: logging.LogRecord) -> str:

@@ -4,14 +4,15 @@ Needs the ``prometheus`` extra (``prometheus-client`` and ``opentelemetry-export
 and is served when ``OTEL_METRICS_EXPORTER=prometheus`` and ``health_port`` are set. One page
 holds:
 
-* the metrics mdb records through OpenTelemetry (``mdb.tracing``), under the messaging semantic
+* the metrics mdb records through OpenTelemetry (``mdb.telemetry``), each listener's counts
+  of outcomes among them (``mdb_listener_messages_total``), under the messaging semantic
   conventions' names turned into Prometheus ones by the OpenTelemetry exporter
   (``messaging.process.duration`` → ``messaging_process_duration_seconds``, counters end in
-  ``_total``), which ``mdb.tracing.configure`` reads into ``prometheus_client``'s registry;
+  ``_total``), which ``mdb.telemetry.configure`` reads into ``prometheus_client``'s registry;
 * the gauges an operator pages on, read from the container when the page is asked for
   (``ContainerMetrics``): readiness, each broker's connection state, and per listener its pool
-  slots, how many hold a delivery, the deliveries in its handlers, the age of the oldest
-  delivery not yet settled, and its counts of outcomes;
+  slots, how many hold a delivery, the deliveries in its handlers and the age of the oldest
+  delivery not yet settled;
 * the process's own (``process_*``, ``python_*``) from ``prometheus_client``.
 
 Under ``mdb run --workers N`` the supervisor serves every worker's page at once, each sample
@@ -43,11 +44,6 @@ from mdb.container import Container
 from mdb.health import Health, Page, Render
 
 BROKER_STATES = ("up", "down", "failed", "unknown")
-
-OUTCOMES = ("processed", "redelivered", "to_error_destination", "rolled_back", "damaged",
-            "filtered", "dead_lettered", "kept", "already_processed")
-"""The ``outcome`` label of ``mdb_listener_messages_total``: the counters of
-``mdb.delivery.Stats``."""
 
 
 def exposition(collector: Collector, accept: str) -> Page:
@@ -91,9 +87,6 @@ class ContainerMetrics:
             "mdb_listener_oldest_unsettled_seconds",
             "Age of the oldest delivery a pool slot received and has not settled yet; 0 when "
             "none is held.", labels=["listener"], unit="seconds")
-        outcomes = CounterMetricFamily(
-            "mdb_listener_messages", "Messages of the listener in this process, by outcome.",
-            labels=["listener", "outcome"])
         now = time.monotonic()
         running = list(self._container.slots.running)
         for deployed in self._container.deployed:
@@ -103,9 +96,7 @@ class ContainerMetrics:
             slots.add_metric([name], deployed.spec.options.pool * len(deployed.planned))
             busy.add_metric([name], len(held))
             oldest.add_metric([name], now - min(held) if held else 0.0)
-            for outcome in OUTCOMES:
-                outcomes.add_metric([name, outcome], getattr(deployed.stats, outcome))
-        yield from (slots, busy, oldest, outcomes)
+        yield from (slots, busy, oldest)
 
 
 class _ProcessPage(Collector):

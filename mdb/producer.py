@@ -12,7 +12,7 @@ from types import TracebackType
 
 import anyio
 
-from mdb import codec, tracing
+from mdb import codec, telemetry
 from mdb.broker import Delivery, ProblemKind
 from mdb.brokers import Brokers
 from mdb.destinations import Destination
@@ -94,7 +94,7 @@ class Producer:
             expected = correlation_id or message.headers[ID]
             message = dataclasses.replace(message, reply_to=replies.reply_to,
                                           correlation_id=expected)
-            with tracing.sending(link.system, target, message) as traced:
+            with telemetry.sending(link.system, target, message) as traced:
                 await connection.send(member.destination, traced)
             with anyio.move_on_after(timeout):
                 while True:
@@ -120,7 +120,7 @@ class Producer:
 
         async def attempt(member: Member) -> None:
             link = self._link(member.broker)
-            with tracing.sending(link.system, destination, message) as traced:
+            with telemetry.sending(link.system, destination, message) as traced:
                 connection = await link.connect()
                 await connection.send(member.destination, traced)
 
@@ -131,7 +131,7 @@ class Producer:
         """Send ``message`` to ``address``, the reply-to of a message delivered by ``broker``
         (no failover: the address exists only there). Raises as ``Connection.send``."""
         link = self._link(broker)
-        with tracing.sending(link.system, address, message) as traced:
+        with telemetry.sending(link.system, address, message) as traced:
             connection = await link.connect()
             await connection.send(address, traced)
 

@@ -11,11 +11,11 @@ from typing import TextIO
 import anyio
 
 from mdb.brokers import connections_for
-from mdb.delivery import Stats
 from mdb.health import Health
 from mdb.planning import Planned, slots_per_broker
 from mdb.redaction import printable, redact_url
 from mdb.settings import Settings
+from mdb.telemetry import Stats
 
 
 def plan_table(settings: Settings, plans: Sequence[Planned]) -> str:

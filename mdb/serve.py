@@ -18,7 +18,7 @@ from typing import NoReturn
 import anyio
 from dependency_injector import containers
 
-from mdb import code_reload, lifeline, logs, tracing
+from mdb import code_reload, lifeline, logs, telemetry
 from mdb.container import Container
 from mdb.delivery.timeouts import HandlerCall
 from mdb.health import HealthServer, MetricsSource
@@ -49,7 +49,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     modules = import_modules(args.modules)
     listeners = find_listeners(modules)
     di = find_container(args.container or settings.container, modules)
-    flush_telemetry = tracing.configure(settings.app)
+    flush_telemetry = telemetry.configure(settings.app)
     try:
         container = await _run(settings, args, modules, listeners, di)
     finally:
@@ -172,9 +172,9 @@ async def _run(settings: Settings, args: argparse.Namespace, modules: list[Modul
 def _metrics(container: Container) -> MetricsSource | None:
     """``/metrics`` for the health port, when ``OTEL_METRICS_EXPORTER=prometheus``
     (docs/metrics.md)."""
-    if tracing.metrics_exporter() != "prometheus":
+    if telemetry.metrics_exporter() != "prometheus":
         return None
-    from mdb.metrics import ContainerMetrics  # the extra: tracing.configure checked it is there
+    from mdb.metrics import ContainerMetrics  # the extra: telemetry.configure checked it is there
 
     return ContainerMetrics(container)
 

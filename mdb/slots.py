@@ -19,7 +19,7 @@ from anyio.abc import TaskGroup
 
 from mdb.broker import Subscription
 from mdb.brokers import Brokers
-from mdb.delivery import Processor, Stats, Strikes
+from mdb.delivery import Processor, Strikes
 from mdb.delivery.timeouts import HandlerThreads
 from mdb.errors import BrokerError, ConnectionFailed, ConnectionLost
 from mdb.exactly_once.store import Store
@@ -27,6 +27,7 @@ from mdb.links import BrokerLink
 from mdb.listener import ListenerSpec
 from mdb.planning import PlannedSubscription
 from mdb.producer import Producer
+from mdb.telemetry import Stats, watch_listener
 from mdb.topology import Member
 
 log = logging.getLogger("mdb.container")
@@ -47,6 +48,7 @@ class Deployed:
 
     def __post_init__(self) -> None:
         self.threads = HandlerThreads(self.spec.name, self.spec.options.pool * len(self.planned))
+        watch_listener(self.spec.name, self.stats)
 
 
 @dataclass(eq=False)

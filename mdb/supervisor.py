@@ -57,7 +57,7 @@ import anyio
 import anyio.to_thread
 from anyio.abc import Process, UNIXSocketStream
 
-from mdb import lifeline, logs, tracing
+from mdb import lifeline, logs, telemetry
 from mdb.children import stop_in_order
 from mdb.errors import ConfigurationError
 from mdb.health import (
@@ -143,7 +143,7 @@ class Supervisor:
         if self.settings.health_port is not None:
             health = HealthServer(
                 self.health, self.settings.health_host, self.settings.health_port,
-                metrics=self.metrics() if tracing.metrics_exporter() == "prometheus" else None)
+                metrics=self.metrics() if telemetry.metrics_exporter() == "prometheus" else None)
             health.start()
             print(f"mdb: health on http://{self.settings.health_host}:{health.port}",
                   flush=True)

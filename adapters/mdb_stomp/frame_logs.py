@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import logging
 
-from mdb.tracing import record_bodies
+from mdb.telemetry.providers import record_bodies
 
 STOMP_LOGGER = "stomp.py"
 STOMP_LOG = logging.getLogger(STOMP_LOGGER)

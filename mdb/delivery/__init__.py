@@ -16,13 +16,12 @@ each:
 
 beside them ``invoker`` (calling the handler, in its span), ``timeouts`` (the handler
 timeout, and the worker threads of plain ``def`` handlers), ``copies`` (bounds on the copies
-sent), ``strikes`` (failures to settle a message that are the broker's doing, counted
-in the process) and ``stats``.
+sent) and ``strikes`` (failures to settle a message that are the broker's doing, counted
+in the process). What each listener did is counted in its ``mdb.telemetry.Stats``.
 """
 
 from mdb.delivery.decision import to_message
 from mdb.delivery.processor import Processor
-from mdb.delivery.stats import Stats
 from mdb.delivery.strikes import Strikes
 
-__all__ = ["Processor", "Stats", "Strikes", "to_message"]
+__all__ = ["Processor", "Strikes", "to_message"]

@@ -28,9 +28,9 @@ from mdb.broker import Connection, Delivery
 from mdb.delivery.decision import FRESH, Kind, Raised
 from mdb.delivery.invoker import Invoker
 from mdb.delivery.sends import TransactedSends
-from mdb.delivery.stats import Stats
 from mdb.errors import ConnectionLost, DecodeError
 from mdb.message import Message
+from mdb.telemetry import Stats
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,15 +11,15 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from mdb import codec, tracing
+from mdb import codec, telemetry
 from mdb.broker import Delivery, HeaderLimits
 from mdb.context import Context, SendFunction
-from mdb.delivery.stats import Stats
 from mdb.delivery.timeouts import HandlerThreads, cancelled_past
 from mdb.errors import HandlerInterrupted, ListenerDefinitionError, error_type
 from mdb.listener import ListenerSpec
 from mdb.message import Message
 from mdb.planning import PlannedSubscription
+from mdb.telemetry import Stats
 
 
 class Invoker:
@@ -35,15 +35,15 @@ class Invoker:
         self._stats = stats
         self._threads = threads
         self._is_async = spec.is_async  # asked once: inspect's answer costs several calls
-        self._telemetry = tracing.Consumer(spec.name, system, spec.destination,
-                                           planned.request.name, planned.shared, stats)
+        self._telemetry = telemetry.Consumer(system, spec.destination, planned.request.name,
+                                             planned.shared)
         self._subscription = planned.logical_name
         self.decode = codec.decoder_for(spec.body_type)
         """The body as the handler's annotation asks; raises ``DecodeError``."""
 
     def handling(self, delivery: Delivery, message: Message) -> Handling:
         """While a message is being handled: counted in flight and inside its ``process`` span
-        (``mdb.tracing``), which entering returns to report the outcome on."""
+        (``mdb.telemetry``), which entering returns to report the outcome on."""
         return Handling(self._stats, self._telemetry.processing(
             delivery.headers, message.id, message.body, message.delivery_count,
             message.redelivered))
@@ -112,11 +112,11 @@ class Handling:
 
     __slots__ = ("_span", "_stats")
 
-    def __init__(self, stats: Stats, span: tracing.Processing) -> None:
+    def __init__(self, stats: Stats, span: telemetry.Processing) -> None:
         self._stats = stats
         self._span = span
 
-    def __enter__(self) -> tracing.Processing:
+    def __enter__(self) -> telemetry.Processing:
         outcome = self._span.__enter__()
         self._stats.in_flight += 1
         return outcome

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mdb import clock, logs, tracing
+from mdb import clock, logs, telemetry
 from mdb.broker import Connection, Delivery, Subscription
 from mdb.context import SendFunction
 from mdb.delivery.batch import Ready, Step, fall_back, ready_run, run_in_one_transaction
@@ -43,7 +43,6 @@ from mdb.delivery.decision import (
 )
 from mdb.delivery.invoker import Invoker
 from mdb.delivery.sends import DirectSends, TransactedSends, commit
-from mdb.delivery.stats import Stats
 from mdb.delivery.strikes import CameBack, Round, Strikes
 from mdb.delivery.timeouts import HandlerThreads
 from mdb.destinations import Destination
@@ -61,6 +60,7 @@ from mdb.listener import ListenerSpec
 from mdb.message import Message, OutgoingMessage
 from mdb.planning import PlannedSubscription
 from mdb.producer import Producer
+from mdb.telemetry import Stats, names
 
 if TYPE_CHECKING:  # the exactly-once modules import mdb.delivery's helpers
     from mdb.exactly_once.guard import Guard
@@ -187,7 +187,7 @@ class Processor:
         delivery, message = step.delivery, step.message
         # A message its selector rejects, or back after its settlement's copies were stored,
         # is settled unseen: no span, not in flight.
-        handling = (tracing.UNSEEN if isinstance(step.kind, NotSelected | AckLost)
+        handling = (telemetry.UNSEEN if isinstance(step.kind, NotSelected | AckLost)
                     else self._invoker.handling(delivery, message))
         outcome: Outcome | None = None
         try:
@@ -303,7 +303,7 @@ class Processor:
         return await run(dataclasses.replace(message, redelivered=True))
 
     async def _carry_out(self, outcome: Outcome, step: Step, connection: Connection,
-                         sends: TransactedSends | None, span: tracing.Processing) -> None:
+                         sends: TransactedSends | None, span: telemetry.Processing) -> None:
         """Do what ``outcome`` says with ``step``'s delivery: the one place where a decision
         becomes acks, copies, waits, strikes, counts and log lines."""
         delivery, message = step.delivery, step.message
@@ -330,7 +330,7 @@ class Processor:
             case DeadLetter(failure=failure):
                 span.failed(failure.error_type, failure.text)
                 await connection.dead_letter(delivery)
-                span.given_up(tracing.DEAD_LETTERED)
+                span.given_up(names.DEAD_LETTERED)
                 self._stats.dead_lettered += 1
                 log.warning("listener %s: message %s handed to the broker's dead-letter queue "
                             "(%s: %s)", name, message.id, failure.error_type, failure.text)
@@ -356,7 +356,7 @@ class Processor:
                 span.failed(failure.error_type, failure.text)
                 await self._copy(connection, step, outcome.destination, outcome.headers)
                 self._stats.kept += 1
-                span.given_up(tracing.KEPT)
+                span.given_up(names.KEPT)
                 log.log(logging.WARNING if kept == 1 else logging.DEBUG,
                         "listener %s: message %s kept on %s (%s: %s); the broker has no "
                         "dead-letter queue that surely keeps it: it stays there, not handled "
@@ -407,7 +407,7 @@ class Processor:
         copy = OutgoingMessage(message.body, headers, reply_to=message.reply_to,
                                correlation_id=message.correlation_id,
                                copy_of=delivery.headers, delay=delay)
-        with tracing.sending(self._system, target, copy) as traced:
+        with telemetry.sending(self._system, target, copy) as traced:
             await commit(tx, [delivery], sends=[(target, traced)])
 
     def _not_settled(self, what: str, exc: MdbError, connection: Connection,
@@ -423,7 +423,7 @@ class Processor:
         return False
 
 
-def _failed(span: tracing.Processing, failure: Failure) -> str:
+def _failed(span: telemetry.Processing, failure: Failure) -> str:
     """Tell ``span`` that ``failure`` happened; the traceback of a handler that raised, for
     the log ("" for a failure without one)."""
     stacktrace = failure.traceback if isinstance(failure, Raised) else ""

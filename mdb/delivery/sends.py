@@ -6,13 +6,13 @@ from collections.abc import Sequence
 
 import anyio
 
-from mdb import tracing
+from mdb import telemetry
 from mdb.broker import Connection, Delivery, Transaction
-from mdb.delivery.stats import Stats
 from mdb.destinations import Destination
 from mdb.errors import BrokerError
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 from mdb.producer import Producer
+from mdb.telemetry import Stats
 
 
 class TransactedSends:
@@ -52,7 +52,7 @@ class TransactedSends:
                               message: OutgoingMessage) -> None:
         if self._begun is None:
             self._begun = await self._connection.begin()
-        with tracing.sending(self._system, logical, message) as traced:
+        with telemetry.sending(self._system, logical, message) as traced:
             await self._begun.send(physical, traced)
 
     @property

@@ -18,8 +18,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanKind
 
-from mdb import tracing
 from mdb.errors import ConfigurationError
+from mdb.telemetry import names
 
 PROCESSED = "processed"
 ALREADY_PROCESSED = "already processed"  # exactly-once: a copy the inbox knew, not run
@@ -48,7 +48,7 @@ class Attempt:
     exception: BaseException | None = None
 
     FINAL: ClassVar[frozenset[str]] = frozenset({PROCESSED, ALREADY_PROCESSED, MOVED,
-                                                 tracing.DEAD_LETTERED, tracing.KEPT})
+                                                 names.DEAD_LETTERED, names.KEPT})
 
     @property
     def final(self) -> bool:
@@ -111,7 +111,7 @@ class Tracker:
 
     def ended(self, span: ReadableSpan) -> None:
         attributes = span.attributes or {}
-        message_id = str(attributes.get(tracing.MESSAGE_ID, ""))
+        message_id = str(attributes.get(names.MESSAGE_ID, ""))
         if not message_id or span.context is None:
             return
         span_id = span.context.span_id
@@ -126,8 +126,8 @@ class Tracker:
                         self._expect(sent_id, destination)
                 if attempt.moved_to is not None:
                     self._expect(message_id, attempt.moved_to)
-            elif span.kind is SpanKind.PRODUCER and tracing.ERROR_TYPE not in attributes:
-                destination = str(attributes.get(tracing.DESTINATION, ""))
+            elif span.kind is SpanKind.PRODUCER and names.ERROR_TYPE not in attributes:
+                destination = str(attributes.get(names.DESTINATION, ""))
                 parent = span.parent.span_id if span.parent is not None else None
                 if parent in self._open:
                     self._held_sends.setdefault(parent, []).append((message_id, destination))
@@ -145,29 +145,29 @@ class Tracker:
 
 
 def _is_process(span: ReadableSpan) -> bool:
-    return span.kind is SpanKind.CONSUMER and span.name.startswith(f"{tracing.PROCESS} ")
+    return span.kind is SpanKind.CONSUMER and span.name.startswith(f"{names.PROCESS} ")
 
 
 def _attempt(span: ReadableSpan, exception: BaseException | None) -> Attempt:
     attributes = span.attributes or {}
-    error_type = attributes.get(tracing.ERROR_TYPE)
+    error_type = attributes.get(names.ERROR_TYPE)
     events = {event.name: event.attributes or {} for event in span.events}
     outcome, moved_to = PROCESSED, None
-    if tracing.ERROR_DESTINATION_EVENT in events:
+    if names.ERROR_DESTINATION_EVENT in events:
         outcome = MOVED
-        moved_to = str(events[tracing.ERROR_DESTINATION_EVENT].get(tracing.DESTINATION))
-    elif tracing.STUCK_EVENT in events:
-        outcome = str(events[tracing.STUCK_EVENT].get(tracing.OUTCOME))
-    elif tracing.REDELIVERY_EVENT in events:
+        moved_to = str(events[names.ERROR_DESTINATION_EVENT].get(names.DESTINATION))
+    elif names.STUCK_EVENT in events:
+        outcome = str(events[names.STUCK_EVENT].get(names.OUTCOME))
+    elif names.REDELIVERY_EVENT in events:
         outcome = REDELIVERED
     elif error_type is not None:
         outcome = NOT_SETTLED
-    elif attributes.get(tracing.ALREADY_PROCESSED):
+    elif attributes.get(names.ALREADY_PROCESSED):
         outcome = ALREADY_PROCESSED
-    subscription = attributes.get(tracing.SUBSCRIPTION)
-    count = attributes.get(tracing.DELIVERY_COUNT, 1)
+    subscription = attributes.get(names.SUBSCRIPTION)
+    count = attributes.get(names.DELIVERY_COUNT, 1)
     return Attempt(
-        destination=str(attributes.get(tracing.DESTINATION, "")),
+        destination=str(attributes.get(names.DESTINATION, "")),
         subscription=None if subscription is None else str(subscription),
         delivery_count=count if isinstance(count, int) else 1,
         outcome=outcome,

@@ -17,7 +17,7 @@ exported) and meter provider (with a reader that is never read) set. The profile
 the container's ready to its last message, on the event loop's thread, which does everything
 per message (the STOMP socket is read on the loop). Calls are split by where the called
 function lives: the broker adapter (``adapters/``, stomp.py), the core (``mdb/`` but
-``mdb/tracing.py``), telemetry (``mdb/tracing.py``, OpenTelemetry), the event loop and the
+``mdb/telemetry/``), telemetry (``mdb/telemetry/``, OpenTelemetry), the event loop and the
 rest of the standard library, and functions written in C.
 
 ``--callgrind`` counts instructions too: each case runs twice more under ``valgrind
@@ -59,7 +59,7 @@ def kind_of(filename: str) -> str:
     if filename.startswith("~") or filename.startswith("<"):
         return "C"
     path = filename.replace(os.sep, "/")
-    if "/mdb/tracing.py" in path or "/opentelemetry/" in path:
+    if "/mdb/telemetry/" in path or "/opentelemetry/" in path:
         return "telemetry"
     if "/adapters/" in path or "/stomp/" in path:
         return "adapter"

@@ -149,7 +149,9 @@ async def test_metrics_count_a_known_workload(url: str) -> None:
     settings = settings_for(url)
     calls = Calls()
 
-    @listener(queue, redelivery=Redelivery(limit=0, delay=0))
+    name = unique("counted")
+
+    @listener(queue, redelivery=Redelivery(limit=0, delay=0), name=name)
     async def counted(body: str, ctx: Context) -> None:
         calls.add("run", body)
         if body == "bad":
@@ -164,8 +166,10 @@ async def test_metrics_count_a_known_workload(url: str) -> None:
     assert points["messaging.client.sent.messages"] == 4
     assert points["messaging.client.consumed.messages"] == 4
     assert points["messaging.process.duration"] == 4  # data points: one per delivery
-    assert points["mdb.error_destination.moves"] == 1
-    assert "mdb.redeliveries" not in points
+    # The listener's outcomes, counted once in its Stats and read by OpenTelemetry.
+    outcomes = _outcomes(name)
+    assert (outcomes["processed"], outcomes["to_error_destination"],
+            outcomes["redelivered"]) == (3, 1, 0)
     assert _points(f"{queue}.DLQ")["messaging.client.sent.messages"] == 1
     # One series per destination: the per-message attributes of a span are not a counter's.
     system = "memory" if url.startswith("memory") else "activemq"
@@ -206,6 +210,18 @@ def _series(name: str, destination: str) -> list[dict[str, object]]:
             for scope in resource.scope_metrics for metric in scope.metrics
             if metric.name == name for point in metric.data.data_points
             if dict(point.attributes or {}).get("messaging.destination.name") == destination]
+
+
+def _outcomes(listener_name: str) -> dict[str, int]:
+    """``mdb.listener.messages`` of one listener, per ``mdb.outcome``."""
+    data = _METRICS.get_metrics_data()
+    assert data is not None
+    return {str(attributes["mdb.outcome"]): int(point.value)
+            for resource in data.resource_metrics for scope in resource.scope_metrics
+            for metric in scope.metrics if metric.name == "mdb.listener.messages"
+            for point in metric.data.data_points if isinstance(point, NumberDataPoint)
+            and (attributes := dict(point.attributes or {})).get("mdb.listener")
+            == listener_name}
 
 
 def _usage(listener_name: str) -> int:

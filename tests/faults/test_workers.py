@@ -83,7 +83,7 @@ def processed_per_worker(process: LedgerProcess) -> dict[str, float]:
     return {sample.labels["worker"]: sample.value
             for family in text_string_to_metric_families(page) for sample in family.samples
             if sample.name == "mdb_listener_messages_total"
-            and sample.labels["outcome"] == "processed"}
+            and sample.labels["mdb_outcome"] == "processed"}
 
 
 def test_the_workers_of_a_server_share_its_subscription_and_stop_on_sigterm(

@@ -176,13 +176,17 @@ class PostgreSQL:
         """SIGSTOP to every server process: a hung server, whose port still accepts
         connections (the kernel's backlog) and answers nothing, not even on the connections
         it had."""
-        for pid in self._server_pids():
-            os.kill(pid, signal.SIGSTOP)
+        self._signal_all(signal.SIGSTOP)
 
     def resume(self) -> None:
         """SIGCONT after ``pause``."""
+        self._signal_all(signal.SIGCONT)
+
+    def _signal_all(self, signum: int) -> None:
         for pid in self._server_pids():
-            os.kill(pid, signal.SIGCONT)
+            # A backend may end between the listing and the signal (its client left).
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
 
     def _server_pids(self) -> list[int]:
         """The postmaster and its children: each child is a process group of its own (it

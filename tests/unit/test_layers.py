@@ -16,7 +16,7 @@ BELOW_THE_CONTAINER = {
     "mdb.destinations", "mdb.errors", "mdb.events", "mdb.identity", "mdb.jms_names",
     "mdb.listener",
     "mdb.logs", "mdb.message", "mdb.options", "mdb.redaction", "mdb.selector",
-    "mdb.selector_check", "mdb.settings", "mdb.topology", "mdb.tracing",
+    "mdb.selector_check", "mdb.settings", "mdb.telemetry", "mdb.topology",
 }
 # The container and what drives it: no adapter imports these.
 CONTAINER_AND_ABOVE = (

@@ -8,30 +8,30 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from mdb import tracing
+from mdb import telemetry
 from mdb.errors import ConfigurationError
 
 
 def test_an_unknown_exporter_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "jaeger")
     with pytest.raises(ConfigurationError, match="OTEL_TRACES_EXPORTER='jaeger'"):
-        tracing.configure("app")
+        telemetry.configure("app")
 
 
 def test_no_exporter_asked_for_sets_nothing_up(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
     monkeypatch.delenv("OTEL_METRICS_EXPORTER", raising=False)
     before = trace.get_tracer_provider()
-    tracing.configure("app")()
+    telemetry.configure("app")()
     assert trace.get_tracer_provider() is before
 
 
 def test_log_records_carry_the_current_trace_and_span_ids() -> None:
     record = logging.LogRecord("mdb", logging.INFO, __file__, 1, "hello", None, None)
-    tracing.TraceIds().filter(record)
+    telemetry.TraceIds().filter(record)
     assert record.trace == ""  # type: ignore[attr-defined]
     with TracerProvider().get_tracer("test").start_as_current_span("work") as span:
-        tracing.TraceIds().filter(record)
+        telemetry.TraceIds().filter(record)
     context = span.get_span_context()
     assert record.trace == (  # type: ignore[attr-defined]
         f" trace={context.trace_id:032x} span={context.span_id:016x}")
