@@ -93,7 +93,7 @@ class HeaderLimits:
     (``mdb.brokers.Brokers.header_limits``): it refuses a send beyond them (``EncodeError``,
     ``mdb.codec.refuse_oversized``) before anything is written, as a broker may refuse one
     only by dropping the connection, and it leaves headers out of a copy rather than have the
-    copy refused (``mdb.delivery.copies``).
+    copy refused (``mdb.copies``).
     """
 
     count: int

@@ -1,9 +1,9 @@
 """The ``mdb`` command.
 
 ``mdb run MODULE... [--config FILE] [--app NAME] [--server NAME] [--container module:Attr]
-[--workers N] [--reload]`` runs the container process (``mdb.serve``; N of them under a
-supervisor, ``mdb.supervisor``; restarted when the code changes with ``--reload``,
-``mdb.code_reload``); ``mdb subscriptions MODULE... [--config FILE]`` prints the
+[--workers N] [--reload]`` runs the container process (``mdb.process.serve``; N of them under a
+supervisor, ``mdb.process.supervisor``; restarted when the code changes with ``--reload``,
+``mdb.process.code_watch``); ``mdb subscriptions MODULE... [--config FILE]`` prints the
 subscriptions it would create, connecting to nothing, and ``mdb subscriptions --delete TOPIC
 NAME`` deletes an abandoned one on every member of TOPIC; ``mdb send DESTINATION (BODY | --file
 PATH) [--header k=v]... [--json | --content-type TYPE] [--key K] [--reply-to DEST]
@@ -53,16 +53,17 @@ from pathlib import Path
 
 import anyio
 
-from mdb import asyncapi, codec, logs, serve, telemetry
+from mdb import asyncapi, codec, logs, telemetry
 from mdb.brokers import Brokers
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError, EncodeError, sole
 from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database, at_startup
-from mdb.health import NotLive, Unreachable, fetch_status, health_url
+from mdb.http.client import NotLive, Unreachable, fetch_status, health_url
 from mdb.links import adapters
 from mdb.message import CONTENT_TYPE, ID, MAX_SEND_FILE_BYTES, addressed
 from mdb.planning import plan_listeners, slots_per_broker
+from mdb.process import serve
 from mdb.producer import Producer
 from mdb.report import plan_table, status_report
 from mdb.settings import Settings, command_settings

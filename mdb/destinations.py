@@ -36,6 +36,12 @@ class Destination:
     def __str__(self) -> str:
         return f"{self.kind.value}:{self.name}"
 
+    @property
+    def error_queue(self) -> Destination:
+        """``queue:NAME.DLQ``: where what fails on its way to this destination goes when nobody
+        named another (a listener's ``error_destination``, a refused outbox row's)."""
+        return Destination(Kind.QUEUE, f"{self.name}.DLQ")
+
 
 # A handler names its destination as text on every send: parsed once per text, not per send.
 @functools.lru_cache(maxsize=1024)

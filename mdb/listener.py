@@ -48,9 +48,8 @@ class ListenerSpec:
     @property
     def error_destination(self) -> Destination:
         """Where messages go that failed too often or do not decode (default ``queue:NAME.DLQ``)."""
-        return Destination.parse(
-            self.options.error_destination or f"queue:{self.destination.name}.DLQ"
-        )
+        named = self.options.error_destination
+        return self.destination.error_queue if named is None else Destination.parse(named)
 
     def with_settings(
         self, defaults: ListenerOverrides, override: ListenerOverrides | None

@@ -25,7 +25,7 @@ Two pure steps, shared by a delivery processed on its own and by a batch:
   of a fresh one —, the listener's ``Policy``) to an ``Outcome``, every one of them:
   ``Settle``, ``Filter``, ``Redeliver``, ``MoveToError``, ``DeadLetter`` or ``Keep``, with
   the headers of any copy to send, already within the policy's header limits
-  (``mdb.delivery.copies``).
+  (``mdb.copies``).
 
 ``mdb.delivery.processor`` carries the outcome out, in one place.
 """
@@ -41,7 +41,7 @@ from typing import ClassVar, overload
 from mdb import codec
 from mdb import message as headers_
 from mdb.broker import Delivery, HeaderLimits, Problem, ProblemKind
-from mdb.delivery.copies import bounded
+from mdb.copies import ERROR_TYPE_LIMIT, bounded, error_text, with_failure
 from mdb.delivery.strikes import Round
 from mdb.destinations import Destination
 from mdb.errors import error_type
@@ -49,8 +49,6 @@ from mdb.identity import identity
 from mdb.message import Message
 from mdb.options import Redelivery
 
-ERROR_TEXT_LIMIT = 4000  # UTF-8 bytes of the failure kept in ``mdb_error_message``
-ERROR_TYPE_LIMIT = 200  # UTF-8 bytes of the exception type kept in ``mdb_error_type``
 FRAMES_LIMIT = 4000  # characters of a handler's traceback frames kept for logs and spans
 MAX_STRIKES = 3
 """A message whose settlement failed this many times by the broker's doing (``Stuck``) moves to
@@ -342,7 +340,7 @@ Outcome = Settle | Filter | Redeliver | MoveToError | DeadLetter | Keep
 @dataclass(frozen=True, slots=True)
 class Policy:
     """What ``decide`` needs to know of a listener and the subscription a delivery came from;
-    ``header_limits`` are those its copies keep to (``mdb.delivery.copies``)."""
+    ``header_limits`` are those its copies keep to (``mdb.copies``)."""
 
     listener: str
     redelivery: Redelivery
@@ -388,7 +386,7 @@ def decide(message: Message, happened: Happened, policy: Policy,
     names of the headers the broker set for this one delivery (``Delivery.protocol_headers``):
     they are not copied.
 
-    A copy's headers are cut to the policy's ``header_limits`` (``mdb.delivery.copies``). A
+    A copy's headers are cut to the policy's ``header_limits`` (``mdb.copies``). A
     message whose headers do not all fit is not redelivered (its copy would lack some): it
     moves to the error destination at once, with the headers that fit and
     ``mdb_headers_dropped``; a kept copy keeps what fits.
@@ -452,16 +450,11 @@ def redelivery_headers(message: Message, protocol_headers: Set[str],
 def error_headers(message: Message, failure: Failure, listener: str,
                   protocol_headers: Set[str]) -> dict[str, str]:
     """The headers of ``message``'s copy moved to the error destination: its own, its
-    ``mdb_id``, its count, and what failed where (type and text through ``error_text``)."""
+    ``mdb_id``, its count, and what failed where (``mdb.copies.with_failure``)."""
     headers = _kept(message, protocol_headers)
     headers[headers_.DELIVERY_COUNT] = str(message.delivery_count)
-    headers.update({
-        headers_.ERROR_TYPE: error_text(failure.error_type, ERROR_TYPE_LIMIT),
-        headers_.ERROR_MESSAGE: error_text(failure.text),
-        headers_.ERROR_LISTENER: listener,
-        headers_.ORIGINAL_DESTINATION: str(message.destination),
-    })
-    return headers
+    return with_failure(headers, failure.error_type, failure.text,
+                        str(message.destination), listener)
 
 
 def _kept(message: Message, protocol_headers: Set[str]) -> dict[str, str]:
@@ -471,18 +464,3 @@ def _kept(message: Message, protocol_headers: Set[str]) -> dict[str, str]:
     headers.pop(headers_.REDELIVERY_OF, None)
     headers[headers_.ID] = message.id
     return headers
-
-
-def error_text(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
-    """``text`` fit for a header of any frame: at most ``limit`` bytes of UTF-8 (cut at a
-    character), no NUL nor other control character (each shown as ``\\xNN``) but tab and line
-    feed (a CR LF or lone CR becomes a line feed; STOMP 1.2 escapes it in a header), and no
-    character UTF-8 cannot carry (a lone surrogate becomes U+FFFD)."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n").translate(_UNFIT)
-    return text.encode()[:limit].decode(errors="ignore")  # "ignore": the cut character
-
-
-_UNFIT: dict[int, str] = {
-    **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if chr(c) not in "\t\n"},
-    **dict.fromkeys(range(0xD800, 0xE000), "\ufffd"),
-}

@@ -22,8 +22,7 @@ import anyio
 from sqlalchemy import ColumnElement, String, bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mdb import message as headers_
-from mdb.delivery.copies import bounded
+from mdb.copies import bounded, with_failure
 from mdb.destinations import Destination
 from mdb.errors import (
     BrokerError,
@@ -89,7 +88,8 @@ class Writer:
 
     async def send(self, target: ReplyTo, message: OutgoingMessage, key: str | None) -> None:
         now = time.time()
-        errors = self._error_destination or _default_error_destination(target)
+        errors = self._error_destination or (
+            target if isinstance(target, Destination) else REPLIES).error_queue
         reply = isinstance(target, ReplyAddress)
         values = {
             "message_id": message.headers.get(ID, ""), "source": self._source,
@@ -137,9 +137,9 @@ async def backlog(session: AsyncSession) -> tuple[int, float | None]:
     return int(rows), None if oldest is None else float(oldest)
 
 
-def _default_error_destination(target: ReplyTo) -> Destination:
-    name = target.name if isinstance(target, Destination) else "mdb.replies"
-    return Destination.parse(f"queue:{name}.DLQ")
+REPLIES = Destination.parse("queue:mdb.replies")
+"""What stands for a reply address when its refused row's error destination is chosen (a
+producer's ``Outbox`` names none): ``queue:mdb.replies.DLQ``."""
 
 
 class Dispatcher:
@@ -324,10 +324,8 @@ class Dispatcher:
 
     async def _move_to_error(self, row: Row, refusal: BrokerError) -> None:
         """A row its broker refused: its message to the error destination, saying why."""
-        headers = dict(row.message.headers)
-        headers.update({headers_.ERROR_TYPE: error_type(refusal),
-                        headers_.ERROR_MESSAGE: str(refusal)[:4000],
-                        headers_.ORIGINAL_DESTINATION: str(row.target)})
+        headers = with_failure(row.message.headers, error_type(refusal), str(refusal),
+                               str(row.target))
         kept, _ = bounded(headers, self._producer.brokers.header_limits)
         copy = OutgoingMessage(row.message.body, kept, correlation_id=row.message.correlation_id)
         await self._producer.send_message(row.error_destination, copy)

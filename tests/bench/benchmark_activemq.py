@@ -53,7 +53,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Sampler, SamplingResult
 
-from mdb.health import fetch_status
+from mdb.http.client import fetch_status
 from tests.bench.burn_app import BURN
 from tests.bench.loops import (
     ONE_AT_A_TIME,

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from mdb import Settings
-from mdb.health import fetch_status
+from mdb.http.client import fetch_status
 from mdb.settings import DestinationSettings, MemberSettings
 from tests.contract.support import unique
 from tests.faults.ledger import (

@@ -21,7 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mdb import Producer, Settings, codec
 from mdb.destinations import Destination
-from mdb.health import Health, fetch_status
+from mdb.health import Health
+from mdb.http.client import fetch_status
 from mdb.message import ID
 from tests.contract.support import unique
 from tests.faults.ledger import (

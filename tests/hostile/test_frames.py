@@ -17,7 +17,7 @@ import pytest
 
 from mdb import Container, Context, Producer, Redelivery, listener
 from mdb.broker import ConnectionOptions, SubscriptionRequest, broker_for
-from mdb.delivery.copies import bounded
+from mdb.copies import bounded
 from mdb.destinations import Destination
 from mdb.errors import BrokerError, EncodeError
 from mdb.events import EventKind

@@ -24,7 +24,8 @@ from pydantic import BaseModel, field_validator
 
 from mdb import Context, Redelivery, listener
 from mdb.codec import MAX_TEXT
-from mdb.delivery.decision import ERROR_TEXT_LIMIT, FRAMES_LIMIT
+from mdb.copies import ERROR_TEXT_LIMIT
+from mdb.delivery.decision import FRAMES_LIMIT
 from mdb.errors import UNNAMED
 from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
 from tests.conftest import private_brokers

@@ -23,9 +23,10 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from mdb import health
-from mdb.health import Health, HealthServer, Page, Render
-from mdb.probe_server import ProbeServer
+from mdb.health import Health
+from mdb.http import routes
+from mdb.http.routes import HealthServer, Page, Render
+from mdb.http.server import ProbeServer
 from tests.unit.test_health import READY, serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,7 +182,7 @@ def get(url: str) -> bytes:
 @pytest.mark.anyio
 async def test_scrapers_in_a_loop_cost_the_container_one_read_and_no_page(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(health, "PAGE_FRESH_FOR", 3600.0)  # no page goes stale in this test
+    monkeypatch.setattr(routes, "PAGE_FRESH_FOR", 3600.0)  # no page goes stale in this test
     loop = threading.get_ident()
     pages = Pages()
 
@@ -204,8 +205,8 @@ async def test_scrapers_in_a_loop_cost_the_container_one_read_and_no_page(
 @pytest.mark.anyio
 async def test_a_scrape_while_the_page_is_made_anew_gets_the_last_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(health, "PAGE_FRESH_FOR", 0.0)  # every page is stale at once
-    monkeypatch.setattr(health, "PAGE_REUSE", 0.0)
+    monkeypatch.setattr(routes, "PAGE_FRESH_FOR", 0.0)  # every page is stale at once
+    monkeypatch.setattr(routes, "PAGE_REUSE", 0.0)
     pages = Pages()
 
     def clients(url: str) -> None:
@@ -229,7 +230,7 @@ async def test_a_scrape_while_the_page_is_made_anew_gets_the_last_one(
 @pytest.mark.anyio
 async def test_scrapers_wait_their_turn_and_give_way_to_probes(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(health, "PAGE_FRESH_FOR", 3600.0)  # the first page is served on
+    monkeypatch.setattr(routes, "PAGE_FRESH_FOR", 3600.0)  # the first page is served on
     monkeypatch.setattr(ProbeServer, "AT_HAND_PER_SECOND", 1e-9)  # one page, then no turn
     monkeypatch.setattr(ProbeServer, "MAX_CONNECTIONS", 2)
     monkeypatch.setattr(ProbeServer, "DEADLINE", 3600.0)  # no connection is cut off for time

@@ -22,7 +22,8 @@ import anyio.to_thread
 import pytest
 
 from mdb import Context, Producer, Redelivery, listener
-from mdb.health import Health, HealthServer
+from mdb.health import Health
+from mdb.http.routes import HealthServer
 from mdb.message import DELIVERY_COUNT, ERROR_TYPE
 from mdb.report import status_report
 from tests.contract.support import WAIT, Calls, read, running, settings_for, unique

@@ -19,7 +19,8 @@ import anyio
 import pytest
 
 from mdb import logs
-from mdb.health import Health, HealthServer, ListenerHealth, StuckHandler
+from mdb.health import Health, ListenerHealth, StuckHandler
+from mdb.http.routes import HealthServer
 from mdb.redaction import printable
 
 # A forged record, then ANSI's "clear the screen", then what str.splitlines, JavaScript and

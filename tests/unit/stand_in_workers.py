@@ -4,8 +4,8 @@ cannot start, without a broker.
 
     python -m tests.unit.stand_in_workers supervise FOLDER COUNT [READY_TIMEOUT]
 
-runs ``mdb.supervisor.Supervisor`` (with its signals, its lines on stderr and its exit status)
-over COUNT stand-in workers, ``python -m tests.unit.stand_in_workers work FOLDER INDEX:FD``.
+runs ``mdb.process.supervisor.Supervisor`` (with its signals, its lines on stderr and its exit
+status) over COUNT stand-in workers, ``python -m tests.unit.stand_in_workers work FOLDER INDEX:FD``.
 At each start, the worker in place INDEX appends its pid to ``FOLDER/INDEX.pids`` and does
 what ``FOLDER/INDEX`` says then:
 
@@ -29,11 +29,12 @@ from pathlib import Path
 
 import anyio
 
-from mdb import supervisor
 from mdb.broker_settings import BrokerSettings
-from mdb.health import BrokerHealth, Health, HealthServer
+from mdb.health import BrokerHealth, Health
+from mdb.http.routes import HealthServer
+from mdb.process import supervisor
+from mdb.process.worker_channel import WorkerPlace
 from mdb.settings import Settings
-from mdb.worker_channel import WorkerPlace
 
 
 def supervise(folder: Path, count: int, ready_timeout: float | None) -> int:

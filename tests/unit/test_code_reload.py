@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mdb.code_reload import directories
 from mdb.errors import ConfigurationError
+from mdb.process.code_watch import directories
 
 MODULE = '''
 from mdb import listener

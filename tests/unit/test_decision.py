@@ -8,11 +8,11 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from mdb.broker import Delivery, Problem, ProblemKind
+from mdb.copies import ERROR_TEXT_LIMIT, error_text
 from mdb.delivery.batch import BatchFailure, Ready, Step, fall_back, ready_run
 from mdb.delivery.decision import (
     ACK_LOST,
     ALREADY_PROCESSED,
-    ERROR_TEXT_LIMIT,
     FILTER,
     FRESH,
     IN_DOUBT,
@@ -38,7 +38,6 @@ from mdb.delivery.decision import (
     carries_on,
     classify,
     decide,
-    error_text,
     to_message,
 )
 from mdb.delivery.strikes import Round, Strikes

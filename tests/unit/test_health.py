@@ -20,7 +20,8 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from mdb.health import BrokerHealth, DatabaseHealth, Health, HealthServer, ListenerHealth
+from mdb.health import BrokerHealth, DatabaseHealth, Health, ListenerHealth
+from mdb.http.routes import HealthServer
 
 NOW = time.time()
 READY = Health(

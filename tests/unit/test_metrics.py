@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from mdb.health import Health, ListenerHealth, WorkerHealth
-from mdb.metrics import WorkerMetrics, exposition, health_families
+from mdb.http.metrics_page import WorkerMetrics, exposition, health_families
 from tests.harness.process import free_port
 
 # A listener whose messages the test starts with SIGUSR1 (three are sent: "hold", "ok", "ok");

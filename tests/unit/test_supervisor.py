@@ -26,8 +26,8 @@ from mdb.health import (
     StuckHandler,
     WorkerHealth,
 )
+from mdb.process.supervisor import START_ATTEMPTS, Place, server_health
 from mdb.report import status_report
-from mdb.supervisor import START_ATTEMPTS, Place, server_health
 from tests.contract.test_crash import ROOT
 from tests.harness.process import free_port
 

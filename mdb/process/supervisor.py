@@ -8,8 +8,8 @@ memory broker lives in one process, so it cannot be shared: ``check_workers`` re
 The supervisor:
 
 * starts the workers, each in its own session (a terminal's Ctrl-C reaches only the
-  supervisor, which forwards it once), with a channel (``mdb.worker_channel``) on which a worker
-  says where its health endpoint is and when it is ready;
+  supervisor, which forwards it once), with a channel (``mdb.process.worker_channel``) on
+  which a worker says where its health endpoint is and when it is ready;
 * restarts a worker whose process ended, after a pause of 0.5 s that doubles with each further
   end of that worker within a minute (at most 30 s); each restart is one log line, counted, and
   shown in ``/status``;
@@ -34,7 +34,7 @@ The supervisor:
   the workers not yet restarted keep running as they were started. A worker waiting out its
   pause, or given up, is started at once;
 * with ``--lifeline FD`` (it is the container of ``mdb run --reload --workers N``), stops as on
-  SIGTERM when its watcher is gone (``mdb.lifeline``);
+  SIGTERM when its watcher is gone (``mdb.process.lifeline``);
 * serves the health endpoint (``health_port``) for the whole server: live while every worker
   that runs answers live, ready while every worker runs and is ready (a server short of a
   worker is short of the pool slots its settings promise); ``/metrics`` there holds every
@@ -57,26 +57,19 @@ import anyio
 import anyio.to_thread
 from anyio.abc import Process, UNIXSocketStream
 
-from mdb import lifeline, logs, telemetry
-from mdb.children import stop_in_order
+from mdb import logs, telemetry
 from mdb.errors import ConfigurationError
-from mdb.health import (
-    BrokerHealth,
-    DatabaseHealth,
-    Health,
-    HealthServer,
-    ListenerHealth,
-    MetricsSource,
-    NotLive,
-    Unreachable,
-    WorkerHealth,
-    fetch_status,
-)
+from mdb.health import BrokerHealth, DatabaseHealth, Health, ListenerHealth, WorkerHealth
+from mdb.http.client import NotLive, Unreachable, fetch_pages, fetch_status
+from mdb.http.routes import HealthServer, MetricsSource
+from mdb.process import lifeline
+from mdb.process.children import stop_in_order
+from mdb.process.signals import stop_then_kill
+from mdb.process.worker_channel import WorkerPlace, news
 from mdb.report import unready_reasons
 from mdb.settings import Settings
-from mdb.worker_channel import WorkerPlace, news
 
-log = logging.getLogger("mdb.supervisor")
+log = logging.getLogger("mdb.process.supervisor")
 
 START_ATTEMPTS = 5  # ends before ready, in a row, after which a worker cannot be kept up
 READY_TIMEOUT = 300.0  # seconds a worker may take to get ready: the startup probe's five minutes
@@ -199,17 +192,17 @@ class Supervisor:
 
     def metrics(self) -> MetricsSource:
         """``/metrics``: every worker's page, each sample labelled with its ``worker``, and
-        the state of each (``mdb.metrics.SupervisorMetrics``, docs/metrics.md)."""
-        from mdb import metrics  # the prometheus extra, which the workers' setup checks
+        the state of each (``mdb.http.metrics_page.SupervisorMetrics``, docs/metrics.md)."""
+        from mdb.http import metrics_page  # the prometheus extra, which the workers' setup checks
 
         async def ask() -> tuple[Health, dict[int, str]]:
             health = await self.health()
             urls = [(place.index, place.health_url) for place in self._places
                     if place.health_url is not None and place.state in ("ready", "starting")]
-            return health, await anyio.to_thread.run_sync(metrics.fetch_pages, urls,
+            return health, await anyio.to_thread.run_sync(fetch_pages, urls,
                                                           ASK_TIMEOUT)
 
-        return metrics.SupervisorMetrics(ask)
+        return metrics_page.SupervisorMetrics(ask)
 
     async def _keep_up(self, place: Place) -> None:
         while not self._stopping.is_set():
@@ -319,7 +312,7 @@ class Supervisor:
         return code, ready
 
     def _heard(self, place: Place, item: dict[str, object]) -> bool:
-        """Take in what the worker of ``place`` told (``mdb.worker_channel``); whether it is
+        """Take in what the worker of ``place`` told (``mdb.process.worker_channel``); whether it is
         that it is ready."""
         if isinstance(item.get("health"), str):
             place.health_url = str(item["health"])
@@ -405,21 +398,22 @@ class Supervisor:
         return False
 
     async def _stop_on_signals(self) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                if self._stopping.is_set():
-                    logs.tell("mdb: second signal, killing the workers", logging.ERROR)
-                    running = [p.process for p in self._places
-                               if p.process is not None and p.process.returncode is None]
-                    for process in running:
-                        process.kill()
-                    with anyio.move_on_after(ASK_TIMEOUT):  # reaped: no zombie outlives us
-                        for process in running:
-                            await process.wait()
-                    os._exit(128 + signum)
-                logs.tell(f"mdb: {signal.Signals(signum).name}: stopping {len(self._places)} "
-                          f"workers (signal again to kill them)")
-                self.request_stop(signal.Signals(signum))
+        def stop(signum: signal.Signals) -> None:
+            logs.tell(f"mdb: {signum.name}: stopping {len(self._places)} workers (signal again "
+                      "to kill them)")
+            self.request_stop(signum)
+
+        async def kill() -> None:
+            running = [p.process for p in self._places
+                       if p.process is not None and p.process.returncode is None]
+            for process in running:
+                process.kill()
+            with anyio.move_on_after(ASK_TIMEOUT):  # reaped: no zombie outlives us
+                for process in running:
+                    await process.wait()
+
+        await stop_then_kill(stop, self._stopping.is_set,
+                             "mdb: second signal, killing the workers", kill)
 
 
 def _settle(place: Place, status: int | None) -> None:

@@ -22,15 +22,13 @@ Reading the container happens on its event loop (``HealthServer`` calls
 ``ContainerMetrics.read`` there), so nothing is counted twice or read half-changed; no figure
 is kept for this page alone. That read is short, the container's own figures only: the
 OpenTelemetry metrics and the process's are collected, and the page encoded, in the health
-endpoint's request thread, at most once per ``mdb.health.PAGE_FRESH_FOR`` seconds
+endpoint's request thread, at most once per ``mdb.http.routes.PAGE_FRESH_FOR`` seconds
 (docs/metrics.md), so that scrapers do not slow the container.
 """
 
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from functools import partial
 
@@ -41,7 +39,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from mdb.container import Container
-from mdb.health import Health, Page, Render
+from mdb.health import Health
+from mdb.http.routes import Page, Render
 
 BROKER_STATES = ("up", "down", "failed", "unknown")
 
@@ -61,7 +60,7 @@ def content_type(accept: str) -> str:
 
 
 class ContainerMetrics:
-    """One container's ``/metrics`` (an ``mdb.health.MetricsSource``): its gauges and counts,
+    """One container's ``/metrics`` (an ``mdb.http.routes.MetricsSource``): its gauges and counts,
     read on its loop, then the OpenTelemetry metrics and the process's (``prometheus_client``'s
     global registry), collected where the page is made."""
 
@@ -197,21 +196,8 @@ def worker_families(health: Health) -> Iterator[Metric]:
     yield restarts
 
 
-def fetch_pages(urls: Iterable[tuple[int, str]], timeout: float) -> dict[int, str]:
-    """GET each worker's ``/metrics`` in the Prometheus text format; blocking. A worker that
-    does not answer is left out (its ``mdb_worker_ready`` says so)."""
-    pages = {}
-    for index, url in urls:
-        try:
-            with urllib.request.urlopen(f"{url.rstrip('/')}/metrics", timeout=timeout) as answer:
-                pages[index] = answer.read().decode()
-        except (urllib.error.URLError, OSError, ValueError):
-            continue
-    return pages
-
-
 class SupervisorMetrics:
-    """The supervisor's ``/metrics`` (an ``mdb.health.MetricsSource``): ``ask``, on its loop,
+    """The supervisor's ``/metrics`` (an ``mdb.http.routes.MetricsSource``): ``ask``, on its loop,
     gets its snapshot and every worker's page; they are parsed and merged where the page is
     made (``WorkerMetrics``)."""
 

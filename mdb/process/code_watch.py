@@ -1,9 +1,10 @@
 """``mdb run --reload``: for development, the container restarted whenever a ``.py`` file under
 its listener modules' directories changes, as ``faststream run --reload`` and ``uvicorn
---reload`` do. (Not ``mdb.reload``, which applies a changed topology to a running container.)
+--reload`` do. (Not ``mdb.process.topology_watch``, which applies a changed topology to a
+running container.)
 
 This process only watches: the container runs as a child, ``mdb run`` without ``--reload``, in
-a session of its own, holding a lifeline to this process (``mdb.lifeline``): a watcher that
+a session of its own, holding a lifeline to this process (``mdb.process.lifeline``): a watcher that
 ends without stopping it (SIGKILL, SIGHUP, a crash) leaves no container running on. On a change
 the child is stopped in order (SIGTERM: in-flight handlers finish within
 ``shutdown_grace_period``, then it is killed) and started again, importing the code anew. A
@@ -19,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import logging
-import os
 import signal
 import socket
 import sys
@@ -32,8 +31,9 @@ from anyio.abc import ObjectReceiveStream, Process
 from anyio.streams.memory import MemoryObjectSendStream
 
 from mdb import logs
-from mdb.children import stop_in_order
 from mdb.errors import ConfigurationError
+from mdb.process.children import stop_in_order
+from mdb.process.signals import stop_then_kill
 from mdb.redaction import printable
 
 SHOWN_CHANGES = 5  # changed files a restart's line names; the others it counts
@@ -172,14 +172,14 @@ class _Reloader:
             self.code = await stop_in_order(self.process, self.grace)
 
     async def stop_on_signals(self) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                if self.stop.is_set():
-                    logs.tell("mdb: --reload: second signal, killing the container",
-                              logging.ERROR)
-                    if self.process is not None and self.process.returncode is None:
-                        self.process.kill()
-                    os._exit(128 + signum)
-                logs.tell(f"mdb: --reload: {signal.Signals(signum).name}: stopping the "
-                          f"container (signal again to kill it)")
-                self.stop.set()
+        def stop(signum: signal.Signals) -> None:
+            logs.tell(f"mdb: --reload: {signum.name}: stopping the container (signal again to "
+                      "kill it)")
+            self.stop.set()
+
+        async def kill() -> None:
+            if self.process is not None and self.process.returncode is None:
+                self.process.kill()
+
+        await stop_then_kill(stop, self.stop.is_set,
+                             "mdb: --reload: second signal, killing the container", kill)

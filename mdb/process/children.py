@@ -1,6 +1,6 @@
-"""The child processes of ``mdb run``: the workers of ``--workers N`` (``mdb.supervisor``) and
-the container of ``--reload`` (``mdb.code_reload``), each ``mdb run`` again. How a parent
-stops one in order."""
+"""The child processes of ``mdb run``: the workers of ``--workers N``
+(``mdb.process.supervisor``) and the container of ``--reload`` (``mdb.process.code_watch``),
+each ``mdb run`` again. How a parent stops one in order."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Bounds on the copies mdb re-sends (for a redelivery or to an error destination), so that a
-broker never refuses one because of the headers it inherited from a foreign producer.
+"""The copies mdb re-sends of a message (for a redelivery, to an error destination, a refused
+outbox row): the headers saying what failed (``with_failure``), and bounds, so that a broker
+never refuses one because of the headers it inherited from a foreign producer.
 
 A refused copy is worse than a failed handler: the delivery cannot be settled, the broker
 drops the connection, redelivers the message and the copy is refused again. A copy keeps to
@@ -55,3 +56,36 @@ def _cut(name: str, value: str, limits: HeaderLimits) -> str:
         excess = limits.size(name, value) - limits.line
         value = value[: max(0, len(value) - max(1, excess // 2))]
     return value
+
+
+ERROR_TEXT_LIMIT = 4000  # UTF-8 bytes of the failure kept in ``mdb_error_message``
+ERROR_TYPE_LIMIT = 200  # UTF-8 bytes of the exception type kept in ``mdb_error_type``
+
+
+def with_failure(headers: Mapping[str, str], error_type: str, text: str,
+                 original_destination: str, listener: str | None = None) -> dict[str, str]:
+    """``headers`` of a copy moved to an error destination, with what failed where:
+    ``mdb_error_type`` and ``mdb_error_message`` (``error_text``, bounded),
+    ``mdb_original_destination`` and, for a listener's message, ``mdb_error_listener``."""
+    failed = dict(headers)
+    failed.update({m.ERROR_TYPE: error_text(error_type, ERROR_TYPE_LIMIT),
+                   m.ERROR_MESSAGE: error_text(text),
+                   m.ORIGINAL_DESTINATION: original_destination})
+    if listener is not None:
+        failed[m.ERROR_LISTENER] = listener
+    return failed
+
+
+def error_text(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """``text`` fit for a header of any frame: at most ``limit`` bytes of UTF-8 (cut at a
+    character), no NUL nor other control character (each shown as ``\\xNN``) but tab and line
+    feed (a CR LF or lone CR becomes a line feed; STOMP 1.2 escapes it in a header), and no
+    character UTF-8 cannot carry (a lone surrogate becomes U+FFFD)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").translate(_UNFIT)
+    return text.encode()[:limit].decode(errors="ignore")  # "ignore": the cut character
+
+
+_UNFIT: dict[int, str] = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if chr(c) not in "\t\n"},
+    **dict.fromkeys(range(0xD800, 0xE000), "\ufffd"),
+}

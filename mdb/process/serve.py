@@ -1,5 +1,5 @@
 """``mdb run``: the container process, or with ``--workers N`` the supervisor of N of them
-(``mdb.supervisor``), each worker being ``mdb run`` again with ``--worker INDEX:FD``. The
+(``mdb.process.supervisor``), each worker being ``mdb run`` again with ``--worker INDEX:FD``. The
 command line and exit statuses are ``mdb.cli``'s."""
 
 from __future__ import annotations
@@ -18,15 +18,18 @@ from typing import NoReturn
 import anyio
 from dependency_injector import containers
 
-from mdb import code_reload, lifeline, logs, telemetry
+from mdb import logs, telemetry
 from mdb.container import Container
 from mdb.delivery.timeouts import HandlerCall
-from mdb.health import HealthServer, MetricsSource
+from mdb.http.routes import HealthServer, MetricsSource
 from mdb.listener import ListenerSpec
-from mdb.reload import reload_on_change
+from mdb.process import code_watch, lifeline
+from mdb.process.signals import stop_then_kill
+from mdb.process.supervisor import Supervisor
+from mdb.process.topology_watch import reload_on_change
+from mdb.process.worker_channel import WorkerChannel, WorkerPlace
 from mdb.report import plan_table, print_status, status_line
 from mdb.settings import Settings
-from mdb.supervisor import Supervisor
 from mdb.wiring import (
     find_container,
     find_event_callbacks,
@@ -35,13 +38,12 @@ from mdb.wiring import (
     resources,
     wired,
 )
-from mdb.worker_channel import WorkerChannel, WorkerPlace
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.reload:
-        return await code_reload.run_reloading(
-            partial(_reloaded_command, args), code_reload.directories(args.modules),
+        return await code_watch.run_reloading(
+            partial(_reloaded_command, args), code_watch.directories(args.modules),
             settings.shutdown_grace_period)
     if args.workers > 1:
         return await Supervisor(settings, args.workers, partial(_worker_command, args),
@@ -174,7 +176,9 @@ def _metrics(container: Container) -> MetricsSource | None:
     (docs/metrics.md)."""
     if telemetry.metrics_exporter() != "prometheus":
         return None
-    from mdb.metrics import ContainerMetrics  # the extra: telemetry.configure checked it is there
+    from mdb.http.metrics_page import (
+        ContainerMetrics,  # the extra: telemetry.configure checked it is there
+    )
 
     return ContainerMetrics(container)
 
@@ -189,12 +193,9 @@ async def _hangups_without_config() -> None:
 
 
 async def _stop_on_signals(container: Container, say: bool) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            if container.stopping:
-                logs.tell("mdb: second signal, exiting now", logging.ERROR)
-                os._exit(128 + signum)
-            if say:
-                logs.tell(f"mdb: {signal.Signals(signum).name}: stopping (signal again to "
-                          "exit now)")
-            container.request_stop()
+    def stop(signum: signal.Signals) -> None:
+        if say:
+            logs.tell(f"mdb: {signum.name}: stopping (signal again to exit now)")
+        container.request_stop()
+
+    await stop_then_kill(stop, lambda: container.stopping, "mdb: second signal, exiting now")

@@ -12,7 +12,7 @@ from mdb.container import Container
 from mdb.errors import ConfigurationError
 from mdb.settings import load_settings
 
-log = logging.getLogger("mdb.reload")
+log = logging.getLogger("mdb.process.topology_watch")
 
 # How often ``mdb run`` looks at its --config file for a changed topology.
 CONFIG_POLL_INTERVAL = 2.0

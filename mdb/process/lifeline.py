@@ -7,8 +7,9 @@ the other, on which it never writes. The kernel closes the parent's end when the
 so the child reads end of file then and only then: nothing is polled and nothing is done per
 message. It works wherever Unix sockets do (``prctl(PR_SET_PDEATHSIG)`` is Linux's alone, and
 a parent's pid can be reused). Two kinds of parent hand one out: the supervisor of ``mdb run
---workers N``, whose channel to each worker is also its lifeline (``mdb.worker_channel``), and
-the watcher of ``mdb run --reload``, whose container gets the hidden ``--lifeline FD``.
+--workers N``, whose channel to each worker is also its lifeline
+(``mdb.process.worker_channel``), and the watcher of ``mdb run --reload``, whose container gets the
+hidden ``--lifeline FD``.
 
 The child watches from its start, as it listens for signals: a parent gone while the child is
 still connecting stops it as soon as it has started.
@@ -23,7 +24,7 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import ByteReceiveStream, UNIXSocketStream
 
-log = logging.getLogger("mdb.lifeline")
+log = logging.getLogger("mdb.process.lifeline")
 
 
 async def watch(stream: ByteReceiveStream, on_gone: Callable[[], None], who: str,

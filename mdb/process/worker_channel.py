@@ -8,9 +8,9 @@ reads:
   127.0.0.1; the supervisor asks it for the worker's snapshot);
 * ``{"ready": true}`` once the worker's container reported ready.
 
-The socket is also the worker's lifeline (``mdb.lifeline``): the supervisor never writes, so the
-worker reads end of file only when the supervisor is gone (even killed with SIGKILL), and then
-stops as on SIGTERM instead of running on unsupervised.
+The socket is also the worker's lifeline (``mdb.process.lifeline``): the supervisor never writes,
+so the worker reads end of file only when the supervisor is gone (even killed with SIGKILL), and
+then stops as on SIGTERM instead of running on unsupervised.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import anyio
 from anyio.abc import SocketStream, UNIXSocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from mdb import lifeline
 from mdb.errors import ConfigurationError
+from mdb.process import lifeline
 
 _LINE_LIMIT = 4096
 

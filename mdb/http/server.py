@@ -1,6 +1,6 @@
-"""``ProbeServer``: the HTTP server under the health endpoint (``mdb.health``), built so that no
-client can exhaust it: a probe is answered while any number of idle, slow or vanishing clients
-are connected.
+"""``ProbeServer``: the HTTP server under the health endpoint (``mdb.http.routes``), built so
+that no client can exhaust it: a probe is answered while any number of idle, slow or vanishing
+clients are connected.
 
 ``http.server.ThreadingHTTPServer``, which it replaces, spent a thread and a file descriptor on
 every connection for as long as the client cared to keep it: 1,500 idle clients made 1,502
