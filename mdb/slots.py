@@ -20,8 +20,11 @@ from anyio.abc import TaskGroup
 from mdb.broker import Subscription
 from mdb.brokers import Brokers
 from mdb.delivery import Processor, Strikes
+from mdb.delivery.invoker import Invoker
+from mdb.delivery.runs import Direct, Run, Transacted
 from mdb.delivery.timeouts import HandlerThreads
 from mdb.errors import BrokerError, ConnectionFailed, ConnectionLost
+from mdb.exactly_once.run import ExactlyOnce
 from mdb.exactly_once.store import Store
 from mdb.links import BrokerLink
 from mdb.listener import ListenerSpec
@@ -149,13 +152,30 @@ class Slots:
     def _ends(self, slot: Slot) -> bool:
         return self.stopping or slot.retired
 
+    def _run(self, slot: Slot, invoker: Invoker) -> Run:
+        """How ``slot``'s listener runs a fresh delivery: its guarantee
+        (``mdb.delivery.runs``)."""
+        deployed, planned = slot.deployed, slot.planned
+        spec, broker = deployed.spec, planned.broker
+        if deployed.store is not None:
+            guard = deployed.store.guard(
+                listener=spec.name, subscription=planned.logical_name, broker=broker,
+                error_destination=spec.error_destination)
+            return ExactlyOnce(invoker, guard, stopping=lambda: self._ends(slot))
+        if not spec.options.transacted:
+            return Direct(invoker, self.producer, broker)
+        return Transacted(invoker, self.producer, broker, slot.link.system)
+
     async def _consume(self, slot: Slot) -> None:
         """Receive and process until the slot ends, subscribing again after a lost
         connection."""
         deployed, link = slot.deployed, slot.link
-        processor = Processor(deployed.spec, slot.planned, link.system, self.producer,
-                              deployed.stats, deployed.strikes, deployed.threads,
-                              stopping=lambda: self._ends(slot), store=deployed.store)
+        spec, planned = deployed.spec, slot.planned
+        invoker = Invoker(spec, planned, link.system, deployed.stats, deployed.threads,
+                          self.producer.brokers.header_limits)
+        processor = Processor(spec, planned, link.system, self.producer, deployed.stats,
+                              deployed.strikes, invoker, self._run(slot, invoker),
+                              stopping=lambda: self._ends(slot))
         try:
             while not self._ends(slot):
                 try:

@@ -3,20 +3,13 @@ ones, and carry out what ``mdb.delivery.decision`` decides, in one place (``_car
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
-
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import clock, logs, telemetry
 from mdb.broker import Connection, Delivery, Subscription
-from mdb.context import SendFunction
 from mdb.delivery.batch import Ready, Step, fall_back, ready_run, run_in_one_transaction
 from mdb.delivery.decision import (
-    ALREADY_PROCESSED,
-    SUCCEEDED,
     AckLost,
     AlreadyProcessed,
     DeadLetter,
@@ -42,9 +35,9 @@ from mdb.delivery.decision import (
     to_message,
 )
 from mdb.delivery.invoker import Invoker
-from mdb.delivery.sends import DirectSends, TransactedSends, commit
+from mdb.delivery.runs import Run, Transacted
+from mdb.delivery.sends import TransactedSends, commit
 from mdb.delivery.strikes import CameBack, Round, Strikes
-from mdb.delivery.timeouts import HandlerThreads
 from mdb.destinations import Destination
 from mdb.errors import (
     AcksUnconfirmed,
@@ -52,19 +45,13 @@ from mdb.errors import (
     DatabaseUnavailable,
     DecodeError,
     DispatchPending,
-    IdentityReused,
     MdbError,
 )
-from mdb.identity import identity
 from mdb.listener import ListenerSpec
 from mdb.message import Message, OutgoingMessage
 from mdb.planning import PlannedSubscription
 from mdb.producer import Producer
 from mdb.telemetry import Stats, names
-
-if TYPE_CHECKING:  # the exactly-once modules import mdb.delivery's helpers
-    from mdb.exactly_once.guard import Guard
-    from mdb.exactly_once.store import Store
 
 log = logging.getLogger("mdb.delivery")
 
@@ -74,27 +61,23 @@ class Processor:
     them as the delivery contract says (docs/architecture.md, "Delivery contract"). Made once
     per pool slot; the connection and the subscription, which change at every reconnect, come
     with the deliveries. ``stopping()`` says when no further message may go to the handler.
-    ``stats`` and ``strikes`` are the listener's, shared by its slots."""
+    ``stats`` and ``strikes`` are the listener's, shared by its slots. ``run`` is how a fresh
+    delivery runs (``mdb.delivery.runs``: the listener's guarantee), through ``invoker``."""
 
     def __init__(
         self, spec: ListenerSpec, planned: PlannedSubscription, system: str,
-        producer: Producer, stats: Stats, strikes: Strikes, threads: HandlerThreads,
-        stopping: Callable[[], bool], store: Store | None = None,
+        producer: Producer, stats: Stats, strikes: Strikes, invoker: Invoker, run: Run,
+        stopping: Callable[[], bool],
     ) -> None:
         self._spec = spec
-        self._broker = planned.broker
         self._system = system
         self._selector = planned.selector
         self._producer = producer
         self._stats = stats
         self._strikes = strikes
         self._stopping = stopping
-        self._invoker = Invoker(spec, planned, system, stats, threads,
-                                producer.brokers.header_limits)
-        self._direct = DirectSends(producer, planned.broker)
-        self._guard: Guard | None = None if store is None else store.guard(
-            listener=spec.name, subscription=planned.logical_name, broker=planned.broker,
-            error_destination=spec.error_destination)
+        self._invoker = invoker
+        self._runs = run
         self._policy: Policy | None = None
         self._policy_of: Subscription | None = None
 
@@ -110,7 +93,8 @@ class Processor:
         if len(deliveries) == 1:  # the usual case
             return await self._process(connection, subscription, self._step(deliveries[0]))
         steps = [self._step(d) for d in deliveries]
-        if not self._spec.options.transacted or self._guard is not None:
+        runs = self._runs
+        if not isinstance(runs, Transacted):
             return await self._one_at_a_time(connection, subscription, steps)
         start = 0
         while start < len(steps):
@@ -124,7 +108,7 @@ class Processor:
             else:
                 # A run cut short by stopping leaves its tail unsettled; the check above
                 # then ends the loop.
-                if not await self._batch(connection, subscription, run):
+                if not await self._batch(connection, subscription, runs, run):
                     return False
                 start += len(run)
         return True
@@ -162,10 +146,10 @@ class Processor:
         return True
 
     async def _batch(self, connection: Connection, subscription: Subscription,
-                     run: list[Ready]) -> bool:
+                     runs: Transacted, run: list[Ready]) -> bool:
         """One transaction for ``run`` (two or more); after a handler failure, the run again
         one message at a time."""
-        sends = TransactedSends(connection, self._broker, self._system, self._producer)
+        sends = runs.sends(connection)
         try:
             failed = await run_in_one_transaction(run, connection, sends, self._invoker,
                                                   self._stats, self._stopping)
@@ -233,74 +217,14 @@ class Processor:
     async def _run(self, delivery: Delivery, message: Message, connection: Connection,
                    ) -> tuple[Succeeded | AlreadyProcessed | Undecodable | Reused | Raised,
                               TransactedSends | None]:
-        """Run the handler on a fresh delivery as the listener's options say: what happened,
-        and the transacted sends to settle it with (None: settled by a plain ack). A run that
-        failed sent nothing in a transaction."""
+        """Run the handler on a fresh delivery as the listener's guarantee says
+        (``mdb.delivery.runs``): what happened, and the transacted sends to settle it with
+        (None: settled by a plain ack)."""
         try:
             body = self._invoker.decode(message.body)
         except DecodeError as exc:
             return Undecodable(str(exc)), None
-        if self._guard is not None:
-            return await self._run_once(delivery, message, body), None
-        if not self._spec.options.transacted:
-            try:
-                await self._invoker.invoke(message, body, self._direct.send)
-            except Exception as exc:  # user code: any failure is a failed delivery
-                return Raised.of(exc), None
-            return SUCCEEDED, None
-        sends = TransactedSends(connection, self._broker, self._system, self._producer)
-        try:
-            await self._invoker.invoke(message, body, sends.send)
-            error: Exception | None = await sends.flushed()
-        except Exception as exc:  # user code: any failure is a failed delivery
-            error = exc
-        except BaseException:
-            await sends.abort_shielded()
-            raise
-        if error is not None:
-            await sends.abort()
-            return Raised.of(error), None
-        # Nothing sent in a transaction: settled by a plain ack, as ``sends.settle`` would.
-        return SUCCEEDED, sends if sends.begun else None
-
-    async def _run_once(self, delivery: Delivery, message: Message, body: object,
-                        ) -> Succeeded | AlreadyProcessed | Reused | Raised:
-        """The run of an exactly-once listener (``mdb.exactly_once.guard``); settled by a
-        plain ack once its sends were dispatched. When the database is out of reach the
-        delivery is held until it answers, and run once more, flagged redelivered (the first
-        run may have had effects outside the database); ``DispatchPending``, and
-        ``DatabaseUnavailable`` at a stop or in that second run, leave it unsettled."""
-        guard = self._guard
-        assert guard is not None
-        by_content = identity(delivery).by_content
-
-        async def run(message: Message) -> Succeeded | AlreadyProcessed | Reused | Raised:
-            async def handler(session: AsyncSession, send: SendFunction) -> None:
-                await self._invoker.invoke(message, body, send, session)
-
-            try:
-                ran = await guard.run(message, handler, by_content=by_content)
-            except (DatabaseUnavailable, DispatchPending):
-                raise
-            except IdentityReused as exc:
-                return Reused(str(exc))
-            except Exception as exc:  # user code, its database writes included
-                return Raised.of(exc)
-            return SUCCEEDED if ran else ALREADY_PROCESSED
-
-        try:
-            return await run(message)
-        except DatabaseUnavailable:
-            if self._stopping():
-                raise
-        # Sent back, the delivery would come back flagged, each time one more of its
-        # deliveries: an outage longer than its redeliveries would move it to the error
-        # destination. Held once only: a run that fails again once the database answered
-        # others (a statement of its own that always takes longer than ``timeout``) is sent
-        # back, so that its redeliveries bound it. A commit in doubt is found out by the
-        # claim of the next run.
-        await guard.database.reachable()
-        return await run(dataclasses.replace(message, redelivered=True))
+        return await self._runs(delivery, message, body, connection)
 
     async def _carry_out(self, outcome: Outcome, step: Step, connection: Connection,
                          sends: TransactedSends | None, span: telemetry.Processing) -> None:

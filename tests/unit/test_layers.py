@@ -26,8 +26,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("one path to a broker, and the plan", {
         "mdb.brokers", "mdb.links", "mdb.producer", "mdb.planning",
     }),
-    ("exactly-once", {"mdb.exactly_once"}),
     ("delivery", {"mdb.delivery"}),
+    ("exactly-once", {"mdb.exactly_once"}),
     ("the container", {"mdb.container", "mdb.slots", "mdb.wiring", "mdb.report"}),
     ("serving it", {"mdb.http", "mdb.testing"}),
     ("processes and the command", {
@@ -139,3 +139,13 @@ def test_adapters_never_import_the_container() -> None:
         above = {name for name in _imports(path, set(CORE))
                  if _under(name, CONTAINER_AND_ABOVE)}
         assert not above, f"{module} imports {sorted(above)}"
+
+
+def test_the_delivery_path_knows_no_database() -> None:
+    # Each guarantee is a run chosen when the slots are built (mdb.delivery.runs): the
+    # exactly-once one is mdb.exactly_once's, above the delivery path.
+    for module, path in CORE.items():
+        if _under(module, {"mdb.delivery"}):
+            found = {name for name in _imports(path, set(CORE))
+                     if _under(name, {"sqlalchemy", "mdb.exactly_once", "mdb.database_settings"})}
+            assert not found, f"{module} imports {sorted(found)}"
