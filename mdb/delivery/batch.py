@@ -15,7 +15,8 @@ back, but the handler may have had effects of its own), the failing one takes th
 with its own count, and those after it run as fresh deliveries. Each is settled before the
 next, so every ack settles the oldest unsettled delivery of the subscription and nothing else.
 
-``ready_run`` and ``fall_back`` are pure; ``run_in_one_transaction`` does the transaction.
+``ready_run`` and ``fall_back`` are pure; ``invoke_in_one_transaction`` runs the handler in the
+transaction, which the processor settles as it settles a single delivery.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from mdb.delivery.invoker import Invoker
 from mdb.delivery.sends import TransactedSends
 from mdb.errors import ConnectionLost, DecodeError
 from mdb.message import Message
-from mdb.telemetry import Stats
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,16 +93,17 @@ def fall_back(run: Sequence[Ready], failed: BatchFailure) -> list[Step]:
     return steps
 
 
-async def run_in_one_transaction(
+async def invoke_in_one_transaction(
     run: Sequence[Ready], connection: Connection, sends: TransactedSends, invoker: Invoker,
-    stats: Stats, stopping: Callable[[], bool],
-) -> BatchFailure | None:
-    """Invoke the handler on each of ``run`` with ``sends``, then settle them all in one
-    transaction. Return None once settled; once ``stopping()`` is true no further message goes
-    to the handler, and those not invoked stay unsettled. When an invocation raised, or a held
-    send failed, abort and return where and why: nothing of the run is settled. Raises
-    ``BrokerError`` when settling failed, ``ConnectionLost`` when the connection was lost by
-    the time of the failure (nothing of the run can be settled any more)."""
+    stopping: Callable[[], bool],
+) -> Sequence[Ready] | BatchFailure:
+    """Invoke the handler on each of ``run`` with ``sends``, in one transaction: return those
+    invoked, for the processor to settle in ``sends``; once ``stopping()`` is true no further
+    message goes to the handler, and those not invoked stay unsettled. When an invocation
+    raised, or a held send failed, abort and return where and why: nothing of the run is
+    settled. Raises ``BrokerError`` when a held send failed, ``ConnectionLost`` when the
+    connection was lost by the time of the failure (nothing of the run can be settled any
+    more)."""
     done = 0
     failure: Raised | None = None
     try:
@@ -125,8 +126,7 @@ async def run_in_one_transaction(
         await sends.abort_shielded()
         raise
     if failure is None:
-        await sends.settle([item.delivery for item in run[:done]], stats)
-        return None
+        return run[:done]
     await sends.abort()
     if not connection.is_open:
         # The broker redelivers the whole batch.

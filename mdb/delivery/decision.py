@@ -32,6 +32,7 @@ Two pure steps, shared by a delivery processed on its own and by a batch:
 
 from __future__ import annotations
 
+import enum
 import re
 import traceback
 from collections.abc import Mapping, Set
@@ -42,7 +43,6 @@ from mdb import codec
 from mdb import message as headers_
 from mdb.broker import Delivery, HeaderLimits, Problem, ProblemKind
 from mdb.copies import ERROR_TYPE_LIMIT, bounded, error_text, with_failure
-from mdb.delivery.strikes import Round
 from mdb.destinations import Destination
 from mdb.errors import error_type
 from mdb.identity import identity
@@ -91,6 +91,33 @@ def _count(text: str | None) -> int:
     if len(digits) > len(str(MAX_DELIVERY_COUNT)):
         return MAX_DELIVERY_COUNT
     return min(max(int(digits), 1), MAX_DELIVERY_COUNT)
+
+
+class Round(enum.Enum):
+    """What the listener has seen of a message's round (its copies of one delivery count)."""
+
+    NEW = "new"
+    """No copy of this round or a later one reached this listener (or it was forgotten)."""
+    HANDED = "handed"
+    """A copy of this round went to the handler; no settlement of it returned (yet)."""
+    DONE = "done"
+    """A settlement of this round that carries the message on returned, or a later round
+    reached this listener: the message is carried on without this copy."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """What a listener remembers of a delivery's message as it arrives
+    (``mdb.delivery.strikes.Strikes.recall``): what ``classify`` needs besides the delivery."""
+
+    strikes: int = 0
+    """Its message's strikes, one more if the broker had confirmed moving this very delivery to
+    the error destination."""
+    copied: bool = False
+    """The broker confirmed every copy an earlier settlement of this very delivery sent, not
+    its ack."""
+    seen: Round = Round.NEW
+    """What the listener saw of its message's round."""
 
 
 # -- what happened -----------------------------------------------------------------------------

@@ -8,8 +8,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mdb import clock, logs, telemetry
 from mdb.broker import Connection, Delivery, Subscription
-from mdb.delivery.batch import Ready, Step, fall_back, ready_run, run_in_one_transaction
+from mdb.delivery.batch import (
+    BatchFailure,
+    Ready,
+    Step,
+    fall_back,
+    invoke_in_one_transaction,
+    ready_run,
+)
 from mdb.delivery.decision import (
+    SETTLE,
     AckLost,
     AlreadyProcessed,
     DeadLetter,
@@ -29,7 +37,6 @@ from mdb.delivery.decision import (
     Succeeded,
     Undecodable,
     Unreadable,
-    carries_on,
     classify,
     decide,
     to_message,
@@ -37,10 +44,9 @@ from mdb.delivery.decision import (
 from mdb.delivery.invoker import Invoker
 from mdb.delivery.runs import Run, Transacted
 from mdb.delivery.sends import TransactedSends, commit
-from mdb.delivery.strikes import CameBack, Round, Strikes
+from mdb.delivery.strikes import Strikes
 from mdb.destinations import Destination
 from mdb.errors import (
-    AcksUnconfirmed,
     BrokerError,
     DatabaseUnavailable,
     DecodeError,
@@ -117,24 +123,12 @@ class Processor:
         """``delivery`` as the handler would see it, classified once."""
         message = to_message(delivery, self._spec.destination)
         selected = self._selector is None or self._selector(delivery.headers)
-        strikes, copied = self._remembered(delivery, message)
-        count = message.delivery_count
-        seen = (self._strikes.round(message.id, count)
-                if count > 1 or self._strikes.rounds else Round.NEW)
-        kind = classify(delivery, selected=selected, strikes=strikes, copied=copied, seen=seen)
-        if count > 1 and isinstance(kind, Fresh):
-            self._strikes.handed(message.id, count)
+        recalled = self._strikes.recall(delivery, message)
+        kind = classify(delivery, selected=selected, strikes=recalled.strikes,
+                        copied=recalled.copied, seen=recalled.seen)
+        if isinstance(kind, Fresh):
+            self._strikes.handing(message)
         return Step(delivery, message, kind)
-
-    def _remembered(self, delivery: Delivery, message: Message) -> CameBack:
-        """What the listener remembers of ``delivery`` (``mdb.delivery.strikes``): its
-        message's strikes, and, for one back in doubt, one more if the broker had confirmed
-        moving it to the error destination, and whether it had confirmed its copies."""
-        if delivery.broker_redelivered:
-            return self._strikes.came_back(message.id, message.delivery_count)
-        if not self._strikes:
-            return CameBack(0, False)  # nothing was ever struck
-        return CameBack(self._strikes.count(message.id), False)
 
     async def _one_at_a_time(self, connection: Connection, subscription: Subscription,
                              steps: Iterable[Step]) -> bool:
@@ -151,13 +145,17 @@ class Processor:
         one message at a time."""
         sends = runs.sends(connection)
         try:
-            failed = await run_in_one_transaction(run, connection, sends, self._invoker,
-                                                  self._stats, self._stopping)
+            done = await invoke_in_one_transaction(run, connection, sends, self._invoker,
+                                                   self._stopping)
+            if not isinstance(done, BatchFailure):
+                await self._settle([item.delivery for item in done], sends)
+                for item in done:
+                    self._strikes.settled(item.message, SETTLE)
+                return True
         except BrokerError as exc:
             return self._not_settled(f"a batch of {len(run)} from message {run[0].message.id}",
                                      exc, connection)
-        if failed is None:
-            return True
+        failed = done
         log.info("listener %s: the batch of %d from message %s failed at message %d (%s: %s); "
                  "processing it one message at a time", self._spec.name, len(run),
                  run[0].message.id, failed.at + 1, failed.failure.error_type,
@@ -185,17 +183,9 @@ class Processor:
                 outcome = decide(message, happened, self._policy_for(subscription),
                                  delivery.protocol_headers)
                 await self._carry_out(outcome, step, connection, sends, span)
-            if message.delivery_count > 1 and carries_on(outcome):
-                self._strikes.carried_on(message.id, message.delivery_count)
-        except AcksUnconfirmed as exc:
-            # Its copies were stored, only its ack is in doubt: not the message's doing. Should
-            # this very delivery come back, it is acked unseen.
-            if outcome is not None and carries_on(outcome):
-                self._strikes.copied(message.id, message.delivery_count)
-            return self._not_settled(f"message {message.id}", exc, connection)
+            self._strikes.settled(message, outcome)
         except BrokerError as exc:
-            if connection.is_open:  # refused, not lost: it counts against this message
-                self._strikes.strike(message.id)
+            self._strikes.not_settled(message, outcome, exc, connection.is_open)
             return self._not_settled(f"message {message.id}", exc, connection)
         except DatabaseUnavailable as exc:  # the database logs its outage once
             return self._not_settled(f"message {message.id}", exc, connection, logging.DEBUG)
@@ -243,11 +233,7 @@ class Processor:
                 self._stats.already_processed += 1
                 span.already_processed()
             case Settle():
-                if sends is None:
-                    await connection.ack(delivery)
-                    self._stats.processed += 1
-                else:
-                    await sends.settle([delivery], self._stats)
+                await self._settle([delivery], sends, connection)
             case Filter():
                 await connection.ack(delivery)
                 self._stats.filtered += 1
@@ -271,11 +257,7 @@ class Processor:
                     logs.with_traceback(log, logging.DEBUG, stacktrace,
                                         "listener %s: message %s failed", name, message.id)
             case Keep(failure=failure):
-                # A longer pause next time. Struck and counted as it is decided, before any
-                # wait: two copies of one message in two slots (its ack lost after its copy
-                # was stored, RabbitMQ) are then two rounds, not two first rounds.
-                self._strikes.strike(message.id)
-                kept = self._strikes.kept(message.id)
+                kept = self._strikes.keeping(message)
                 await clock.current().sleep(outcome.delay)
                 span.failed(failure.error_type, failure.text)
                 await self._copy(connection, step, outcome.destination, outcome.headers)
@@ -289,17 +271,7 @@ class Processor:
                         outcome.destination, failure.error_type, failure.text, kept)
             case MoveToError(failure=failure):
                 stacktrace = _failed(span, failure)
-                try:
-                    await self._copy(connection, step, outcome.destination, outcome.headers)
-                except AcksUnconfirmed:
-                    raise  # the copy was stored: not refused
-                except BrokerError:
-                    if not connection.is_open:
-                        # Refused by closing the connection, perhaps (RabbitMQ): see strikes.
-                        # (A refusal on an open connection is struck by _process.)
-                        self._strikes.strike(message.id)
-                    raise
-                self._strikes.moved(message.id, message.delivery_count)
+                await self._copy(connection, step, outcome.destination, outcome.headers)
                 span.moved(outcome.destination)
                 self._stats.to_error_destination += 1
                 if isinstance(failure, Unreadable) and failure.damaged:
@@ -310,6 +282,18 @@ class Processor:
                     "listener %s: message %s moved to %s after %d %s (%s: %s)", name,
                     message.id, outcome.destination, count,
                     "delivery" if count == 1 else "deliveries", failure.error_type, failure.text)
+
+    async def _settle(self, deliveries: Sequence[Delivery], sends: TransactedSends | None,
+                      connection: Connection | None = None) -> None:
+        """Settle ``deliveries`` (one, or a batch's) whose handler runs succeeded: in the
+        transaction of their ``sends``, or, with none begun, by a plain ack each."""
+        if sends is not None:
+            await sends.settle(deliveries, self._stats)
+            return
+        assert connection is not None
+        for delivery in deliveries:
+            await connection.ack(delivery)
+            self._stats.processed += 1
 
     async def _wait_or_hold(self, delay: float, connection: Connection) -> float:
         """The delay the broker holds a copy for, freeing this slot at once; or, where it

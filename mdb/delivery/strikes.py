@@ -47,41 +47,27 @@ message. Only messages that failed, or whose ack was lost, enter them.
 
 from __future__ import annotations
 
-import enum
 from collections import OrderedDict
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
+
+from mdb.broker import Delivery
+from mdb.delivery.decision import MoveToError, Outcome, Recalled, Round, carries_on
+from mdb.errors import AcksUnconfirmed, BrokerError
+from mdb.message import Message
 
 CAPACITY = 10_000
 
 V = TypeVar("V")
 
 
-class CameBack(NamedTuple):
-    """What the listener remembers of a delivery that came back in doubt."""
-
-    strikes: int
-    """Its message's strikes, one more if the broker had confirmed moving this very delivery to
-    the error destination."""
-    copied: bool
-    """The broker confirmed every copy an earlier settlement of this very delivery sent, not
-    its ack (``Strikes.copied``)."""
-
-
-class Round(enum.Enum):
-    """What the listener has seen of a message's round (its copies of one delivery count)."""
-
-    NEW = "new"
-    """No copy of this round or a later one reached this listener (or it was forgotten)."""
-    HANDED = "handed"
-    """A copy of this round went to the handler; no settlement of it returned (yet)."""
-    DONE = "done"
-    """A settlement of this round that carries the message on returned, or a later round
-    reached this listener: the message is carried on without this copy."""
-
-
 class Strikes:
     """Strikes per message identity (``mdb.identity``) for one listener; loop thread only. Its
-    length is the number of messages with a strike."""
+    length is the number of messages with a strike.
+
+    The processor asks it before a delivery is classified (``recall``) and tells it what became
+    of the delivery after (``handing``, ``keeping``, ``settled``, ``not_settled``): the rules of
+    when a message is struck, kept, copied or in doubt are all here. The other methods are
+    those rules' parts."""
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         self._capacity = capacity
@@ -94,6 +80,63 @@ class Strikes:
 
     def __len__(self) -> int:
         return len(self._strikes)
+
+    # -- before and after ------------------------------------------------------------------
+
+    def recall(self, delivery: Delivery, message: Message) -> Recalled:
+        """What this listener remembers of ``delivery``'s message (``message``, as the handler
+        sees it): its strikes, and, for a delivery back in doubt, one more if the broker had
+        confirmed moving it to the error destination and whether it had confirmed its copies
+        (``came_back``); what it saw of its round. Only a copy (a count above 1), or a message
+        of the tables, is looked up."""
+        count = message.delivery_count
+        if delivery.broker_redelivered:
+            recalled = self.came_back(message.id, count)
+        elif self._strikes:
+            recalled = Recalled(self.count(message.id))
+        else:
+            recalled = Recalled()
+        if count > 1 or self._rounds:
+            return Recalled(recalled.strikes, recalled.copied, self.round(message.id, count))
+        return recalled
+
+    def handing(self, message: Message) -> None:
+        """``message`` goes to the handler: a copy's round is remembered as handed."""
+        if message.delivery_count > 1:
+            self.handed(message.id, message.delivery_count)
+
+    def keeping(self, message: Message) -> int:
+        """``message`` is to be kept (``mdb.delivery.decision.Keep``): struck, so that the next
+        pause is longer, and counted as it is decided, before any wait (two copies of one
+        message in two slots are then two rounds); how many times it is kept now."""
+        self.strike(message.id)
+        return self.kept(message.id)
+
+    def settled(self, message: Message, outcome: Outcome) -> None:
+        """``outcome`` of ``message`` was carried out: a confirmed move to the error destination
+        is remembered (should the broker not apply it, the delivery comes back in doubt), and a
+        copy's round whose settlement carries the message on is done."""
+        count = message.delivery_count
+        if isinstance(outcome, MoveToError):
+            self.moved(message.id, count)
+        if count > 1 and carries_on(outcome):
+            self.carried_on(message.id, count)
+
+    def not_settled(self, message: Message, outcome: Outcome | None, error: BrokerError,
+                    connection_open: bool) -> None:
+        """Carrying ``outcome`` of ``message`` out failed with ``error``, its connection open or
+        not by then. Only its acks in doubt (``AcksUnconfirmed``): not the message's doing; its
+        copies carried it on, so the very delivery is acked unseen should it come back. A
+        refusal strikes the message: one on a connection the broker kept open, or a failed move
+        to the error destination (RabbitMQ refuses such a copy by closing the connection). A
+        connection lost otherwise strikes nothing: the other messages in flight are innocent."""
+        if isinstance(error, AcksUnconfirmed):
+            if outcome is not None and carries_on(outcome):
+                self.copied(message.id, message.delivery_count)
+        elif connection_open or isinstance(outcome, MoveToError):
+            self.strike(message.id)
+
+    # -- the rules' parts --------------------------------------------------------------------
 
     def count(self, key: str) -> int:
         """The strikes of ``key`` (0 for a message never struck, or forgotten)."""
@@ -143,7 +186,7 @@ class Strikes:
         if self._rounds.get(key) == (delivery_count, False):
             _touch(self._rounds, key, (delivery_count, True), self._capacity)
 
-    def came_back(self, key: str, delivery_count: int) -> CameBack:
+    def came_back(self, key: str, delivery_count: int) -> Recalled:
         """``key`` came back in doubt as delivery ``delivery_count``: a strike if the broker
         had confirmed moving that very delivery to the error destination; ``copied`` if it had
         confirmed that delivery's copies. The latter is remembered on: the ack that settles it
@@ -151,8 +194,8 @@ class Strikes:
         copied = self._copied.get(key) == delivery_count
         if self._moved.get(key) == delivery_count:
             del self._moved[key]
-            return CameBack(self.strike(key), copied)
-        return CameBack(self.count(key), copied)
+            return Recalled(self.strike(key), copied)
+        return Recalled(self.count(key), copied)
 
 
 def _touch(table: OrderedDict[str, V], key: str, value: V, capacity: int) -> V:

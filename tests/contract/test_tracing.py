@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 
+import anyio
 import pytest
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -162,14 +163,17 @@ async def test_metrics_count_a_known_workload(url: str) -> None:
             await producer.send(queue, body)
     async with running(settings, counted):
         await calls.wait(lambda c: len(c.of("run")) >= 4)
+        # The listener's outcomes, counted once in its Stats and read by OpenTelemetry while
+        # it lives (the metrics are known only when collected).
+        with anyio.fail_after(30):
+            while sum((outcomes := _outcomes(name)).values()) < 4:
+                await anyio.sleep(0.01)
+    assert (outcomes["processed"], outcomes["to_error_destination"],
+            outcomes["redelivered"]) == (3, 1, 0)
     points = _points(queue)
     assert points["messaging.client.sent.messages"] == 4
     assert points["messaging.client.consumed.messages"] == 4
     assert points["messaging.process.duration"] == 4  # data points: one per delivery
-    # The listener's outcomes, counted once in its Stats and read by OpenTelemetry.
-    outcomes = _outcomes(name)
-    assert (outcomes["processed"], outcomes["to_error_destination"],
-            outcomes["redelivered"]) == (3, 1, 0)
     assert _points(f"{queue}.DLQ")["messaging.client.sent.messages"] == 1
     # One series per destination: the per-message attributes of a span are not a counter's.
     system = "memory" if url.startswith("memory") else "activemq"

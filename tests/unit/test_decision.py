@@ -29,7 +29,9 @@ from mdb.delivery.decision import (
     NotSelected,
     Policy,
     Raised,
+    Recalled,
     Redeliver,
+    Round,
     Settle,
     Stuck,
     Succeeded,
@@ -40,9 +42,9 @@ from mdb.delivery.decision import (
     decide,
     to_message,
 )
-from mdb.delivery.strikes import Round, Strikes
+from mdb.delivery.strikes import Strikes
 from mdb.destinations import Destination
-from mdb.errors import DecodeError
+from mdb.errors import AcksUnconfirmed, BrokerError, DecodeError
 from mdb.message import Message
 from mdb.options import Redelivery
 from mdb_memory import MemoryBroker
@@ -184,24 +186,25 @@ def test_keeps_are_counted_per_message_apart_from_its_strikes() -> None:
 
 def test_coming_back_strikes_only_a_delivery_the_broker_confirmed_moved() -> None:
     strikes = Strikes()
-    assert strikes.came_back("m", 2) == (0, False)  # in doubt after a lost connection: innocent
+    # In doubt after a lost connection: innocent.
+    assert strikes.came_back("m", 2) == Recalled(0, False)
     strikes.moved("m", 2)
-    assert strikes.came_back("m", 3) == (0, False)  # a later delivery (a copy), lost in turn
-    assert strikes.came_back("m", 2) == (1, False)  # the moved delivery itself: the broker lied
-    assert strikes.came_back("m", 2) == (1, False)  # once per confirmed move
+    assert strikes.came_back("m", 3) == Recalled(0, False)  # a later delivery (a copy), lost
+    assert strikes.came_back("m", 2) == Recalled(1, False)  # the moved delivery: the broker lied
+    assert strikes.came_back("m", 2) == Recalled(1, False)  # once per confirmed move
     assert len(strikes) == 1
 
 
 def test_a_delivery_whose_copies_were_stored_not_its_ack_is_known_when_it_comes_back() -> None:
     strikes = Strikes(capacity=2)
     strikes.copied("m", 1)
-    assert strikes.came_back("m", 2) == (0, False)  # its retry copy, lost in turn: processed
-    assert strikes.came_back("m", 1) == (0, True)  # the very delivery: acked unseen
-    assert strikes.came_back("m", 1) == (0, True)  # again, should that ack be lost in turn
+    assert strikes.came_back("m", 2) == Recalled(0, False)  # its retry copy, lost: processed
+    assert strikes.came_back("m", 1) == Recalled(0, True)  # the very delivery: acked unseen
+    assert strikes.came_back("m", 1) == Recalled(0, True)  # again, should that ack be lost in turn
     assert len(strikes) == 0  # never struck
     strikes.copied("a", 1)
     strikes.copied("b", 1)  # "m" is forgotten: bounded as the strikes are
-    assert strikes.came_back("m", 1) == (0, False)
+    assert strikes.came_back("m", 1) == Recalled(0, False)
 
 
 def test_a_delivery_back_after_its_ack_was_lost_is_settled_unseen_whatever_else_it_is(
@@ -431,3 +434,24 @@ def test_a_validation_error_raised_by_a_handler_is_described_without_its_input()
         raised = Raised.of(exc)
     assert "4111" not in raised.text and "input" not in raised.text
     assert "number" in raised.text and "valid integer" in raised.text
+
+
+def test_what_became_of_a_delivery_is_told_to_its_listeners_strikes_once() -> None:
+    """The processor tells ``Strikes`` what became of each delivery (``settled``,
+    ``not_settled``): the rules of what that means for the message are there."""
+    strikes = Strikes()
+    copy = message(2)
+    strikes.handing(copy)
+    assert strikes.recall(delivery({"mdb_id": "m-1"}), copy).seen is Round.HANDED
+    strikes.settled(copy, decide(copy, Raised("E", ""), POLICY))  # a retry copy carries it on
+    assert strikes.recall(delivery({"mdb_id": "m-1"}), copy).seen is Round.DONE
+    moved = decide(message(3), Raised("E", ""), POLICY)
+    assert isinstance(moved, MoveToError)
+    strikes.not_settled(message(1), moved, BrokerError("refused"), connection_open=False)
+    strikes.not_settled(message(1), SETTLE, BrokerError("lost"), connection_open=False)
+    strikes.not_settled(message(1), SETTLE, BrokerError("refused"), connection_open=True)
+    assert strikes.count("m-1") == 2  # a failed move, and a refusal on an open connection
+    strikes.not_settled(message(1), SETTLE, AcksUnconfirmed("acks lost"), connection_open=False)
+    flagged = delivery({"mdb_id": "m-1"}, redelivered=True)
+    recalled = strikes.recall(flagged, message(1))
+    assert (recalled.strikes, recalled.copied) == (2, True)
