@@ -18,7 +18,7 @@ from mdb.events import Events
 from mdb.links import BrokerLink, BrokerStatus
 from mdb.settings import Settings
 from mdb_memory import BrokerState, broker_state
-from tests.contract.support import WAIT, Calls, specs, unique
+from tests.harness.in_process import WAIT, Calls, specs, unique
 
 pytestmark = pytest.mark.anyio
 

@@ -21,8 +21,7 @@ import anyio
 import pytest
 
 from mdb import Context, Redelivery, Settings, listener
-from tests.contract.support import WAIT, Calls, read, running, settings_for, unique
-from tests.contract.test_delivery import send_all
+from tests.harness.in_process import WAIT, Calls, read, running, send_all, settings_for, unique
 
 ROOT = Path(__file__).resolve().parents[2]
 

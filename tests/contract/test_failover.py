@@ -20,7 +20,7 @@ from mdb_memory import broker_state
 from mdb_memory.connection import MemoryConnection
 from mdb_memory.state import subscription_queue_name
 from mdb_memory.subscription import MemorySubscription
-from tests.contract.support import (
+from tests.harness.in_process import (
     WAIT,
     Calls,
     partitioned_settings,

@@ -25,21 +25,15 @@ from mdb.message import ID, OutgoingMessage
 from mdb.producer import Producer
 from mdb.topology import Member
 from mdb_memory.state import BrokerState, broker_state
-from tests.contract.support import (
+from tests.harness.databases import count, database_url, orders, prepared, with_database
+from tests.harness.in_process import (
     Calls,
     partitioned_settings,
     read,
     running,
+    send_copies,
     settings_for,
     unique,
-)
-from tests.contract.test_exactly_once import (
-    count,
-    database_url,
-    orders,
-    prepared,
-    send_copies,
-    with_database,
 )
 
 pytestmark = pytest.mark.anyio

@@ -25,8 +25,8 @@ from mdb import Producer, Settings, codec
 from mdb.destinations import Destination
 from mdb.message import ID
 from mdb.topology import Member
-from tests.contract.support import WAIT, partitioned_settings, settings_for, unique
 from tests.contract.test_crash import ContainerProcess
+from tests.harness.in_process import WAIT, partitioned_settings, settings_for, unique
 
 PER_APP, PER_SERVER = "one-copy-per-app", "one-copy-per-server"
 

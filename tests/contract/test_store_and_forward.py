@@ -17,7 +17,7 @@ from mdb.exactly_once.database import Database
 from mdb.producer import Producer
 from mdb.settings import Settings
 from tests.conftest import private_brokers
-from tests.contract.support import read, unique
+from tests.harness.in_process import read, unique
 
 pytestmark = [pytest.mark.anyio, pytest.mark.activemq]
 

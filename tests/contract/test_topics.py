@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mdb import Context, Destination, Distribution, Producer, Redelivery, listener
-from tests.contract.support import Calls, running, settings_for, unique
-from tests.contract.test_delivery import send_all
+from tests.harness.in_process import Calls, running, send_all, settings_for, unique
 
 pytestmark = pytest.mark.anyio
 

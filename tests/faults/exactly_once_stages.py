@@ -35,11 +35,11 @@ from mdb.errors import DatabaseUnavailable
 from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database
 from mdb.settings import DestinationSettings, MemberSettings
-from tests.contract.support import unique
 from tests.contract.test_crash import ContainerProcess
 from tests.faults.exactly_once_app import effects, ledger_tables
 from tests.faults.foreign import ForeignProducer, Member
 from tests.faults.ledger import WAIT, browse, fault_settings
+from tests.harness.in_process import unique
 from tests.harness.postgresql import PostgreSQL
 from tests.harness.process import BrokerProcess
 

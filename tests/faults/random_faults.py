@@ -96,7 +96,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Protocol
 
-from tests.contract.support import unique
 from tests.contract.test_crash import ContainerProcess
 from tests.faults.exactly_once_stages import APP, TIMEOUT, Stages, check_once
 from tests.faults.foreign import ForeignLoad
@@ -118,6 +117,7 @@ from tests.faults.stomp_capture import Capture
 from tests.faults.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
+from tests.harness.in_process import unique
 from tests.harness.netns import Namespace, Network, network_available, private_network
 from tests.harness.postgresql import PostgreSQL, postgresql_available
 from tests.harness.process import BrokerProcess, started_together

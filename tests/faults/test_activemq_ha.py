@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.conftest import missing
-from tests.contract.support import unique
 from tests.faults.ledger import (
     PER_APP,
     PER_SERVER,
@@ -32,6 +31,7 @@ from tests.faults.ledger import (
 from tests.faults.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
+from tests.harness.in_process import unique
 
 pytestmark = pytest.mark.activemq
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.contract.support import unique
 from tests.faults.ledger import (
     PER_APP,
     PER_SERVER,
@@ -25,6 +24,7 @@ from tests.faults.ledger import (
     fault_settings,
     fleet,
 )
+from tests.harness.in_process import unique
 from tests.harness.process import BrokerProcess, start_all
 
 pytestmark = pytest.mark.activemq

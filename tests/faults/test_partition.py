@@ -24,7 +24,6 @@ from functools import partial
 import pytest
 
 from tests.conftest import missing
-from tests.contract.support import unique
 from tests.faults.ledger import (
     PER_APP,
     Fleet,
@@ -34,6 +33,7 @@ from tests.faults.ledger import (
     fleet,
 )
 from tests.harness.activemq import ActiveMQ, activemq_available
+from tests.harness.in_process import unique
 from tests.harness.netns import Namespace, Network
 from tests.harness.process import BrokerProcess, started_together
 

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import private_brokers
-from tests.contract.support import unique
 from tests.faults import kill_after_settle
 from tests.faults.ledger import (
     PER_APP,
@@ -26,6 +25,7 @@ from tests.faults.ledger import (
     fault_settings,
     fleet,
 )
+from tests.harness.in_process import unique
 from tests.harness.process import BrokerProcess
 from tests.harness.rabbitmq import RabbitMQ
 

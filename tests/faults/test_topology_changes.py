@@ -34,7 +34,6 @@ import pytest
 from mdb import Settings
 from mdb.health import fetch_status
 from mdb.settings import DestinationSettings, MemberSettings
-from tests.contract.support import unique
 from tests.faults.ledger import (
     PER_APP,
     WAIT,
@@ -44,6 +43,7 @@ from tests.faults.ledger import (
     fault_settings,
     fleet,
 )
+from tests.harness.in_process import unique
 from tests.harness.process import BrokerProcess
 
 pytestmark = pytest.mark.activemq

@@ -23,7 +23,6 @@ from mdb import Producer, Settings, codec
 from mdb.destinations import Destination
 from mdb.health import Health, fetch_status
 from mdb.message import ID
-from tests.contract.support import unique
 from tests.faults.ledger import (
     PER_SERVER,
     WAIT,
@@ -34,6 +33,7 @@ from tests.faults.ledger import (
     fleet,
     left_behind,
 )
+from tests.harness.in_process import unique
 from tests.harness.process import BrokerProcess
 
 pytestmark = pytest.mark.activemq

@@ -30,7 +30,7 @@ from mdb.message import (
 )
 from mdb_stomp.inbound import NUL_IN_HEADER, Splitter
 from mdb_stomp.limits import HEADER_LIMITS
-from tests.contract.support import Calls, read, running, settings_for, unique
+from tests.harness.in_process import Calls, read, running, settings_for, unique
 from tests.harness.process import BrokerProcess
 
 pytestmark = pytest.mark.anyio

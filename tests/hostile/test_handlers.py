@@ -28,8 +28,16 @@ from mdb.delivery.decision import ERROR_TEXT_LIMIT, FRAMES_LIMIT
 from mdb.errors import UNNAMED
 from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
 from tests.conftest import private_brokers
-from tests.contract.support import WAIT, Calls, read, running, settings_for, unique
-from tests.hostile.test_policy import send, still_flowing
+from tests.harness.in_process import (
+    WAIT,
+    Calls,
+    read,
+    running,
+    send,
+    settings_for,
+    still_flowing,
+    unique,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -21,11 +21,11 @@ import anyio.from_thread
 import anyio.to_thread
 import pytest
 
-from mdb import Context, Producer, Redelivery, listener
+from mdb import Context, Redelivery, listener
 from mdb.health import Health, HealthServer
 from mdb.message import DELIVERY_COUNT, ERROR_TYPE
 from mdb.report import status_report
-from tests.contract.support import WAIT, Calls, read, running, settings_for, unique
+from tests.harness.in_process import WAIT, Calls, read, running, send, settings_for, unique
 from tests.harness.process import BrokerProcess
 from tests.unit.test_health import get
 
@@ -58,11 +58,6 @@ if os.environ.get("SEED"):  # modules are imported on the container's loop: seed
     seeding.start()
     seeding.join()
 """
-
-
-async def send(url: str, destination: str, body: str) -> str:
-    async with Producer(settings_for(url)) as producer:
-        return await producer.send(destination, body)
 
 
 @pytest.fixture
