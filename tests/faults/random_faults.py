@@ -37,7 +37,7 @@ survived), else 0.
 ``--rabbitmq cluster`` (a three-node cluster, quorum queues) or ``--rabbitmq node`` (one node,
 classic queues) runs RabbitMQ only, with a two-stage pipeline: app ``shop``'s two processes
 consume the topic (stage 1), send each message on to a queue (``ctx.send``) and consume that
-queue too (stage 2, ``tests.faults.ledger_app``). Its faults:
+queue too (stage 2, ``tests.harness.topic_ledger_app``). Its faults:
 
 * ``node-kill``: SIGKILL a node (on the cluster, any of the three: ``shop`` must consume again
   while it is down) and restart it;
@@ -48,7 +48,7 @@ queue too (stage 2, ``tests.faults.ledger_app``). Its faults:
 
 The table has a row for each stage: the second stage owes each message the first processed,
 under one ``mdb_id``, repeats flagged ``redelivered`` or ``mdb_maybe_repeat``
-(``tests.faults.ledger.check_sent_on``); nothing may be left in either queue. ``--capture
+(``tests.harness.ledger.check_sent_on``); nothing may be left in either queue. ``--capture
 DIR`` (root, ``tcpdump``) records every STOMP packet to and from the nodes in DIR, with the
 nodes' log files and each process's log at INFO: evidence of who wrote what that does not
 depend on mdb's own logs (``python -m tests.faults.stomp_capture DIR --audit`` or ``DIR
@@ -56,11 +56,11 @@ MDB_ID``).
 
 ``--exactly-once`` runs exactly-once listeners (docs/exactly-once.md) on three ActiveMQ
 brokers and a private PostgreSQL server: two container processes (``s1``, ``s2``) of one app
-running the two stages of ``tests.faults.exactly_once_app`` (the first inserts a row of an
+running the two stages of ``tests.harness.exactly_once_app`` (the first inserts a row of an
 effect ledger per business id and sends the id on through the outbox, the second inserts a
 row per id it receives), both stages partitioned over the three brokers, one member on each
-(``tests.faults.exactly_once_stages``), and a foreign producer (plain stomp.py: no
-``mdb_id``, the business id ``mN`` in the body, ``tests.faults.foreign``) sending to the
+(``tests.harness.exactly_once_stages``), and a foreign producer (plain stomp.py: no
+``mdb_id``, the business id ``mN`` in the body, ``tests.harness.foreign``) sending to the
 first stage's members in turn. Its faults (``upset_pipeline``):
 
 * ``pg-kill``: SIGKILL of the postmaster, PostgreSQL down 0.5 to 6 s, then started again
@@ -96,10 +96,17 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Protocol
 
-from tests.contract.test_crash import ContainerProcess
-from tests.faults.exactly_once_stages import APP, TIMEOUT, Stages, check_once
-from tests.faults.foreign import ForeignLoad
-from tests.faults.ledger import (
+from tests.faults.node_loss import cluster_settings, with_cluster
+from tests.faults.node_loss import left_behind as left_on_cluster
+from tests.faults.stomp_capture import Capture
+from tests.faults.takeover import take_over
+from tests.harness.activemq import ActiveMQ, activemq_available
+from tests.harness.activemq_pair import SharedStorePair
+from tests.harness.container_process import ContainerProcess
+from tests.harness.exactly_once_stages import APP, TIMEOUT, Stages, check_once
+from tests.harness.foreign import ForeignLoad
+from tests.harness.in_process import unique
+from tests.harness.ledger import (
     PER_APP,
     PER_SERVER,
     SEND_TO,
@@ -111,13 +118,6 @@ from tests.faults.ledger import (
     fleet,
     left_behind,
 )
-from tests.faults.node_loss import cluster_settings, with_cluster
-from tests.faults.node_loss import left_behind as left_on_cluster
-from tests.faults.stomp_capture import Capture
-from tests.faults.takeover import take_over
-from tests.harness.activemq import ActiveMQ, activemq_available
-from tests.harness.activemq_pair import SharedStorePair
-from tests.harness.in_process import unique
 from tests.harness.netns import Namespace, Network, network_available, private_network
 from tests.harness.postgresql import PostgreSQL, postgresql_available
 from tests.harness.process import BrokerProcess, started_together
@@ -409,7 +409,7 @@ class Pipeline:
 def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0) -> int:
     """The exactly-once run (``--exactly-once``): three ActiveMQ brokers, a private
     PostgreSQL server, two container processes of both stages of
-    ``tests.faults.exactly_once_app`` partitioned over the brokers, a foreign producer
+    ``tests.harness.exactly_once_app`` partitioned over the brokers, a foreign producer
     sending to the first stage's members, faults of ``EXACTLY_ONCE_KINDS``; each run of the
     first stage holds its transaction open ``delay`` seconds (more work in flight at a
     fault). Prints the table, returns the exit status."""

@@ -17,10 +17,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tests.faults.ledger import PER_APP, Fleet, LoadProducer, fault_settings, fleet
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStoreBroker, SharedStorePair
 from tests.harness.in_process import unique
+from tests.harness.ledger import PER_APP, Fleet, LoadProducer, fault_settings, fleet
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,11 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.conftest import missing
-from tests.faults.ledger import (
+from tests.faults.takeover import take_over
+from tests.harness.activemq import ActiveMQ, activemq_available
+from tests.harness.activemq_pair import SharedStorePair
+from tests.harness.in_process import unique
+from tests.harness.ledger import (
     PER_APP,
     PER_SERVER,
     Fleet,
@@ -28,10 +32,6 @@ from tests.faults.ledger import (
     fault_settings,
     fleet,
 )
-from tests.faults.takeover import take_over
-from tests.harness.activemq import ActiveMQ, activemq_available
-from tests.harness.activemq_pair import SharedStorePair
-from tests.harness.in_process import unique
 
 pytestmark = pytest.mark.activemq
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.faults.ledger import (
+from tests.harness.in_process import unique
+from tests.harness.ledger import (
     PER_APP,
     PER_SERVER,
     Fleet,
@@ -24,7 +25,6 @@ from tests.faults.ledger import (
     fault_settings,
     fleet,
 )
-from tests.harness.in_process import unique
 from tests.harness.process import BrokerProcess, start_all
 
 pytestmark = pytest.mark.activemq

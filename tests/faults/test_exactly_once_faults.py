@@ -1,8 +1,8 @@
-"""Exactly-once listeners on bad days, in processes: two stages (``tests.faults.exactly_once_app``)
+"""Exactly-once listeners on bad days, in processes: two stages (``tests.harness.exactly_once_app``)
 in two container processes of one app, both stages partitioned over three private ActiveMQ
 brokers, a database of the private PostgreSQL server, and a foreign producer (plain stomp.py:
 no ``mdb_id``) spreading business ids over the first stage's members
-(``tests.faults.exactly_once_stages``).
+(``tests.harness.exactly_once_stages``).
 
 The faults, each mid-stream: a kill -9 of the container after a run's commit, before its
 dispatch or its ack; a kill -9 of the broker the run's delivery came from at the same point,
@@ -29,11 +29,11 @@ from dataclasses import dataclass
 import pytest
 
 from tests.conftest import missing
-from tests.contract.test_crash import ContainerProcess
-from tests.faults.exactly_once_stages import Once, Rows, Stages, check_once
-from tests.faults.foreign import ForeignProducer
-from tests.faults.ledger import WAIT
 from tests.harness.activemq import ActiveMQ
+from tests.harness.container_process import ContainerProcess
+from tests.harness.exactly_once_stages import Once, Rows, Stages, check_once
+from tests.harness.foreign import ForeignProducer
+from tests.harness.ledger import WAIT
 from tests.harness.netns import Network
 from tests.harness.postgresql import PostgreSQL, postgresql_available
 from tests.harness.process import BrokerProcess, started_together

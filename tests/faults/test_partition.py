@@ -24,7 +24,9 @@ from functools import partial
 import pytest
 
 from tests.conftest import missing
-from tests.faults.ledger import (
+from tests.harness.activemq import ActiveMQ, activemq_available
+from tests.harness.in_process import unique
+from tests.harness.ledger import (
     PER_APP,
     Fleet,
     LedgerProcess,
@@ -32,8 +34,6 @@ from tests.faults.ledger import (
     fault_settings,
     fleet,
 )
-from tests.harness.activemq import ActiveMQ, activemq_available
-from tests.harness.in_process import unique
 from tests.harness.netns import Namespace, Network
 from tests.harness.process import BrokerProcess, started_together
 

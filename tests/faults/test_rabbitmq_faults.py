@@ -18,14 +18,14 @@ import pytest
 
 from tests.conftest import private_brokers
 from tests.faults import kill_after_settle
-from tests.faults.ledger import (
+from tests.harness.in_process import unique
+from tests.harness.ledger import (
     PER_APP,
     PER_SERVER,
     LoadProducer,
     fault_settings,
     fleet,
 )
-from tests.harness.in_process import unique
 from tests.harness.process import BrokerProcess
 from tests.harness.rabbitmq import RabbitMQ
 

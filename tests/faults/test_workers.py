@@ -23,7 +23,8 @@ from mdb import Producer, Settings, codec
 from mdb.destinations import Destination
 from mdb.health import Health, fetch_status
 from mdb.message import ID
-from tests.faults.ledger import (
+from tests.harness.in_process import unique
+from tests.harness.ledger import (
     PER_SERVER,
     WAIT,
     Fleet,
@@ -33,7 +34,6 @@ from tests.faults.ledger import (
     fleet,
     left_behind,
 )
-from tests.harness.in_process import unique
 from tests.harness.process import BrokerProcess
 
 pytestmark = pytest.mark.activemq

@@ -21,7 +21,7 @@ import pytest
 from mdb.producer import Producer
 from mdb.settings import load_settings
 from tests.conftest import IN_CI, missing
-from tests.faults.ledger import browse
+from tests.harness.ledger import browse
 
 # The test modules import PySpark: without it they are not collected here (locally), and fail
 # loudly in CI, where the spark fixture's ``missing`` also refuses to skip.

@@ -28,7 +28,7 @@ from mdb.health import (
 )
 from mdb.report import status_report
 from mdb.supervisor import START_ATTEMPTS, Place, server_health
-from tests.contract.test_crash import ROOT
+from tests.harness.container_process import ROOT
 from tests.harness.process import free_port
 
 
@@ -39,7 +39,7 @@ def mdb_run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_workers_on_the_memory_broker_are_refused_in_one_line() -> None:
-    done = mdb_run("tests.faults.ledger_app", "--workers", "2")
+    done = mdb_run("tests.harness.topic_ledger_app", "--workers", "2")
     assert done.returncode == 2
     [line] = done.stderr.splitlines()
     assert line.startswith("mdb: configuration error: mdb run --workers 2: broker 'default' "
@@ -57,7 +57,7 @@ def test_a_worker_with_a_configuration_error_stops_the_server_at_once() -> None:
 
 
 def test_a_worker_that_never_gets_ready_ends_the_server_after_its_start_attempts() -> None:
-    done = mdb_run("tests.faults.ledger_app", "--workers", "2",
+    done = mdb_run("tests.harness.topic_ledger_app", "--workers", "2",
                    MDB_BROKERS__DEFAULT__URL=f"stomp+activemq://127.0.0.1:{free_port()}")
     assert done.returncode == 3, done.stderr  # the worker's own status: no broker answered
     gave_up = [line for line in done.stderr.splitlines() if "cannot be kept up" in line]

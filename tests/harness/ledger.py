@@ -1,4 +1,5 @@
-"""The ledger of the fault tests: who processed what, checked against what the producer was told.
+"""The ledger of the fault tests: who processed what, checked against what the producer was told;
+and the container processes of one or more apps on one topic that keep it (``Fleet``).
 
 The contract after a fault (docs/architecture.md, "Delivery contract", rules 4 and 6):
 
@@ -9,8 +10,8 @@ The contract after a fault (docs/architecture.md, "Delivery contract", rules 4 a
   False (one processed unflagged after a flagged one is a stale delivery processed as fresh);
 * nothing told-sent is left behind on a broker once the processes stopped.
 
-An app may be a two-stage pipeline (``SEND_TO``, see ``tests.faults.ledger_app``): its first
-stage sends each message it processes on to a queue, its second stage records what it
+An app may be a two-stage pipeline (``SEND_TO``, see ``tests.harness.topic_ledger_app``): its
+first stage sends each message it processes on to a queue, its second stage records what it
 receives. Then, by rule 6 of the contract, every message the first stage processed reaches
 the second stage, and every delivery there after the first of its message is flagged: a
 delivery of a send made again (a repeat at the first stage) by ``mdb_maybe_repeat``, under the
@@ -19,9 +20,10 @@ same ``mdb_id``; a delivery the broker gave again, by ``redelivered`` (``check_s
 A message whose send raised is not told-sent: it may or may not arrive (``SendOutcomeUnknown``),
 so it is neither required nor an error when it is processed (counted as ``unconfirmed``).
 
-``check`` is the pure checker. ``Fleet`` runs container processes of ``tests.faults.ledger_app``
-and gathers their ledgers; ``LoadProducer`` sends continuously from a thread and remembers what
-it was told; ``left_behind`` browses ActiveMQ queues for messages still stored.
+``check`` is the pure checker. ``Fleet`` runs container processes of
+``tests.harness.topic_ledger_app`` and gathers their ledgers; ``LoadProducer`` sends
+continuously from a thread and remembers what it was told; ``left_behind`` browses ActiveMQ
+queues for messages still stored.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from mdb.destinations import Destination
 from mdb.errors import MdbError
 from mdb.message import ID
 from mdb.settings import DestinationSettings, MemberSettings
-from tests.contract.test_crash import ROOT, ContainerProcess
+from tests.harness.container_process import ROOT, ContainerProcess
 from tests.harness.process import BrokerProcess
 
 PER_APP, PER_SERVER = "one-copy-per-app", "one-copy-per-server"
@@ -184,7 +186,7 @@ def fault_settings(urls: Sequence[str | list[str]], topic: str, heartbeat_ms: in
 _CONNECTION_LOST = re.compile(r"connection-lost: broker (\w+)")
 _MEMBER_EVENT = re.compile(r"(member-available|member-unavailable): member (\S+)@(\w+)")
 _HEALTH = re.compile(r"mdb: health on (http://\S+)")
-LEDGER_APP = "tests.faults.ledger_app"
+LEDGER_APP = "tests.harness.topic_ledger_app"
 LOG_TAIL = 20  # log lines of each process kept for a failure's message
 
 
@@ -272,7 +274,7 @@ class LedgerProcess(ContainerProcess):
 
 
 class Fleet:
-    """Container processes of ``tests.faults.ledger_app`` on ``topic:<topic>``, one ledger.
+    """Container processes of ``tests.harness.topic_ledger_app`` on ``topic:<topic>``, one ledger.
 
     Every line of every process lands in ``seen`` (in the order the test read them); ``wait``
     reads lines until a condition holds.
