@@ -26,7 +26,7 @@ import pytest
 from mdb import health
 from mdb.health import Health, HealthServer, Page, Render
 from mdb.probe_server import ProbeServer
-from tests.unit.test_health import READY, serving
+from tests.harness.health import READY, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 60.0

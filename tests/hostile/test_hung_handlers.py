@@ -25,9 +25,9 @@ from mdb import Context, Redelivery, listener
 from mdb.health import Health, HealthServer
 from mdb.message import DELIVERY_COUNT, ERROR_TYPE
 from mdb.report import status_report
+from tests.harness.health import get
 from tests.harness.in_process import WAIT, Calls, read, running, send, settings_for, unique
 from tests.harness.process import BrokerProcess
-from tests.unit.test_health import get
 
 ROOT = Path(__file__).resolve().parents[2]
 
