@@ -2,7 +2,7 @@
 messages and bounded receives.
 
 Without a broker installed its tests are skipped, except in CI (``CI=true``) where that is a
-failure (``tests.conftest.private_brokers``). Every wait is bounded by ``WAIT`` so a broken
+failure (``tests.harness.brokers.private_brokers``). Every wait is bounded by ``WAIT`` so a broken
 adapter fails instead of hanging.
 """
 

@@ -26,8 +26,8 @@ from tests.adapters.stomp_support import (
     receive,
     unique,
 )
-from tests.conftest import private_brokers
 from tests.harness.activemq import ActiveMQ
+from tests.harness.brokers import private_brokers
 
 pytestmark = pytest.mark.anyio
 

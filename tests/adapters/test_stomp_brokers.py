@@ -44,7 +44,7 @@ from tests.adapters.stomp_support import (
     topic_request,
     unique,
 )
-from tests.conftest import private_brokers
+from tests.harness.brokers import private_brokers
 from tests.harness.process import BrokerProcess, free_port
 
 pytestmark = pytest.mark.anyio

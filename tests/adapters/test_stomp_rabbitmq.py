@@ -31,7 +31,7 @@ from tests.adapters.stomp_support import (
     topic_request,
     unique,
 )
-from tests.conftest import private_brokers
+from tests.harness.brokers import private_brokers
 from tests.harness.rabbitmq import RabbitMQ
 
 pytestmark = [pytest.mark.anyio, pytest.mark.rabbitmq]

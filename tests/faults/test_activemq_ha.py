@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.conftest import missing
 from tests.faults.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
+from tests.harness.brokers import missing
 from tests.harness.in_process import unique
 from tests.harness.ledger import (
     PER_APP,

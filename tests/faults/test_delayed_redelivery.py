@@ -17,7 +17,7 @@ import pytest
 
 from mdb import Context, Producer, Redelivery, Settings, listener
 from mdb.broker_settings import BrokerSettings
-from tests.conftest import private_brokers
+from tests.harness.brokers import private_brokers
 from tests.harness.in_process import Calls, running, send_all, settings_for, unique
 from tests.harness.process import BrokerProcess
 

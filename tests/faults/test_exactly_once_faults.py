@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.conftest import missing
 from tests.harness.activemq import ActiveMQ
+from tests.harness.brokers import missing
 from tests.harness.container_process import ContainerProcess
 from tests.harness.exactly_once_stages import Once, Rows, Stages, check_once
 from tests.harness.foreign import ForeignProducer

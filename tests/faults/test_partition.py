@@ -23,8 +23,8 @@ from functools import partial
 
 import pytest
 
-from tests.conftest import missing
 from tests.harness.activemq import ActiveMQ, activemq_available
+from tests.harness.brokers import missing
 from tests.harness.in_process import unique
 from tests.harness.ledger import (
     PER_APP,

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from tests.conftest import missing
 from tests.faults.node_loss import cluster_settings, kill_node, left_behind, next_node
+from tests.harness.brokers import missing
 from tests.harness.in_process import unique
 from tests.harness.ledger import PER_APP, Fleet, LoadProducer, check, fleet
 from tests.harness.rabbitmq import rabbitmq_available

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import private_brokers
 from tests.faults import kill_after_settle
+from tests.harness.brokers import private_brokers
 from tests.harness.in_process import unique
 from tests.harness.ledger import (
     PER_APP,

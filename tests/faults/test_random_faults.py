@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import missing
 from tests.faults.random_faults import run_exactly_once, run_rabbitmq
 from tests.harness.activemq import activemq_available
+from tests.harness.brokers import missing
 from tests.harness.postgresql import postgresql_available
 from tests.harness.rabbitmq import rabbitmq_available
 

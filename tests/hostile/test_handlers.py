@@ -27,7 +27,7 @@ from mdb.codec import MAX_TEXT
 from mdb.delivery.decision import ERROR_TEXT_LIMIT, FRAMES_LIMIT
 from mdb.errors import UNNAMED
 from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
-from tests.conftest import private_brokers
+from tests.harness.brokers import private_brokers
 from tests.harness.in_process import (
     WAIT,
     Calls,

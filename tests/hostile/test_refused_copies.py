@@ -24,8 +24,8 @@ from mdb.delivery.decision import MAX_STRIKES
 from mdb.events import EventKind
 from mdb.message import ID
 from mdb_memory import DEAD_LETTER_QUEUE, broker_state
-from tests.conftest import missing
 from tests.harness.activemq import ActiveMQ, activemq_available
+from tests.harness.brokers import missing
 from tests.harness.in_process import Calls, read, running, send_all, settings_for, unique
 from tests.harness.rabbitmq import RabbitMQ
 
