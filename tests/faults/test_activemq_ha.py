@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.faults.takeover import take_over
+from tests.faults.tools.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
 from tests.harness.brokers import missing

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.faults import kill_after_settle
+from tests.faults.tools import kill_after_settle
 from tests.harness.brokers import private_brokers
 from tests.harness.in_process import unique
 from tests.harness.ledger import (
@@ -38,7 +38,7 @@ def node() -> Iterator[BrokerProcess]:
         yield broker
 
 
-SETTLEMENT_KILLS = 2  # per queue type; python -m tests.faults.kill_after_settle runs 100
+SETTLEMENT_KILLS = 2  # per queue type; python -m tests.faults.tools.kill_after_settle runs 100
 
 
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])

@@ -1,4 +1,4 @@
-"""The random fault run (``python -m tests.faults.random_faults``), short and seeded.
+"""The random fault run (``python -m tests.faults.tools.random_faults``), short and seeded.
 
 On RabbitMQ (``--rabbitmq``), on each topology: a three-node cluster with quorum queues and
 one node with classic queues. App ``shop`` is a two-stage pipeline (its topic listener sends
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.faults.random_faults import run_exactly_once, run_rabbitmq
+from tests.faults.tools.random_faults import run_exactly_once, run_rabbitmq
 from tests.harness.activemq import activemq_available
 from tests.harness.brokers import missing
 from tests.harness.postgresql import postgresql_available

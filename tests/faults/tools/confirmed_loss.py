@@ -460,7 +460,7 @@ def _keep_evidence(node: RabbitMQ, done: Round, seen: Sequence[_Seen]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.confirmed_loss",
+    parser = argparse.ArgumentParser(prog="python -m tests.faults.tools.confirmed_loss",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=40, help="node kills")
     parser.add_argument("--rate", type=float, default=100.0, help="messages a second")

@@ -14,7 +14,7 @@ commit returned the node is killed, then restarted on its data, and both queues 
 * ``lost``: neither holds it: the send was confirmed and is gone, and so is the original.
 
 The fault test (``tests/faults/test_rabbitmq_faults.py``) runs a few rounds on classic and on
-quorum queues; ``python -m tests.faults.kill_after_settle --rounds 100`` the measurement of
+quorum queues; ``python -m tests.faults.tools.kill_after_settle --rounds 100`` the measurement of
 docs/rabbitmq.md.
 """
 
@@ -148,7 +148,7 @@ def rounds(node: RabbitMQ, queue_type: str | None, count: int) -> Counter[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.kill_after_settle",
+    parser = argparse.ArgumentParser(prog="python -m tests.faults.tools.kill_after_settle",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=100, help="node kills per queue type")
     parser.add_argument("--queue-type", choices=("classic", "quorum"), action="append",

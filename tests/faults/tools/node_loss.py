@@ -3,7 +3,7 @@
 ``kill_node`` kills (SIGKILL) the cluster node the fleet's processes are connected to, while
 they consume, and returns the time from the kill until a process processed a message over its
 new connection (after it reported the lost one). The fault test, the random fault run and
-``python -m tests.faults.node_loss`` (the measurement of docs/failover.md) share it, and the
+``python -m tests.faults.tools.node_loss`` (the measurement of docs/failover.md) share it, and the
 settings: one broker ``a`` at every node's address, with quorum queues (``cluster_settings``, or
 ``with_cluster`` to add the cluster to other brokers as one more member). ``left_behind`` takes
 what the cluster's queues still hold once the fleet stopped.
@@ -178,7 +178,7 @@ def measure(rounds: int) -> list[NodeLoss]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.node_loss",
+    parser = argparse.ArgumentParser(prog="python -m tests.faults.tools.node_loss",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=10, help="node kills to time")
     args = parser.parse_args(argv)

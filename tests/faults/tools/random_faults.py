@@ -1,4 +1,4 @@
-"""A randomized fault run (a soak, not a pytest test): ``python -m tests.faults.random_faults
+"""A randomized fault run (a soak, not a pytest test): ``python -m tests.faults.tools.random_faults
 --minutes 10 --seed 7``.
 
 It starts three private ActiveMQ brokers and a shared-store master/slave pair (broker ``d``, at
@@ -12,8 +12,8 @@ gaps of load between them:
 * ``broker-pause``: SIGSTOP one broker for a while (longer than the heartbeat timeout or not),
   then SIGCONT;
 * ``container-kill``: SIGKILL one container process and start it again under its server name;
-* ``master-kill``: SIGKILL the pair's master; the slave takes over (``tests.faults.takeover``);
-  the killed broker starts again as the slave;
+* ``master-kill``: SIGKILL the pair's master; the slave takes over
+  (``tests.faults.tools.takeover``); the killed broker starts again as the slave;
 * ``node-kill``: SIGKILL one node of a three-node RabbitMQ cluster (broker ``r``, at the three
   nodes' addresses, with quorum queues, holding one more member of the topic), wait until its
   member is consumed again while the node is down, then restart the node (it rejoins). Left
@@ -51,7 +51,7 @@ under one ``mdb_id``, repeats flagged ``redelivered`` or ``mdb_maybe_repeat``
 (``tests.harness.ledger.check_sent_on``); nothing may be left in either queue. ``--capture
 DIR`` (root, ``tcpdump``) records every STOMP packet to and from the nodes in DIR, with the
 nodes' log files and each process's log at INFO: evidence of who wrote what that does not
-depend on mdb's own logs (``python -m tests.faults.stomp_capture DIR --audit`` or ``DIR
+depend on mdb's own logs (``python -m tests.faults.tools.stomp_capture DIR --audit`` or ``DIR
 MDB_ID``).
 
 ``--exactly-once`` runs exactly-once listeners (docs/exactly-once.md) on three ActiveMQ
@@ -96,10 +96,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Protocol
 
-from tests.faults.node_loss import cluster_settings, with_cluster
-from tests.faults.node_loss import left_behind as left_on_cluster
-from tests.faults.stomp_capture import Capture
-from tests.faults.takeover import take_over
+from tests.faults.tools.node_loss import cluster_settings, with_cluster
+from tests.faults.tools.node_loss import left_behind as left_on_cluster
+from tests.faults.tools.stomp_capture import Capture
+from tests.faults.tools.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
 from tests.harness.container_process import ContainerProcess
@@ -327,7 +327,7 @@ def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float,
 def capture_wire(stack: ExitStack, directory: Path, nodes: Sequence[RabbitMQ],
                  network: Network | None, rooms: Rooms, processes: Fleet) -> None:
     """Record every STOMP packet to and from ``nodes`` in ``directory`` until ``stack``
-    closes (``tests.faults.stomp_capture``), keep each process's log there (at INFO; this
+    closes (``tests.faults.tools.stomp_capture``), keep each process's log there (at INFO; this
     process's, the producer's, too), and, before the nodes are closed, stop them and keep
     their log files (``node-N/``) and the namespaces' addresses (``rooms.json``)."""
     capture = Capture(directory, [node.port for node in nodes],
@@ -649,7 +649,7 @@ def print_rows(rows: Sequence[Sequence[str]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.random_faults",
+    parser = argparse.ArgumentParser(prog="python -m tests.faults.tools.random_faults",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--minutes", type=float, default=10.0, help="how long faults go on")
     parser.add_argument("--seed", type=int, default=7, help="seed of the fault schedule")
@@ -670,7 +670,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--capture", type=Path, metavar="DIR",
                         help="with --rabbitmq: record every STOMP packet to and from the "
                              "nodes in DIR (tcpdump, root), with the nodes' and processes' "
-                             "logs; read it with python -m tests.faults.stomp_capture")
+                             "logs; read it with python -m tests.faults.tools.stomp_capture")
     args = parser.parse_args(argv)
     if args.capture is not None and not args.rabbitmq:
         parser.error("--capture goes with --rabbitmq")

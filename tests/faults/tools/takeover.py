@@ -4,7 +4,7 @@
 ledger processes consumes and a ``LoadProducer`` sends to a topic with a member on the pair,
 and returns two times from the kill: until the slave answers STOMP (the broker's own takeover)
 and until the fleet processes a message of the pair's member again (the container's). The
-fault tests, the random fault run and ``python -m tests.faults.takeover`` (the measurement of
+fault tests, the random fault run and ``python -m tests.faults.tools.takeover`` (the measurement of
 docs/failover.md) share it.
 """
 
@@ -85,7 +85,7 @@ def measure(rounds: int, reconnect_delay: float, reconnect_max_delay: float) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.takeover",
+    parser = argparse.ArgumentParser(prog="python -m tests.faults.tools.takeover",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=10, help="takeovers to time")
     parser.add_argument("--reconnect-delay", type=float, default=0.2,
