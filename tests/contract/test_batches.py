@@ -13,15 +13,8 @@ import pytest
 
 from mdb import Context, ListenerDefinitionError, Redelivery, listener
 from mdb.message import DELIVERY_COUNT, ERROR_TYPE
-from tests.harness.in_process import (
-    Calls,
-    assert_drained,
-    read,
-    running,
-    send_all,
-    settings_for,
-    unique,
-)
+from tests.harness.in_process import Calls, running, settings_for, unique
+from tests.harness.messages import assert_drained, read, send_all
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,8 @@ import pytest
 
 from mdb import Context, Redelivery, listener
 from tests.harness.container_process import ContainerProcess
-from tests.harness.in_process import WAIT, Calls, read, running, send_all, settings_for, unique
+from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.messages import read, send_all
 
 
 @pytest.fixture(

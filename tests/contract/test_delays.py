@@ -19,7 +19,8 @@ from mdb import Context, Producer, Redelivery, listener
 from mdb.message import DELIVERY_COUNT, ERROR_LISTENER, ERROR_TYPE, ID, ORIGINAL_DESTINATION
 from tests.harness.activemq import ActiveMQ, activemq_available, reference_config
 from tests.harness.brokers import missing
-from tests.harness.in_process import Calls, read, running, send_all, settings_for, unique
+from tests.harness.in_process import Calls, running, settings_for, unique
+from tests.harness.messages import read, send_all
 from tests.harness.rabbitmq import RabbitMQ
 
 pytestmark = pytest.mark.anyio

@@ -21,7 +21,8 @@ from mdb.message import (
     MAYBE_REPEAT,
     ORIGINAL_DESTINATION,
 )
-from tests.harness.in_process import Calls, read, running, send_all, settings_for, specs, unique
+from tests.harness.in_process import Calls, running, settings_for, specs, unique
+from tests.harness.messages import read, send_all
 
 pytestmark = pytest.mark.anyio
 

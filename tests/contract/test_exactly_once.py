@@ -29,16 +29,8 @@ from mdb.message import ID, Message, OutgoingMessage
 from mdb.producer import Producer
 from mdb_memory.state import BrokerState, broker_state
 from tests.harness.databases import count, database_url, orders, prepared, with_database
-from tests.harness.in_process import (
-    WAIT,
-    Calls,
-    read,
-    running,
-    send_copies,
-    settings_for,
-    specs,
-    unique,
-)
+from tests.harness.in_process import WAIT, Calls, running, settings_for, specs, unique
+from tests.harness.messages import read, send_copies
 from tests.harness.postgresql import PostgreSQL
 
 pytestmark = pytest.mark.anyio

@@ -26,15 +26,8 @@ from mdb.producer import Producer
 from mdb.topology import Member
 from mdb_memory.state import BrokerState, broker_state
 from tests.harness.databases import count, database_url, orders, prepared, with_database
-from tests.harness.in_process import (
-    Calls,
-    partitioned_settings,
-    read,
-    running,
-    send_copies,
-    settings_for,
-    unique,
-)
+from tests.harness.in_process import Calls, partitioned_settings, running, settings_for, unique
+from tests.harness.messages import read, send_copies
 
 pytestmark = pytest.mark.anyio
 

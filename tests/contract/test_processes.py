@@ -1,6 +1,6 @@
 """Several container processes on one topic, on real brokers: who gets which message.
 
-Each process runs ``mdb run tests.harness.topic_ledger_app`` (a ``tests.harness.ledger.Fleet``,
+Each process runs ``mdb run tests.harness.topic_ledger_app`` (a ``tests.harness.fleet.Fleet``,
 as in the fault tests); all their ledgers feed one queue, whose entries name the process
 (``pid``) and its ``server``. Each scenario runs on one broker, and on a partitioned topic
 whose three members live on three brokers: there the test also checks that the messages were
@@ -22,8 +22,9 @@ from mdb import Producer, Settings, codec
 from mdb.destinations import Destination
 from mdb.message import ID
 from mdb.topology import Member
+from tests.harness.fleet import Fleet, fleet
 from tests.harness.in_process import WAIT, partitioned_settings, settings_for, unique
-from tests.harness.ledger import PER_APP, PER_SERVER, Fleet, fleet
+from tests.harness.ledger import PER_APP, PER_SERVER
 
 
 @pytest.fixture(

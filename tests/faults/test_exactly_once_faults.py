@@ -32,8 +32,8 @@ from tests.harness.activemq import ActiveMQ
 from tests.harness.brokers import missing
 from tests.harness.container_process import ContainerProcess
 from tests.harness.exactly_once_stages import Once, Rows, Stages, check_once
+from tests.harness.fleet import WAIT
 from tests.harness.foreign import ForeignProducer
-from tests.harness.ledger import WAIT
 from tests.harness.netns import Network
 from tests.harness.postgresql import PostgreSQL, postgresql_available
 from tests.harness.process import BrokerProcess, started_together

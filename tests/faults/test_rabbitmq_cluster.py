@@ -19,8 +19,10 @@ import pytest
 
 from tests.faults.tools.node_loss import cluster_settings, kill_node, left_behind, next_node
 from tests.harness.brokers import missing
+from tests.harness.fleet import Fleet, fleet
 from tests.harness.in_process import unique
-from tests.harness.ledger import PER_APP, Fleet, LoadProducer, check, fleet
+from tests.harness.ledger import PER_APP, check
+from tests.harness.load_producer import LoadProducer
 from tests.harness.rabbitmq import rabbitmq_available
 from tests.harness.rabbitmq_cluster import RabbitMQCluster
 

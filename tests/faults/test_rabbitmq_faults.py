@@ -18,14 +18,10 @@ import pytest
 
 from tests.faults.tools import kill_after_settle
 from tests.harness.brokers import private_brokers
+from tests.harness.fleet import fault_settings, fleet
 from tests.harness.in_process import unique
-from tests.harness.ledger import (
-    PER_APP,
-    PER_SERVER,
-    LoadProducer,
-    fault_settings,
-    fleet,
-)
+from tests.harness.ledger import PER_APP, PER_SERVER
+from tests.harness.load_producer import LoadProducer
 from tests.harness.process import BrokerProcess
 from tests.harness.rabbitmq import RabbitMQ
 

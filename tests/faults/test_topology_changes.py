@@ -34,16 +34,10 @@ import pytest
 from mdb import Settings
 from mdb.health import fetch_status
 from mdb.settings import DestinationSettings, MemberSettings
+from tests.harness.fleet import WAIT, Fleet, LedgerProcess, fault_settings, fleet
 from tests.harness.in_process import unique
-from tests.harness.ledger import (
-    PER_APP,
-    WAIT,
-    Fleet,
-    LedgerProcess,
-    LoadProducer,
-    fault_settings,
-    fleet,
-)
+from tests.harness.ledger import PER_APP
+from tests.harness.load_producer import LoadProducer
 from tests.harness.process import BrokerProcess
 
 pytestmark = pytest.mark.activemq

@@ -23,17 +23,10 @@ from mdb import Producer, Settings, codec
 from mdb.destinations import Destination
 from mdb.health import Health, fetch_status
 from mdb.message import ID
+from tests.harness.fleet import WAIT, Fleet, LedgerProcess, fault_settings, fleet, left_behind
 from tests.harness.in_process import unique
-from tests.harness.ledger import (
-    PER_SERVER,
-    WAIT,
-    Fleet,
-    LedgerProcess,
-    LoadProducer,
-    fault_settings,
-    fleet,
-    left_behind,
-)
+from tests.harness.ledger import PER_SERVER
+from tests.harness.load_producer import LoadProducer
 from tests.harness.process import BrokerProcess
 
 pytestmark = pytest.mark.activemq

@@ -37,9 +37,9 @@ from mdb.exactly_once.database import Database
 from mdb.settings import DestinationSettings, MemberSettings
 from tests.harness.container_process import ContainerProcess
 from tests.harness.exactly_once_app import effects, ledger_tables
+from tests.harness.fleet import WAIT, browse, fault_settings
 from tests.harness.foreign import ForeignProducer, Member
 from tests.harness.in_process import unique
-from tests.harness.ledger import WAIT, browse, fault_settings
 from tests.harness.postgresql import PostgreSQL
 from tests.harness.process import BrokerProcess
 

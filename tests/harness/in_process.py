@@ -1,6 +1,7 @@
-"""Containers run in the test's own process, and what every suite does around them: settings
-for a broker URL, running handlers until a block ends, watching what handlers saw (``Calls``),
-sending messages and reading queues through the seam, and unique names (``unique``)."""
+"""Containers run in the test's own process: settings for a broker URL (or three, holding the
+members of partitioned destinations), running handlers until a block ends, watching what
+handlers saw (``Calls``), and names no other test uses (``unique``). Sending and reading
+messages: ``tests.harness.messages``."""
 
 from __future__ import annotations
 
@@ -14,12 +15,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
-from mdb import Container, Producer, Settings
-from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest, broker_for
+from mdb import Container, Settings
 from mdb.broker_settings import BrokerSettings
 from mdb.destinations import Destination
 from mdb.listener import ListenerSpec, spec_of
-from mdb.message import ID, OutgoingMessage
 from mdb.settings import DestinationSettings, MemberSettings
 
 WAIT = 30.0  # seconds a test waits for something that should happen, before failing
@@ -105,61 +104,3 @@ class Calls:
         with anyio.fail_after(timeout):
             while not predicate(self):
                 await self._changed.wait()
-
-
-async def send_all(url: str, destination: str, bodies: Sequence[object]) -> list[str]:
-    """Send ``bodies`` with a ``Producer``; their ``mdb_id``s."""
-    async with Producer(settings_for(url)) as producer:
-        return [await producer.send(destination, body) for body in bodies]
-
-
-async def send(url: str, destination: str, body: object, **headers: str) -> str:
-    """Send one ``body`` with ``headers`` with a ``Producer``; its ``mdb_id``."""
-    async with Producer(settings_for(url)) as producer:
-        return await producer.send(destination, body, headers=headers)
-
-
-async def still_flowing(url: str, container: Container, calls: Calls, queue: str) -> None:
-    """The container is ready and processes the next (harmless) message: what a hostile
-    message must leave it (docs/security.md). ``calls`` records each body under ``"body"``."""
-    assert container.health().ready
-    await send(url, queue, "after")
-    await calls.wait(lambda c: "after" in c.of("body"))
-    assert container.health().ready
-
-
-async def send_copies(url: str, destination: str, body: bytes, mdb_id: str, copies: int) -> None:
-    """``copies`` messages with one ``mdb_id``, as a redelivered copy arrives."""
-    connection = await broker_for(ConnectionOptions(url=url, client_id=unique("w"))).connect()
-    try:
-        for _ in range(copies):
-            await connection.send(Destination.parse(destination),
-                                  OutgoingMessage(body, {ID: mdb_id, "content-type": "text/plain"}))
-    finally:
-        await connection.close()
-
-
-async def read(url: str, destination: str, count: int, timeout: float = WAIT) -> list[Delivery]:
-    """Take ``count`` messages from a queue through the seam, acking each."""
-    connection = await broker_for(ConnectionOptions(url=url, client_id=unique("reader"))).connect()
-    try:
-        subscription = await connection.subscribe(SubscriptionRequest(
-            Destination.parse(destination), name=None, durable=True, selector=None, prefetch=1))
-        taken = []
-        with anyio.fail_after(timeout):
-            for _ in range(count):
-                delivery = await subscription.receive()
-                await connection.ack(delivery)
-                taken.append(delivery)
-        await subscription.close()
-        return taken
-    finally:
-        await connection.close()
-
-
-async def assert_drained(url: str, destination: str) -> None:
-    """Nothing is left on ``destination``, settled or not: a marker sent now is read first."""
-    await send_all(url, destination, ["marker"])
-    [first] = await read(url, destination, 1)
-    assert first.body == b"marker"
-

@@ -28,16 +28,8 @@ from mdb.delivery.decision import ERROR_TEXT_LIMIT, FRAMES_LIMIT
 from mdb.errors import UNNAMED
 from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
 from tests.harness.brokers import private_brokers
-from tests.harness.in_process import (
-    WAIT,
-    Calls,
-    read,
-    running,
-    send,
-    settings_for,
-    still_flowing,
-    unique,
-)
+from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.messages import read, send, still_flowing
 
 pytestmark = pytest.mark.anyio
 

@@ -26,7 +26,8 @@ from mdb.health import Health, HealthServer
 from mdb.message import DELIVERY_COUNT, ERROR_TYPE
 from mdb.report import status_report
 from tests.harness.health import get
-from tests.harness.in_process import WAIT, Calls, read, running, send, settings_for, unique
+from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.messages import read, send
 from tests.harness.process import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,8 @@ from pydantic import BaseModel
 
 from mdb import Context, Redelivery, listener
 from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
-from tests.harness.in_process import Calls, read, running, send, settings_for, still_flowing, unique
+from tests.harness.in_process import Calls, running, settings_for, unique
+from tests.harness.messages import read, send, still_flowing
 
 pytestmark = pytest.mark.anyio
 

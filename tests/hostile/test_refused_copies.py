@@ -26,7 +26,8 @@ from mdb.message import ID
 from mdb_memory import DEAD_LETTER_QUEUE, broker_state
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.brokers import missing
-from tests.harness.in_process import Calls, read, running, send_all, settings_for, unique
+from tests.harness.in_process import Calls, running, settings_for, unique
+from tests.harness.messages import read, send_all
 from tests.harness.rabbitmq import RabbitMQ
 
 pytestmark = pytest.mark.anyio

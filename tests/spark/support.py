@@ -14,7 +14,7 @@ import pytest
 
 from mdb.producer import Producer
 from mdb.settings import load_settings
-from tests.harness.ledger import browse
+from tests.harness.fleet import browse
 
 
 def settings_json(app: str, urls: list[str], destination: str = "topic:orders",

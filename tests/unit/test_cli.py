@@ -146,7 +146,8 @@ def test_mdb_subscriptions_delete_explains_what_activemq_cannot_do(
 def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> None:
     import anyio
 
-    from tests.harness.in_process import read, unique
+    from tests.harness.in_process import unique
+    from tests.harness.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue = f"queue:{unique('sent')}"
@@ -162,7 +163,8 @@ def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> Non
 def test_mdb_send_keeps_the_id_it_is_given(activemq: object) -> None:
     import anyio
 
-    from tests.harness.in_process import read, unique
+    from tests.harness.in_process import unique
+    from tests.harness.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue = f"queue:{unique('sent')}"
@@ -183,7 +185,8 @@ def test_mdb_send_help_says_what_a_header_is(app: Path) -> None:
 def test_mdb_send_takes_the_body_from_a_file_or_stdin(activemq: object, tmp_path: Path) -> None:
     import anyio
 
-    from tests.harness.in_process import read, unique
+    from tests.harness.in_process import unique
+    from tests.harness.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     env = {**os.environ, "MDB_BROKERS__DEFAULT__URL": url}
@@ -210,7 +213,8 @@ def test_mdb_send_wants_one_body(app: Path) -> None:
 def test_mdb_send_sets_reply_to_and_correlation_id(activemq: object) -> None:
     import anyio
 
-    from tests.harness.in_process import read, unique
+    from tests.harness.in_process import unique
+    from tests.harness.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue, replies = f"queue:{unique('ask')}", unique("replies")
@@ -225,7 +229,8 @@ def test_mdb_send_sets_reply_to_and_correlation_id(activemq: object) -> None:
 def test_mdb_send_carries_the_trace_context(activemq: object) -> None:
     import anyio
 
-    from tests.harness.in_process import read, unique
+    from tests.harness.in_process import unique
+    from tests.harness.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue = f"queue:{unique('traced')}"
@@ -240,7 +245,8 @@ def test_mdb_send_carries_the_trace_context(activemq: object) -> None:
 def test_mdb_send_labels_json(activemq: object, tmp_path: Path) -> None:
     import anyio
 
-    from tests.harness.in_process import read, unique
+    from tests.harness.in_process import unique
+    from tests.harness.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue = f"queue:{unique('json')}"

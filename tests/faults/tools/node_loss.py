@@ -26,8 +26,10 @@ from mdb import Settings
 from mdb.broker_settings import BrokerSettings
 from mdb.message import ID
 from mdb.settings import MemberSettings
+from tests.harness.fleet import WAIT, Fleet, fault_settings, fleet
 from tests.harness.in_process import unique
-from tests.harness.ledger import PER_APP, WAIT, Fleet, LoadProducer, fault_settings, fleet
+from tests.harness.ledger import PER_APP
+from tests.harness.load_producer import LoadProducer
 from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
 from tests.harness.rabbitmq_cluster import RabbitMQCluster
 

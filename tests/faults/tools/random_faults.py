@@ -104,20 +104,11 @@ from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
 from tests.harness.container_process import ContainerProcess
 from tests.harness.exactly_once_stages import APP, TIMEOUT, Stages, check_once
+from tests.harness.fleet import SEND_TO, WAIT, Fleet, fault_settings, fleet, left_behind
 from tests.harness.foreign import ForeignLoad
 from tests.harness.in_process import unique
-from tests.harness.ledger import (
-    PER_APP,
-    PER_SERVER,
-    SEND_TO,
-    WAIT,
-    Fleet,
-    LoadProducer,
-    Verdict,
-    fault_settings,
-    fleet,
-    left_behind,
-)
+from tests.harness.ledger import PER_APP, PER_SERVER, Verdict
+from tests.harness.load_producer import LoadProducer
 from tests.harness.netns import Namespace, Network, network_available, private_network
 from tests.harness.postgresql import PostgreSQL, postgresql_available
 from tests.harness.process import BrokerProcess, started_together

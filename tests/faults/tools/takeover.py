@@ -19,8 +19,10 @@ from dataclasses import dataclass
 
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStoreBroker, SharedStorePair
+from tests.harness.fleet import Fleet, fault_settings, fleet
 from tests.harness.in_process import unique
-from tests.harness.ledger import PER_APP, Fleet, LoadProducer, fault_settings, fleet
+from tests.harness.ledger import PER_APP
+from tests.harness.load_producer import LoadProducer
 
 
 @dataclass(frozen=True)
