@@ -15,7 +15,7 @@ import pytest
 
 from mdb import Context, Redelivery, listener
 from tests.harness.container_process import ContainerProcess
-from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.in_process import WAIT, Calls, memory_broker, running, settings_for, unique
 from tests.harness.messages import read, send_all
 
 
@@ -77,10 +77,7 @@ def test_a_second_signal_exits_at_once(real_url: str) -> None:
 
 @pytest.mark.anyio
 async def test_a_dropped_connection_discards_the_stale_result_and_redelivers_flagged() -> None:
-    import mdb_memory
-
-    url = f"memory://{unique('drop')}"
-    state = mdb_memory.broker_state(url.removeprefix("memory://"))
+    url, state = memory_broker("drop")
     queue_, side = f"queue:{unique('work')}", f"queue:{unique('side')}"
     calls = Calls()
     dropped = anyio.Event()
@@ -119,10 +116,7 @@ async def test_a_failure_whose_copy_was_stored_but_not_its_ack_goes_round_once(
     """As on RabbitMQ when the connection closes between the confirms and the acks
     (docs/rabbitmq.md): the delivery comes back flagged, and is acked unseen, since its copy
     (the retry with the next count, or the error copy) carries the message on."""
-    import mdb_memory
-
-    url = f"memory://{unique('lost_ack')}"
-    state = mdb_memory.broker_state(url.removeprefix("memory://"))
+    url, state = memory_broker("lost_ack")
     queue_ = f"queue:{unique('work')}"
     errors = f"{queue_}.DLQ"
     calls = Calls()
@@ -151,10 +145,7 @@ async def test_a_retry_copy_stored_while_its_settlement_failed_is_not_handled_tw
     and is copied again, so two copies of one round are stored. The later is told from the
     first (``mdb.delivery.strikes``, rounds): no round reaches the handler twice, and the
     message reaches its error destination once."""
-    import mdb_memory
-
-    url = f"memory://{unique('cut_receipt')}"
-    state = mdb_memory.broker_state(url.removeprefix("memory://"))
+    url, state = memory_broker("cut_receipt")
     queue_ = f"queue:{unique('work')}"
     errors = f"{queue_}.DLQ"
     calls = Calls()
@@ -177,10 +168,7 @@ async def test_a_retry_copy_stored_while_its_settlement_failed_is_not_handled_tw
 
 @pytest.mark.anyio
 async def test_a_success_whose_sends_were_stored_but_not_its_ack_runs_once() -> None:
-    import mdb_memory
-
-    url = f"memory://{unique('lost_ack')}"
-    state = mdb_memory.broker_state(url.removeprefix("memory://"))
+    url, state = memory_broker("lost_ack")
     queue_, side = f"queue:{unique('work')}", f"queue:{unique('side')}"
     calls = Calls()
 

@@ -27,7 +27,7 @@ from tests.harness.fleet import WAIT, Fleet, LedgerProcess, fault_settings, flee
 from tests.harness.in_process import unique
 from tests.harness.ledger import PER_SERVER
 from tests.harness.load_producer import LoadProducer
-from tests.harness.process import BrokerProcess
+from tests.harness.process import BrokerProcess, alive
 
 pytestmark = pytest.mark.activemq
 
@@ -51,14 +51,6 @@ def wait_status(process: LedgerProcess, condition: Callable[[Health], bool], wha
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {WAIT} s for {what}; /status says {health}")
         time.sleep(0.1)  # a poll interval of a condition with a deadline, not a wait for time
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def start_server(processes: Fleet, app: str, delay: str, **env: str) -> LedgerProcess:
@@ -102,7 +94,7 @@ def test_the_workers_of_a_server_share_its_subscription_and_stop_on_sigterm(
             time.sleep(0.1)  # a poll interval of a condition with a deadline
         assert all(counted.values()), counted  # both workers took part
         processes.stop()  # SIGTERM to the supervisor: exit status 0 after "mdb: stopped"
-        assert all(gone(pid) for pid in workers)
+        assert not any(alive(pid) for pid in workers)
     done = processes.done(app)
     assert sorted(e["id"] for e in done) == sorted(told)  # each message once by the server
     assert not any(e["redelivered"] for e in done)
@@ -165,7 +157,7 @@ def test_sighup_restarts_the_workers_one_at_a_time_and_nothing_is_lost(
             "each worker restarted once")
         after = {w.pid for w in health.workers}
         assert not after & before and 0 not in after
-        assert all(gone(pid) for pid in before)
+        assert not any(alive(pid) for pid in before)
         producer.wait_told(10)
         processes.wait(lambda f: {e["pid"] for e in f.events("done")} >= after,
                        "both new workers at work")
@@ -204,4 +196,4 @@ def test_a_second_signal_kills_the_workers(activemq: BrokerProcess) -> None:
                     and any(w.state == "stopping" for w in h.workers), "the workers stopping")
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(timeout=WAIT) == 128 + signal.SIGTERM
-        assert all(gone(pid) for pid in workers)
+        assert not any(alive(pid) for pid in workers)

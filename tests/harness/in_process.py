@@ -20,12 +20,20 @@ from mdb.broker_settings import BrokerSettings
 from mdb.destinations import Destination
 from mdb.listener import ListenerSpec, spec_of
 from mdb.settings import DestinationSettings, MemberSettings
+from mdb_memory.state import BrokerState, broker_state
 
 WAIT = 30.0  # seconds a test waits for something that should happen, before failing
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def memory_broker(prefix: str) -> tuple[str, BrokerState]:
+    """A memory broker of the test's own: its URL, and its state, whose hooks drop
+    connections, lose acks or wait until a condition holds (``mdb_memory.state``)."""
+    name = unique(prefix)
+    return f"memory://{name}", broker_state(name)
 
 
 def settings_for(url: str, **values: object) -> Settings:

@@ -1,11 +1,14 @@
-"""The producer of the fault tests: it sends continuously from a thread of its own while faults
-happen, and remembers which sends returned (``told``: the contract owes those) and which
-raised (docs/architecture.md, "Delivery contract")."""
+"""The loads of the fault tests: producers that send continuously from a thread of their own
+while faults happen, and remember which sends returned (``told``: the contract owes those) and
+which raised (docs/architecture.md, "Delivery contract"). ``LoadProducer`` is mdb's
+``Producer``; the foreign one is ``tests.harness.foreign.ForeignLoad``."""
 
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections import Counter
+from typing import Self
 
 import anyio
 
@@ -16,41 +19,19 @@ from mdb.message import ID
 from tests.harness.fleet import WAIT
 
 
-class LoadProducer:
-    """``Producer(settings)`` sending to ``topic:<topic>`` (``kind="queue"``: ``queue:<topic>``)
-    in a loop, in its own thread, with ``pace`` seconds between sends. ``told`` maps the id of
-    every send that returned to the broker that confirmed it; ``raised`` maps the id of every
-    send that raised to the error. ``switch`` makes it send with another topology
-    (``Brokers.apply``)."""
+class Load(ABC):
+    """Sends from a thread of its own (``_send_until_stopped``) until ``stop``, which raises
+    again what broke the thread. What it was told: ``told`` maps each send a broker confirmed
+    to that broker, ``raised`` each send that raised to why; the thread writes both under
+    ``_lock``, the test reads copies."""
 
-    def __init__(self, settings: Settings, topic: str, pace: float = 0.01,
-                 kind: str = "topic") -> None:
-        self.settings, self.destination = settings, Destination.parse(f"{kind}:{topic}")
-        self.pace = pace
+    def __init__(self, name: str) -> None:
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # a send returned or the thread ended
         self._told: dict[str, str] = {}
         self._raised: dict[str, str] = {}
         self._stopping = threading.Event()
-        self._switch: tuple[Settings, threading.Event] | None = None
         self._error: BaseException | None = None
-        self._ended = False
-        self._thread = threading.Thread(target=self._main, daemon=True, name="load-producer")
-
-    def __enter__(self) -> LoadProducer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        """Stop sending; re-raise what broke the producer thread (anything not an MdbError)."""
-        self._stopping.set()
-        self._thread.join(timeout=WAIT)
-        assert not self._thread.is_alive(), "the producer did not stop"
-        if self._error is not None:
-            raise AssertionError(f"the producer failed: {self._error!r}") from self._error
+        self._thread = threading.Thread(target=self._main, daemon=True, name=name)
 
     @property
     def told(self) -> dict[str, str]:
@@ -61,6 +42,48 @@ class LoadProducer:
     def raised(self) -> dict[str, str]:
         with self._lock:
             return dict(self._raised)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self, timeout: float = WAIT) -> None:
+        """Stop sending; re-raise what broke the thread."""
+        self._stopping.set()
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"{self._thread.name} did not stop"
+        if self._error is not None:
+            raise AssertionError(f"{self._thread.name} failed: {self._error!r}") from self._error
+
+    def _main(self) -> None:
+        try:
+            self._send_until_stopped()
+        except BaseException as exc:
+            self._error = exc
+
+    @abstractmethod
+    def _send_until_stopped(self) -> None:
+        """Send until ``_stopping`` is set."""
+
+
+class LoadProducer(Load):
+    """``Producer(settings)`` sending to ``topic:<topic>`` (``kind="queue"``: ``queue:<topic>``)
+    in a loop, in its own thread, with ``pace`` seconds between sends. ``told`` maps the id of
+    every send that returned to the broker that confirmed it; ``raised`` maps the id of every
+    send that raised to the error. ``switch`` makes it send with another topology
+    (``Brokers.apply``)."""
+
+    def __init__(self, settings: Settings, topic: str, pace: float = 0.01,
+                 kind: str = "topic") -> None:
+        self.settings, self.destination = settings, Destination.parse(f"{kind}:{topic}")
+        self.pace = pace
+        super().__init__("the load producer")
+        self._changed = threading.Condition(self._lock)  # a send returned or the thread ended
+        self._switch: tuple[Settings, threading.Event] | None = None
+        self._over = False
 
     def switch(self, settings: Settings, timeout: float = WAIT) -> None:
         """Send with ``settings``' topology from now on: when this
@@ -77,22 +100,23 @@ class LoadProducer:
         with self._changed:
             target = len(self._told) + count
             done = self._changed.wait_for(
-                lambda: len(self._told) >= target or self._ended, timeout)
+                lambda: len(self._told) >= target or self._over, timeout)
             told = len(self._told) - (target - count)
-        if self._ended:
+        if self._over:
             self.stop()  # re-raises what broke the producer thread
         if not done:
             raise AssertionError(f"{count} sends in {timeout} s: only {told}; raised "
                                  f"{Counter(self.raised.values())}")
 
+    def _send_until_stopped(self) -> None:
+        anyio.run(self._run)
+
     def _main(self) -> None:
         try:
-            anyio.run(self._run)
-        except BaseException as exc:
-            self._error = exc
-        finally:
+            super()._main()
+        finally:  # a waiter of ``wait_told`` learns that no more sends will return
             with self._changed:
-                self._ended = True
+                self._over = True
                 self._changed.notify_all()
 
     async def _run(self) -> None:

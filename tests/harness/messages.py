@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import anyio
+from anyio.abc import TaskGroup
 
 from mdb import Container, Producer
 from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest, broker_for
@@ -34,6 +35,19 @@ async def still_flowing(url: str, container: Container, calls: Calls, queue: str
     await send(url, queue, "after")
     await calls.wait(lambda c: "after" in c.of("body"))
     assert container.health().ready
+
+
+def send_soon(tg: TaskGroup, producer: Producer, destination: str, body: object) -> anyio.Event:
+    """Start sending ``body`` in ``tg``; the event is set once the send returned, so that a test
+    sees a send wait (for its broker to come back) and then end."""
+    sent = anyio.Event()
+
+    async def send() -> None:
+        await producer.send(destination, body)
+        sent.set()
+
+    tg.start_soon(send)
+    return sent
 
 
 async def send_copies(url: str, destination: str, body: bytes, mdb_id: str, copies: int) -> None:

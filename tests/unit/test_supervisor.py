@@ -29,7 +29,7 @@ from mdb.health import (
 from mdb.report import status_report
 from mdb.supervisor import START_ATTEMPTS, Place, server_health
 from tests.harness.container_process import ROOT
-from tests.harness.process import free_port
+from tests.harness.process import alive, free_port
 
 
 def mdb_run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -196,14 +196,6 @@ def stand_ins(folder: Path, *behaviours: str, ready_timeout: float | None = None
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         process.wait(timeout=WAIT)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_bad_deploy_on_sighup_leaves_the_old_workers_serving(tmp_path: Path) -> None:

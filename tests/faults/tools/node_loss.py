@@ -11,7 +11,6 @@ what the cluster's queues still hold once the fleet stopped.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import threading
@@ -26,6 +25,7 @@ from mdb import Settings
 from mdb.broker_settings import BrokerSettings
 from mdb.message import ID
 from mdb.settings import MemberSettings
+from tests.faults.tools.command_line import not_installed, parser_for
 from tests.harness.fleet import WAIT, Fleet, fault_settings, fleet
 from tests.harness.in_process import unique
 from tests.harness.ledger import PER_APP
@@ -180,13 +180,11 @@ def measure(rounds: int) -> list[NodeLoss]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.tools.node_loss",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = parser_for("node_loss", __doc__)
     parser.add_argument("--rounds", type=int, default=10, help="node kills to time")
     args = parser.parse_args(argv)
     if not rabbitmq_available():
-        print("RabbitMQ with the STOMP plugin is not installed here", file=sys.stderr)
-        return 2
+        return not_installed("RabbitMQ with the STOMP plugin")
     values = [t.consumed_after for t in measure(args.rounds)]
     print(f"kill -9 to a message processed through another node: median "
           f"{statistics.median(values):.2f} s, min {min(values):.2f} s, max {max(values):.2f} s")

@@ -83,7 +83,6 @@ the first stage S seconds in its transaction: more work in flight when a fault c
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import re
@@ -96,6 +95,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Protocol
 
+from tests.faults.tools.command_line import not_installed, parser_for
 from tests.faults.tools.node_loss import cluster_settings, with_cluster
 from tests.faults.tools.node_loss import left_behind as left_on_cluster
 from tests.faults.tools.stomp_capture import Capture
@@ -209,6 +209,14 @@ def schedule(rng: random.Random, minutes: float, kinds: Sequence[str], processes
     return survived, []
 
 
+def resuming(paused: Sequence[BrokerProcess]) -> Callable[[], None]:
+    """A schedule's ``undo`` where its faults pause ``paused``: SIGCONT each of them."""
+    def undo() -> None:
+        for process in paused:
+            process.resume()
+    return undo
+
+
 def wind_down(processes: Fleet, told: Collection[str], drain: float,
               failures: list[str]) -> dict[str, Verdict]:
     """Wait until everything told-sent is processed (after ``drain`` seconds, a failure),
@@ -250,11 +258,8 @@ def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
                     else:
                         apply(kind, rng, brokers, processes, producer, shop)
 
-                def undo() -> None:
-                    for broker in brokers:
-                        broker.resume()
                 survived, failures = schedule(rng, minutes, kinds, processes, producer,
-                                              fault, undo)
+                                              fault, resuming(brokers))
             told = producer.told
             verdicts = wind_down(processes, told, drain, failures)
             stored = left_behind([*brokers, pair.master()], processes, told)
@@ -300,11 +305,8 @@ def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float,
                     else:
                         upset_node(kind, rng, rng.choice(nodes), processes, producer, shop)
 
-                def undo() -> None:
-                    for node in nodes:
-                        node.resume()
                 survived, failures = schedule(rng, minutes, kinds, processes, producer,
-                                              fault, undo)
+                                              fault, resuming(nodes))
             told = producer.told
             verdicts = wind_down(processes, told, drain, failures)
             # Whatever is left in the second stage's queues was sent on by the first.
@@ -640,8 +642,7 @@ def print_rows(rows: Sequence[Sequence[str]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.tools.random_faults",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = parser_for("random_faults", __doc__)
     parser.add_argument("--minutes", type=float, default=10.0, help="how long faults go on")
     parser.add_argument("--seed", type=int, default=7, help="seed of the fault schedule")
     parser.add_argument("--drain", type=float, default=120.0,
@@ -672,12 +673,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_exactly_once(args.minutes, args.seed, args.drain, args.delay)
     if args.rabbitmq:
         if not rabbitmq_available():
-            print("RabbitMQ with the STOMP plugin is not installed here", file=sys.stderr)
-            return 2
+            return not_installed("RabbitMQ with the STOMP plugin")
         return run_rabbitmq(args.rabbitmq, args.minutes, args.seed, args.drain, args.capture)
     if not activemq_available():
-        print("ActiveMQ Classic is not installed here", file=sys.stderr)
-        return 2
+        return not_installed("ActiveMQ Classic")
     return run(args.minutes, args.seed, args.drain,
                cluster=not args.no_cluster and rabbitmq_available())
 

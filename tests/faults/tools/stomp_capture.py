@@ -21,7 +21,6 @@ connections and restarts.
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import contextlib
 import json
@@ -38,6 +37,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
+
+from tests.faults.tools.command_line import parser_for
 
 __all__ = ["ACK_FLAG", "FIN", "SYN", "Capture", "Connection", "Frame", "Packet", "Wire",
            "connections", "frames", "read_pcap"]
@@ -631,8 +632,7 @@ def audit(wire: Wire) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.tools.stomp_capture",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = parser_for("stomp_capture", __doc__)
     parser.add_argument("directory", type=Path, help="the --capture DIR of a fault run")
     parser.add_argument("ids", nargs="*", help="mdb ids to trace")
     parser.add_argument("--port", type=int, action="append",

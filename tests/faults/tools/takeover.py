@@ -10,13 +10,13 @@ docs/failover.md) share it.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tests.faults.tools.command_line import not_installed, parser_for
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStoreBroker, SharedStorePair
 from tests.harness.fleet import Fleet, fault_settings, fleet
@@ -87,8 +87,7 @@ def measure(rounds: int, reconnect_delay: float, reconnect_max_delay: float) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.tools.takeover",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = parser_for("takeover", __doc__)
     parser.add_argument("--rounds", type=int, default=10, help="takeovers to time")
     parser.add_argument("--reconnect-delay", type=float, default=0.2,
                         help="brokers.X.reconnect_delay (mdb's default: 0.5)")
@@ -96,8 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="brokers.X.reconnect_max_delay (mdb's default: 30)")
     args = parser.parse_args(argv)
     if not activemq_available():
-        print("ActiveMQ Classic is not installed here", file=sys.stderr)
-        return 2
+        return not_installed("ActiveMQ Classic")
     times = measure(args.rounds, args.reconnect_delay, args.reconnect_max_delay)
     for what, values in (("broker serving", [t.serving_after for t in times]),
                          ("message processed", [t.consumed_after for t in times]),
