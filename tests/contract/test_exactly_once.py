@@ -16,7 +16,6 @@ from sqlalchemy import event, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import ConfigurationError, Container, Context, DatabaseUnavailable, Redelivery, listener
-from mdb.broker import ConnectionOptions, broker_for
 from mdb.context import SendFunction
 from mdb.database_settings import DatabaseSettings
 from mdb.destinations import Destination
@@ -30,7 +29,7 @@ from mdb.producer import Producer
 from mdb_memory.state import BrokerState, broker_state
 from tests.harness.databases import count, database_url, orders, prepared, with_database
 from tests.harness.in_process import WAIT, Calls, running, settings_for, specs, unique
-from tests.harness.messages import read, send_copies
+from tests.harness.messages import read, send_bodies, send_copies
 from tests.harness.postgresql import PostgreSQL
 
 pytestmark = pytest.mark.anyio
@@ -466,16 +465,6 @@ async def until(condition: Callable[[], bool]) -> None:
     with anyio.fail_after(WAIT):
         while not condition():
             await anyio.sleep(0.05)
-
-
-async def send_bodies(url: str, destination: str, bodies: list[str]) -> None:
-    connection = await broker_for(ConnectionOptions(url=url, client_id=unique("w"))).connect()
-    try:
-        for body in bodies:
-            await connection.send(Destination.parse(destination), OutgoingMessage(
-                body.encode(), {ID: f"id-{body}", "content-type": "text/plain"}))
-    finally:
-        await connection.close()
 
 
 async def test_rows_a_dead_process_left_are_dispatched_once_their_lease_ran_out(

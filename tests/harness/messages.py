@@ -1,6 +1,6 @@
 """Messages in and out of a test: sent with a ``Producer`` as an application sends them, sent
-as copies of one ``mdb_id`` through the seam as a broker redelivers them, and taken from a
-queue through the seam."""
+through the seam with the ``mdb_id`` the test chose (copies of one, as a broker redelivers
+them), and taken from a queue through the seam."""
 
 from __future__ import annotations
 
@@ -52,9 +52,20 @@ def send_soon(tg: TaskGroup, producer: Producer, destination: str, body: object)
 
 async def send_copies(url: str, destination: str, body: bytes, mdb_id: str, copies: int) -> None:
     """``copies`` messages with one ``mdb_id``, as a redelivered copy arrives."""
+    await _send_with_ids(url, destination, [(body, mdb_id)] * copies)
+
+
+async def send_bodies(url: str, destination: str, bodies: Sequence[str]) -> None:
+    """``bodies``, each with the ``mdb_id`` ``id-<body>``: messages whose ids a test knows."""
+    await _send_with_ids(url, destination, [(b.encode(), f"id-{b}") for b in bodies])
+
+
+async def _send_with_ids(url: str, destination: str, messages: Sequence[tuple[bytes, str]],
+                         ) -> None:
+    """Send each ``(body, mdb_id)`` through the seam, as text."""
     connection = await broker_for(ConnectionOptions(url=url, client_id=unique("w"))).connect()
     try:
-        for _ in range(copies):
+        for body, mdb_id in messages:
             await connection.send(Destination.parse(destination),
                                   OutgoingMessage(body, {ID: mdb_id, "content-type": "text/plain"}))
     finally:
