@@ -1,20 +1,19 @@
 """Fixtures shared by every test: the anyio backend, the real brokers and PostgreSQL.
 
 Broker (and PostgreSQL) tests may skip when one is absent on a developer's machine, never in CI
-(``CI=true``): there the missing broker is a failure.
+(``CI=true``): there the missing broker is a failure (``tests.harness.brokers``).
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.harness.process import BrokerProcess, started_together
+from tests.harness.brokers import missing, private_brokers
+from tests.harness.process import BrokerProcess
 
 if TYPE_CHECKING:
     from tests.harness.activemq import ActiveMQ
@@ -22,36 +21,10 @@ if TYPE_CHECKING:
     from tests.harness.postgresql import PostgreSQL
     from tests.harness.rabbitmq import RabbitMQ
 
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-
-
-def missing(what: str) -> None:
-    if IN_CI:
-        pytest.fail(f"{what} is required in CI (CI=true); tests/run installs it")
-    pytest.skip(f"{what} is not installed here (tests/run installs it)")
-
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@contextmanager
-def private_brokers(kind: str, count: int = 1) -> Iterator[list[BrokerProcess]]:
-    """``count`` private brokers of ``kind`` (``activemq`` or ``rabbitmq``) on their own ports
-    and data directories, started in parallel and closed at the end. Skips (fails in CI) when
-    the broker is not installed."""
-    from tests.harness.activemq import ActiveMQ, activemq_available
-    from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
-
-    make, available, what = {
-        "activemq": (ActiveMQ, activemq_available, "ActiveMQ Classic"),
-        "rabbitmq": (RabbitMQ, rabbitmq_available, "RabbitMQ with the STOMP plugin"),
-    }[kind]
-    if not available():
-        missing(what)
-    with started_together(make, count) as brokers:
-        yield brokers
 
 
 @pytest.fixture(scope="session")

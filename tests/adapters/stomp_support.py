@@ -1,14 +1,13 @@
-"""Helpers shared by the STOMP adapter tests: connection options, unique destinations,
+"""Helpers shared by the STOMP adapter tests: connection options, destinations of their own,
 messages and bounded receives.
 
 Without a broker installed its tests are skipped, except in CI (``CI=true``) where that is a
-failure (``tests.conftest.private_brokers``). Every wait is bounded by ``WAIT`` so a broken
-adapter fails instead of hanging.
+failure (``tests.harness.brokers.private_brokers``). Every wait is bounded by ``WAIT`` so a
+broken adapter fails instead of hanging.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,6 +17,7 @@ from mdb.broker import ConnectionOptions, Delivery, Subscription, SubscriptionRe
 from mdb.destinations import Destination
 from mdb.message import ID, OutgoingMessage, new_id
 from mdb_stomp import StompBroker, StompConnection
+from tests.harness.in_process import unique
 
 WAIT = 15.0  # bound on any single wait: a hang guard, not a timing assertion
 
@@ -41,8 +41,9 @@ async def connected(url: str, **overrides: object) -> AsyncIterator[StompConnect
         await connection.close()
 
 
-def unique(kind: str) -> Destination:
-    return Destination.parse(f"{kind}:mdbtest-{uuid.uuid4().hex[:12]}")
+def new_destination(kind: str) -> Destination:
+    """A ``queue`` or ``topic`` of a name no other test uses."""
+    return Destination.parse(f"{kind}:{unique('mdbtest')}")
 
 
 def queue_request(
@@ -62,6 +63,15 @@ def topic_request(destination: Destination, name: str, prefetch: int = 1) -> Sub
 def message(body: bytes | str, **headers: str) -> OutgoingMessage:
     data = body.encode() if isinstance(body, str) else body
     return OutgoingMessage(data, {ID: new_id(), "content-type": "text/plain", **headers})
+
+
+async def send_messages(connection: StompConnection, destination: Destination,
+                        count: int) -> list[OutgoingMessage]:
+    """Send ``count`` messages, ``m0``, ``m1``, …, to ``destination``; the messages sent."""
+    sent = [message(f"m{i}") for i in range(count)]
+    for item in sent:
+        await connection.send(destination, item)
+    return sent
 
 
 async def receive(subscription: Subscription) -> Delivery:

@@ -1,12 +1,12 @@
 """The stomp+activemq adapter, driven directly through the broker seam against a real ActiveMQ.
 
 The broker is started by ``tests.harness.activemq``: one for this module. What ActiveMQ and
-RabbitMQ share (a killed or hung broker, connect failures) is tested once per broker in
-``test_stomp_brokers``; the seam's general rules (transactions, prefetch, ``receive_nowait``,
-stale objects) once for all three adapters by ``test_seam`` (``mdb.testing.seam``). Without
-ActiveMQ installed the tests are skipped, except in CI (``CI=true``) where that is a failure.
-Every wait is bounded by ``fail_after`` so a broken adapter fails instead of hanging; nothing
-asserts a duration.
+RabbitMQ share (a round trip, a killed or hung broker, connect failures) is tested once per
+broker in ``test_stomp_brokers``; the seam's general rules (transactions, prefetch,
+``receive_nowait``, stale objects) once for all three adapters by ``test_seam``
+(``mdb.testing.seam``). Without ActiveMQ installed the tests are skipped, except in CI
+(``CI=true``) where that is a failure. Every wait is bounded by ``fail_after`` so a broken
+adapter fails instead of hanging; nothing asserts a duration.
 """
 
 from __future__ import annotations
@@ -17,17 +17,18 @@ import pytest
 
 from mdb.broker import ConnectionOptions
 from mdb.errors import BrokerError, ConfigurationError, SubscriptionFailed
-from mdb.message import ID, OutgoingMessage, new_id
+from mdb.message import ID
 from mdb_stomp import StompBroker
 from tests.adapters.stomp_support import (
     connected,
     message,
+    new_destination,
     queue_request,
     receive,
-    unique,
+    send_messages,
 )
-from tests.conftest import private_brokers
 from tests.harness.activemq import ActiveMQ
+from tests.harness.brokers import private_brokers
 
 pytestmark = pytest.mark.anyio
 
@@ -40,41 +41,6 @@ def activemq() -> Iterator[ActiveMQ]:
         yield broker
 
 
-# -- sending and receiving -------------------------------------------------------------------
-
-
-async def test_send_and_receive_on_a_queue_round_trips_body_and_headers(activemq: ActiveMQ) -> None:
-    queue = unique("queue")
-    tricky = "a:b\\c\nd"  # every character STOMP 1.2 must escape in a header
-    text = message("héllo\nworld", app_header=tricky)
-    binary = OutgoingMessage(
-        b"\x00\x01\xffbin", {ID: new_id(), "content-type": "application/octet-stream"}
-    )
-    async with connected(activemq.url) as connection:
-        subscription = await connection.subscribe(queue_request(queue, prefetch=10))
-        await connection.send(queue, text)
-        await connection.send(queue, binary)
-
-        first = await receive(subscription)
-        second = await receive(subscription)
-
-        assert first.destination == queue
-        assert first.body == text.body
-        assert first.headers[ID] == text.headers[ID]
-        assert first.headers["app_header"] == tricky
-        assert first.headers["content-type"] == "text/plain"
-        assert first.headers["persistent"] == "true"
-        assert first.headers["amq-msg-type"] == "text"  # a Java consumer sees a TextMessage
-        assert first.message_id == first.headers["message-id"] and not first.broker_redelivered
-        assert second.body == binary.body
-        assert second.headers[ID] == binary.headers[ID]
-        assert second.headers.get("amq-msg-type") != "text"
-        assert subscription.requeue_destination == queue
-
-        await connection.ack(first)
-        await connection.ack(second)
-
-
 # -- transactions ----------------------------------------------------------------------------
 
 
@@ -83,11 +49,9 @@ async def test_an_ack_that_would_also_settle_an_unsettled_earlier_delivery_is_re
 ) -> None:
     # Client acks are cumulative and ABORT leaves the acked message unsettled: acking the next
     # one would silently settle the aborted one for good (measured on ActiveMQ 5.17.2).
-    queue = unique("queue")
+    queue = new_destination("queue")
     async with connected(activemq.url) as connection:
-        sent = [message(f"m{i}") for i in range(4)]
-        for item in sent:
-            await connection.send(queue, item)
+        sent = await send_messages(connection, queue, 4)
         subscription = await connection.subscribe(queue_request(queue, prefetch=4))
         first, second, third, fourth = [await receive(subscription) for _ in sent]
 
@@ -120,11 +84,9 @@ async def test_an_ack_that_would_also_settle_an_unsettled_earlier_delivery_is_re
 
 
 async def test_prefetch_bounds_unsettled_deliveries(activemq: ActiveMQ) -> None:
-    queue = unique("queue")
+    queue = new_destination("queue")
     async with connected(activemq.url) as connection:
-        sent = [message(f"m{i}") for i in range(5)]
-        for item in sent:
-            await connection.send(queue, item)
+        sent = await send_messages(connection, queue, 5)
         bounded = await connection.subscribe(queue_request(queue, prefetch=2))
         held = [await receive(bounded), await receive(bounded)]
 
@@ -138,7 +100,7 @@ async def test_prefetch_bounds_unsettled_deliveries(activemq: ActiveMQ) -> None:
 
 
 async def test_an_invalid_selector_is_a_subscription_failure(activemq: ActiveMQ) -> None:
-    queue = unique("queue")
+    queue = new_destination("queue")
     async with connected(activemq.url) as connection:
         with pytest.raises(SubscriptionFailed, match="refused"):
             await connection.subscribe(queue_request(queue, selector="colour = = 'red'"))

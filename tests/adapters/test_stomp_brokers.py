@@ -1,5 +1,6 @@
-"""The stomp adapter's behaviour that is the same on ActiveMQ and RabbitMQ: named topic
-subscriptions shared by name or refused, a killed broker, a hung broker, and connect failures.
+"""The stomp adapter's behaviour that is the same on ActiveMQ and RabbitMQ: a round trip of
+body and headers, named topic subscriptions shared by name or refused, a killed broker, a hung
+broker, and connect failures.
 Each test runs once per broker (``pytest.mark.activemq`` / ``pytest.mark.rabbitmq``); the
 broker-specific facts are pinned in ``test_stomp_activemq`` and ``test_stomp_rabbitmq``.
 
@@ -31,20 +32,21 @@ from mdb.errors import (
     SubscriptionFailed,
     TransactionRolledBack,
 )
-from mdb.message import ID
+from mdb.message import ID, OutgoingMessage, new_id
 from mdb_stomp import StompBroker
 from mdb_stomp.subscription import StompSubscription
 from tests.adapters.stomp_support import (
     WAIT,
     connected,
     message,
+    new_destination,
     options,
     queue_request,
     receive,
+    send_messages,
     topic_request,
-    unique,
 )
-from tests.conftest import private_brokers
+from tests.harness.brokers import private_brokers
 from tests.harness.process import BrokerProcess, free_port
 
 pytestmark = pytest.mark.anyio
@@ -69,6 +71,46 @@ def private_broker(request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
         yield broker
 
 
+async def test_send_and_receive_on_a_queue_round_trips_body_and_headers(
+    broker: BrokerProcess,
+) -> None:
+    queue = new_destination("queue")
+    tricky = "a:b\\c\nd"  # every character STOMP 1.2 must escape in a header
+    text = message("héllo\nworld", app_header=tricky)
+    binary = OutgoingMessage(
+        b"\x00\x01\xffbin", {ID: new_id(), "content-type": "application/octet-stream"}
+    )
+    async with connected(broker.url) as connection:
+        subscription = await connection.subscribe(queue_request(queue, prefetch=10))
+        await connection.send(queue, text)
+        await connection.send(queue, binary)
+
+        first = await receive(subscription)
+        second = await receive(subscription)
+
+        assert first.destination == queue
+        assert first.body == text.body
+        assert first.headers[ID] == text.headers[ID]
+        assert first.headers["app_header"] == tricky
+        assert first.headers["persistent"] == "true"
+        assert not first.broker_redelivered
+        assert second.body == binary.body
+        assert second.headers[ID] == binary.headers[ID]
+        assert subscription.requeue_destination == queue
+        if broker.scheme == "stomp+activemq":
+            assert first.headers["content-type"] == "text/plain"
+            assert first.headers["amq-msg-type"] == "text"  # a Java consumer sees a TextMessage
+            assert first.message_id == first.headers["message-id"]
+            assert second.headers.get("amq-msg-type") != "text"
+        else:
+            assert "amq-msg-type" not in first.headers  # an ActiveMQ-only header
+            # RabbitMQ keeps no id of its own for a message: its message-id names this delivery.
+            assert first.message_id is None
+
+        await connection.ack(first)
+        await connection.ack(second)
+
+
 # Where each dialect puts the queue behind a named topic subscription: ActiveMQ's virtual topic
 # consumer queue, RabbitMQ's x-queue-name queue. Either way a plain queue is the requeue
 # destination, reaching that subscription and no other.
@@ -81,15 +123,13 @@ SHARED_QUEUE = {
 async def test_a_named_topic_subscription_is_shared_and_each_name_gets_a_copy(
     broker: BrokerProcess,
 ) -> None:
-    topic = unique("topic")
+    topic = new_destination("topic")
     shared_queue = SHARED_QUEUE[broker.scheme]
     async with connected(broker.url) as one, connected(broker.url) as two:
         shared_a = await one.subscribe(topic_request(topic, "shared"))
         shared_b = await two.subscribe(topic_request(topic, "shared"))
         other = await one.subscribe(topic_request(topic, "other-name", prefetch=10))
-        sent = [message(f"m{i}") for i in range(2)]
-        for item in sent:
-            await one.send(topic, item)
+        sent = await send_messages(one, topic, 2)
 
         # Prefetch 1 and nothing acked: each subscriber of "shared" holds one message. Were
         # they separate subscriptions, both would have started with the first message.
@@ -139,7 +179,7 @@ BAD_NAME = {"stomp+activemq": "bad/name*", "stomp+rabbitmq": "bad.name"}
 async def test_topic_subscriptions_the_dialect_cannot_make_are_refused(
     broker: BrokerProcess,
 ) -> None:
-    topic = unique("topic")
+    topic = new_destination("topic")
     async with connected(broker.url) as connection:
         with pytest.raises(SubscriptionFailed, match="durable"):
             await connection.subscribe(
@@ -157,7 +197,7 @@ async def test_topic_subscriptions_the_dialect_cannot_make_are_refused(
 async def test_a_killed_broker_makes_everything_stale_and_redelivers_flagged_after_restart(
     private_broker: BrokerProcess,
 ) -> None:
-    queue = unique("queue")
+    queue = new_destination("queue")
     # The queue outlives the crash: a broker may lose a queue declared moments before a kill
     # -9, with what was confirmed into it (docs/failover.md, "Known limits"): RabbitMQ did,
     # in 2 runs of this test in 20. A clean restart stores it.
@@ -212,7 +252,7 @@ async def test_a_killed_broker_makes_everything_stale_and_redelivers_flagged_aft
 async def test_a_hung_broker_is_noticed_by_heartbeats_and_receipts(
     private_broker: BrokerProcess,
 ) -> None:
-    queue = unique("queue")
+    queue = new_destination("queue")
     async with connected(private_broker.url, heartbeat_ms=1000, receipt_timeout=0.5) as connection:
         subscription = await connection.subscribe(queue_request(queue))
         transaction = await connection.begin()
@@ -241,7 +281,7 @@ async def test_a_delivery_buffered_before_the_process_froze_is_not_handed_on_aft
     resume and take a delivery it had read before the pause, while the broker gave up on it
     meanwhile and handed that delivery to another consumer: it is not handed on, the connection
     is lost, and the broker delivers it again."""
-    queue = unique("queue")
+    queue = new_destination("queue")
     async with connected(broker.url) as producer:
         for body in ("first", "buffered"):
             await producer.send(queue, message(body))

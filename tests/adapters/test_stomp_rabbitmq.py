@@ -5,11 +5,11 @@ subscriptions through ``x-queue-name``, individual acks, selectors refused (the 
 evaluates topic selectors itself), a new ``message-id`` on every delivery, and unacked deliveries
 that only come back when their connection closes. The node is started by
 ``tests.harness.rabbitmq``: one for this module.
-What RabbitMQ and ActiveMQ share (a killed or hung broker, connect failures) is tested once
-per broker in ``test_stomp_brokers``, the seam's general rules (transactions, prefetch, stale
-objects) by ``test_seam`` (``mdb.testing.seam``). Without RabbitMQ installed the tests are
-skipped, except in CI (``CI=true``) where that is a failure. Every wait is bounded by
-``fail_after``.
+What RabbitMQ and ActiveMQ share (a round trip, a killed or hung broker, connect failures) is
+tested once per broker in ``test_stomp_brokers``, the seam's general rules (transactions,
+prefetch, stale objects) by ``test_seam`` (``mdb.testing.seam``). Without RabbitMQ installed
+the tests are skipped, except in CI (``CI=true``) where that is a failure. Every wait is
+bounded by ``fail_after``.
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ from mdb_stomp import RabbitMQDialect, StompBroker
 from tests.adapters.stomp_support import (
     connected,
     message,
+    new_destination,
     options,
     queue_request,
     receive,
+    send_messages,
     topic_request,
-    unique,
 )
-from tests.conftest import private_brokers
+from tests.harness.brokers import private_brokers
 from tests.harness.rabbitmq import RabbitMQ
 
 pytestmark = [pytest.mark.anyio, pytest.mark.rabbitmq]
@@ -51,7 +52,7 @@ def rabbitmq() -> Iterator[RabbitMQ]:
 async def test_an_amqp_message_id_its_producer_gave_is_the_messages_id(rabbitmq: RabbitMQ) -> None:
     """The id a foreign producer gives a message is all RabbitMQ keeps of one (``mdb.identity``
     knows a message sent without ``mdb_id`` by it)."""
-    queue = unique("queue")
+    queue = new_destination("queue")
     async with connected(rabbitmq.url) as connection:
         subscription = await connection.subscribe(queue_request(queue, prefetch=10))
         await connection.send(queue, OutgoingMessage(b"x", {"amqp-message-id": "order-7"}))
@@ -60,30 +61,10 @@ async def test_an_amqp_message_id_its_producer_gave_is_the_messages_id(rabbitmq:
         await connection.ack(delivery)
 
 
-async def test_send_and_receive_on_a_queue_round_trips_body_and_headers(rabbitmq: RabbitMQ) -> None:
-    queue = unique("queue")
-    tricky = "a:b\\c\nd"
-    text = message("héllo\nworld", app_header=tricky)
-    async with connected(rabbitmq.url) as connection:
-        subscription = await connection.subscribe(queue_request(queue, prefetch=10))
-        await connection.send(queue, text)
-        delivery = await receive(subscription)
-        assert delivery.destination == queue
-        assert delivery.body == text.body
-        assert delivery.headers[ID] == text.headers[ID]
-        assert delivery.headers["app_header"] == tricky
-        assert delivery.headers["persistent"] == "true"
-        assert "amq-msg-type" not in delivery.headers  # an ActiveMQ-only header
-        # RabbitMQ keeps no id of its own for a message: its message-id names this delivery.
-        assert delivery.message_id is None and not delivery.broker_redelivered
-        assert subscription.requeue_destination == queue
-        await connection.ack(delivery)
-
-
 async def test_a_durable_topic_subscription_keeps_messages_while_detached(
     rabbitmq: RabbitMQ,
 ) -> None:
-    topic = unique("topic")
+    topic = new_destination("topic")
     async with connected(rabbitmq.url) as connection:
         first = await connection.subscribe(topic_request(topic, "keeper"))
         await first.close()
@@ -96,7 +77,7 @@ async def test_a_durable_topic_subscription_keeps_messages_while_detached(
 
 
 async def test_subscriptions_rabbitmq_cannot_honour_are_refused(rabbitmq: RabbitMQ) -> None:
-    queue, topic = unique("queue"), unique("topic")
+    queue, topic = new_destination("queue"), new_destination("topic")
     async with connected(rabbitmq.url) as connection:
         # The STOMP plugin ignores the selector header and would deliver every message.
         with pytest.raises(SubscriptionFailed, match="does not support selectors"):
@@ -122,11 +103,9 @@ def test_the_dialect_is_chosen_by_the_url_scheme() -> None:
 async def test_acks_are_individual_so_deliveries_may_be_settled_in_any_order(
     rabbitmq: RabbitMQ,
 ) -> None:
-    queue = unique("queue")
+    queue = new_destination("queue")
     async with connected(rabbitmq.url) as connection:
-        sent = [message(f"m{i}") for i in range(3)]
-        for item in sent:
-            await connection.send(queue, item)
+        sent = await send_messages(connection, queue, 3)
         subscription = await connection.subscribe(queue_request(queue, prefetch=3))
         first, second, third = [await receive(subscription) for _ in sent]
         await connection.ack(second)  # with ack:client this would settle "first" too
@@ -147,7 +126,7 @@ async def test_closing_a_subscription_that_holds_deliveries_closes_its_connectio
 ) -> None:
     # RabbitMQ keeps the unacked deliveries of an unsubscribed consumer with the connection:
     # only closing the connection hands them back, flagged and with a new message-id.
-    queue = unique("queue")
+    queue = new_destination("queue")
     sent = message("unsettled")
     async with connected(rabbitmq.url) as connection:
         await connection.send(queue, sent)
@@ -167,7 +146,7 @@ async def test_closing_a_subscription_that_holds_deliveries_closes_its_connectio
 
 
 async def test_closing_a_settled_subscription_keeps_the_connection(rabbitmq: RabbitMQ) -> None:
-    queue = unique("queue")
+    queue = new_destination("queue")
     async with connected(rabbitmq.url) as connection:
         subscription = await connection.subscribe(queue_request(queue))
         await connection.send(queue, message("settled"))
@@ -194,7 +173,7 @@ async def test_quorum_queues_take_sends_redelivery_copies_and_their_own_listener
 ) -> None:
     # A SEND to /queue/X declares X: without the quorum type it is refused by a quorum queue
     # (and the connection closed), which would break every redelivery's re-send.
-    topic, queue = unique("topic"), unique("queue")
+    topic, queue = new_destination("topic"), new_destination("queue")
     async with connected(rabbitmq.url, queue_type="quorum") as connection:
         subscription = await connection.subscribe(topic_request(topic, "quorate"))
         requeue = subscription.requeue_destination
@@ -218,7 +197,7 @@ async def test_quorum_queues_take_sends_redelivery_copies_and_their_own_listener
 
 
 async def test_a_queue_of_another_type_is_refused_with_the_way_out(rabbitmq: RabbitMQ) -> None:
-    topic, queue = unique("topic"), unique("queue")
+    topic, queue = new_destination("topic"), new_destination("queue")
     async with connected(rabbitmq.url) as connection:
         await (await connection.subscribe(topic_request(topic, "classic"))).close()
         await connection.send(queue, message("a classic queue"))
@@ -240,7 +219,7 @@ async def test_a_subscription_whose_queue_goes_ends_instead_of_waiting_forever(
     # RabbitMQ cancels the consumers of a queue that went (deleted here; on a cluster, a
     # classic queue whose node died) with an ERROR naming the subscription, and keeps the
     # connection open: nothing else would ever wake the subscription.
-    queue = unique("queue")
+    queue = new_destination("queue")
     async with connected(rabbitmq.url) as connection:
         subscription = await connection.subscribe(queue_request(queue))
         rabbitmq.ctl("delete_queue", queue.name)

@@ -38,7 +38,6 @@ RabbitMQ with the same loops). Not a test: CI never times anything.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -55,6 +54,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Sampler, Sam
 
 from mdb.http.client import fetch_status
 from tests.bench.burn_app import BURN
+from tests.bench.command_line import counts
 from tests.bench.loops import (
     ONE_AT_A_TIME,
     W1,
@@ -187,11 +187,7 @@ def printed(rows: list[Row], stock: list[Row], memory: tuple[str, str, Measured,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--messages", type=int, default=5000)
-    parser.add_argument("--rss-messages", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=1)
-    args = parser.parse_args()
+    args = counts(__doc__, messages=5000, rss_messages=100_000, runs=1)
     n = args.messages
     runs: list[tuple[list[Row], list[Row], tuple[str, str, Measured, str]]] = []
     with ActiveMQ(heap_mb=1024) as broker, ActiveMQ(heap_mb=1024, nagle=True) as stock:

@@ -24,7 +24,6 @@ Medians of ``--runs`` runs. Not a test: CI never times anything.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import threading
 import time
@@ -38,6 +37,7 @@ import stomp
 from mdb import Container, Producer, Redelivery, listener
 from mdb.broker_settings import BrokerSettings
 from mdb.settings import Settings
+from tests.bench.command_line import counts
 from tests.harness.activemq import ActiveMQ
 
 POOL = 4
@@ -139,11 +139,7 @@ def measure(name: str, runs: int, good: int, failing: int,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--good", type=int, default=10_000)
-    parser.add_argument("--failing", type=int, default=1_000)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    args = counts(__doc__, good=10_000, failing=1_000, runs=3)
     rows: list[str] = []
 
     def load_memory(url: str) -> Callable[[str, list[str]], None]:

@@ -25,11 +25,11 @@ times anything.
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import stomp
 
+from tests.bench.command_line import counts
 from tests.bench.loops import (
     Row,
     load,
@@ -44,10 +44,7 @@ from tests.harness.rabbitmq import RabbitMQ
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--messages", type=int, default=3000)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    args = counts(__doc__, messages=3000, runs=3)
     n = args.messages
     runs: list[list[Row]] = []
     with RabbitMQ() as broker:

@@ -18,7 +18,8 @@ from mdb.events import Events
 from mdb.links import BrokerLink, BrokerStatus
 from mdb.settings import Settings
 from mdb_memory import BrokerState, broker_state
-from tests.contract.support import WAIT, Calls, specs, unique
+from tests.harness.in_process import WAIT, Calls, specs, unique
+from tests.harness.messages import send_soon
 
 pytestmark = pytest.mark.anyio
 
@@ -145,14 +146,8 @@ async def test_a_send_waits_while_its_broker_fails_over_then_raises(
         for state in pair:
             state.refuse_connections()
         a.drop_connections()
-        sent = anyio.Event()
-
-        async def send() -> None:
-            await producer.send(queue, "patient")
-            sent.set()
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(send)
+            sent = send_soon(tg, producer, queue, "patient")
             with anyio.fail_after(WAIT):  # a round over both addresses failed
                 await b.wait_until(lambda s: s.refused_connections >= 1)
             await seen.wait(lambda c: EventKind.CONNECTION_LOST in _kinds(c))

@@ -13,8 +13,8 @@ import pytest
 
 from mdb import Context, ListenerDefinitionError, Redelivery, listener
 from mdb.message import DELIVERY_COUNT, ERROR_TYPE
-from tests.contract.support import Calls, read, running, settings_for, unique
-from tests.contract.test_delivery import send_all
+from tests.harness.in_process import Calls, running, settings_for, unique
+from tests.harness.messages import assert_drained, read, send_all
 
 pytestmark = pytest.mark.anyio
 
@@ -29,13 +29,6 @@ async def send_as_one_batch(url: str, queue: str, bodies: list[object], calls: C
     await send_all(url, probe, ["probe"])
     await read(url, probe, 1)
     release.set()
-
-
-async def assert_drained(url: str, destination: str) -> None:
-    """Nothing is left on ``destination``, settled or not: a marker sent now is read first."""
-    await send_all(url, destination, ["marker"])
-    [first] = await read(url, destination, 1)
-    assert first.body == b"marker"
 
 
 async def test_a_batch_listener_processes_every_message_once(broker_url: str) -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from mdb import Context, Producer, Redelivery, listener
 from mdb.message import CONTENT_TYPE, DELIVERY_COUNT, ERROR_TYPE, ID
-from tests.contract.support import Calls, read, running, settings_for, unique
+from tests.harness.in_process import Calls, running, settings_for, unique
+from tests.harness.messages import read
 
 pytestmark = pytest.mark.anyio
 

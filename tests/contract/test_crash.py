@@ -6,111 +6,17 @@ After each, every message is processed, and every repeat is flagged redelivered.
 
 from __future__ import annotations
 
-import json
-import os
-import queue
 import signal
-import subprocess
-import sys
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
 
-from mdb import Context, Redelivery, Settings, listener
-from tests.contract.support import WAIT, Calls, read, running, settings_for, unique
-from tests.contract.test_delivery import send_all
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def topology_environment(url: str | Settings) -> dict[str, str]:
-    """Environment variables giving a container process one broker, or ``url``'s topology."""
-    if isinstance(url, str):
-        return {"MDB_BROKERS__DEFAULT__URL": url}
-    brokers = {name: {**broker.model_dump(mode="json", exclude_none=True),
-                      **({"password": broker.password.get_secret_value()}
-                         if broker.password is not None else {})}
-               for name, broker in url.brokers.items()}
-    destinations = {key: entry.model_dump(mode="json", exclude_none=True)
-                    for key, entry in url.destinations.items()}
-    return {"MDB_BROKERS": json.dumps(brokers), "MDB_DESTINATIONS": json.dumps(destinations)}
-
-
-class ContainerProcess:
-    """``mdb run <module>`` in its own process, its ledger read from stdout.
-
-    ``url`` is the one broker's URL, or settings whose topology (``brokers`` and
-    ``destinations``) the process gets, as ``MDB_BROKERS`` and ``MDB_DESTINATIONS`` in JSON.
-    ``module`` defaults to ``tests.contract.ledger_app``; ``env`` adds environment variables;
-    ``args`` are options of ``mdb run`` (``--workers 2``); ``prefix`` is put before the command
-    (``ip netns exec NAME`` runs it in a namespace).
-    Processes given one ``lines`` queue share it. Besides the ledger's JSON lines, the queue gets
-    ``ready``, ``stopping`` and ``stopped`` events from the CLI's own lines, and
-    ``redelivering`` and ``connection-lost`` from its log.
-    """
-
-    def __init__(self, url: str | Settings, ledger_queue: str, app: str, server: str, hang: bool,
-                 grace: float = 1, *, module: str = "tests.contract.ledger_app",
-                 env: Mapping[str, str] | None = None,
-                 lines: queue.Queue[dict[str, Any]] | None = None,
-                 args: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
-        environment = {**{k: v for k, v in os.environ.items() if not k.startswith("MDB_")},
-                       "LEDGER_QUEUE": ledger_queue, "MDB_APP": app, "MDB_SERVER": server,
-                       **topology_environment(url),
-                       "MDB_SHUTDOWN_GRACE_PERIOD": str(grace), "MDB_LOG_LEVEL": "WARNING",
-                       **(env or {})}
-        if hang:
-            environment["HANG_FIRST_DELIVERY"] = "1"
-        self.server = server
-        self.lines: queue.Queue[dict[str, Any]] = queue.Queue() if lines is None else lines
-        self.process = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "mdb.cli", "run", module, *args],
-            cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                self.lines.put(json.loads(line))
-            elif line.startswith("mdb: ready"):
-                self.lines.put({"event": "ready", "server": self.server,
-                                "pid": self.process.pid, "line": line})
-            elif line.startswith("mdb: stopped"):
-                self.lines.put({"event": "stopped", "server": self.server,
-                                "pid": self.process.pid, "line": line})
-            elif "stopping" in line:
-                self.lines.put({"event": "stopping", "line": line})
-            elif " of at most " in line:  # a failure settled for a redelivery (at INFO)
-                self.lines.put({"event": "redelivering", "line": line})
-            elif "connection-lost: broker" in line:
-                self.lines.put({"event": "connection-lost", "line": line})
-
-    def take(self, count: int, event: str) -> list[dict[str, Any]]:
-        """The next ``count`` ledger entries of ``event`` (others are kept in ``seen``)."""
-        taken: list[dict[str, Any]] = []
-        while len(taken) < count:
-            entry = self.lines.get(timeout=WAIT)
-            self.seen.append(entry)
-            if entry["event"] == event:
-                taken.append(entry)
-        return taken
-
-    seen: list[dict[str, Any]]
-
-    def __enter__(self) -> ContainerProcess:
-        self.seen = []
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(timeout=WAIT)
+from mdb import Context, Redelivery, listener
+from tests.harness.container_process import ContainerProcess
+from tests.harness.in_process import WAIT, Calls, memory_broker, running, settings_for, unique
+from tests.harness.messages import read, send_all
 
 
 @pytest.fixture(
@@ -171,10 +77,7 @@ def test_a_second_signal_exits_at_once(real_url: str) -> None:
 
 @pytest.mark.anyio
 async def test_a_dropped_connection_discards_the_stale_result_and_redelivers_flagged() -> None:
-    import mdb_memory
-
-    url = f"memory://{unique('drop')}"
-    state = mdb_memory.broker_state(url.removeprefix("memory://"))
+    url, state = memory_broker("drop")
     queue_, side = f"queue:{unique('work')}", f"queue:{unique('side')}"
     calls = Calls()
     dropped = anyio.Event()
@@ -213,10 +116,7 @@ async def test_a_failure_whose_copy_was_stored_but_not_its_ack_goes_round_once(
     """As on RabbitMQ when the connection closes between the confirms and the acks
     (docs/rabbitmq.md): the delivery comes back flagged, and is acked unseen, since its copy
     (the retry with the next count, or the error copy) carries the message on."""
-    import mdb_memory
-
-    url = f"memory://{unique('lost_ack')}"
-    state = mdb_memory.broker_state(url.removeprefix("memory://"))
+    url, state = memory_broker("lost_ack")
     queue_ = f"queue:{unique('work')}"
     errors = f"{queue_}.DLQ"
     calls = Calls()
@@ -245,10 +145,7 @@ async def test_a_retry_copy_stored_while_its_settlement_failed_is_not_handled_tw
     and is copied again, so two copies of one round are stored. The later is told from the
     first (``mdb.delivery.strikes``, rounds): no round reaches the handler twice, and the
     message reaches its error destination once."""
-    import mdb_memory
-
-    url = f"memory://{unique('cut_receipt')}"
-    state = mdb_memory.broker_state(url.removeprefix("memory://"))
+    url, state = memory_broker("cut_receipt")
     queue_ = f"queue:{unique('work')}"
     errors = f"{queue_}.DLQ"
     calls = Calls()
@@ -271,10 +168,7 @@ async def test_a_retry_copy_stored_while_its_settlement_failed_is_not_handled_tw
 
 @pytest.mark.anyio
 async def test_a_success_whose_sends_were_stored_but_not_its_ack_runs_once() -> None:
-    import mdb_memory
-
-    url = f"memory://{unique('lost_ack')}"
-    state = mdb_memory.broker_state(url.removeprefix("memory://"))
+    url, state = memory_broker("lost_ack")
     queue_, side = f"queue:{unique('work')}", f"queue:{unique('side')}"
     calls = Calls()
 

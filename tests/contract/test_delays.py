@@ -17,10 +17,10 @@ import pytest
 
 from mdb import Context, Producer, Redelivery, listener
 from mdb.message import DELIVERY_COUNT, ERROR_LISTENER, ERROR_TYPE, ID, ORIGINAL_DESTINATION
-from tests.conftest import missing
-from tests.contract.support import Calls, read, running, settings_for, unique
-from tests.contract.test_delivery import send_all
 from tests.harness.activemq import ActiveMQ, activemq_available, reference_config
+from tests.harness.brokers import missing
+from tests.harness.in_process import Calls, running, settings_for, unique
+from tests.harness.messages import read, send_all
 from tests.harness.rabbitmq import RabbitMQ
 
 pytestmark = pytest.mark.anyio

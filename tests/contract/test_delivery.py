@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
 
 import anyio
 import anyio.from_thread
@@ -22,14 +21,10 @@ from mdb.message import (
     MAYBE_REPEAT,
     ORIGINAL_DESTINATION,
 )
-from tests.contract.support import Calls, read, running, settings_for, specs, unique
+from tests.harness.in_process import Calls, running, settings_for, specs, unique
+from tests.harness.messages import read, send_all
 
 pytestmark = pytest.mark.anyio
-
-
-async def send_all(url: str, destination: str, bodies: Sequence[object]) -> list[str]:
-    async with Producer(settings_for(url)) as producer:
-        return [await producer.send(destination, body) for body in bodies]
 
 
 async def test_each_message_is_processed_once(broker_url: str) -> None:

@@ -12,11 +12,10 @@ from typing import Any
 
 import anyio
 import pytest
-from sqlalchemy import Column, Integer, MetaData, String, Table, event, func, select, text
+from sqlalchemy import event, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import ConfigurationError, Container, Context, DatabaseUnavailable, Redelivery, listener
-from mdb.broker import ConnectionOptions, broker_for
 from mdb.context import SendFunction
 from mdb.database_settings import DatabaseSettings
 from mdb.destinations import Destination
@@ -27,16 +26,13 @@ from mdb.exactly_once.outbox import Dispatcher, Writer
 from mdb.exactly_once.store import Store
 from mdb.message import ID, Message, OutgoingMessage
 from mdb.producer import Producer
-from mdb.settings import Settings
 from mdb_memory.state import BrokerState, broker_state
-from tests.contract.support import WAIT, Calls, read, running, settings_for, specs, unique
+from tests.harness.databases import count, database_url, orders, prepared, with_database
+from tests.harness.in_process import WAIT, Calls, running, settings_for, specs, unique
+from tests.harness.messages import read, send_bodies, send_copies
 from tests.harness.postgresql import PostgreSQL
 
 pytestmark = pytest.mark.anyio
-
-user_tables = MetaData()
-orders = Table("orders", user_tables, Column("id", String(100), primary_key=True),
-               Column("quantity", Integer, nullable=False))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
@@ -56,47 +52,12 @@ async def postgres_database(postgres: PostgreSQL) -> AsyncIterator[Database]:
     await db.close()
 
 
-async def prepared(url: str, **settings: float) -> Database:
-    db = Database("main", DatabaseSettings(url=url, **settings))
-    await tables.upgrade(db.engine)
-    async with db.engine.begin() as connection:
-        await connection.run_sync(user_tables.create_all)
-    return db
-
-
-async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path / 'app.db'}"
-    server: PostgreSQL = request.getfixturevalue("postgres")
-    return await anyio.to_thread.run_sync(server.create_database, unique("eo"))
-
-
 async def lock_waits(database: Database) -> int:
     """How many of ``database``'s sessions wait for a lock another transaction holds."""
     async with database.engine.connect() as connection:
         return int((await connection.execute(text(
             "SELECT count(*) FROM pg_stat_activity "
             "WHERE datname = current_database() AND wait_event_type = 'Lock'"))).scalar_one())
-
-
-def with_database(url: str, database: Database, **values: object) -> Settings:
-    return settings_for(url, databases={"main": database.settings}, **values)
-
-
-async def send_copies(url: str, destination: str, body: bytes, mdb_id: str, copies: int) -> None:
-    """``copies`` messages with one ``mdb_id``, as a redelivered copy arrives."""
-    connection = await broker_for(ConnectionOptions(url=url, client_id=unique("w"))).connect()
-    try:
-        for _ in range(copies):
-            await connection.send(Destination.parse(destination),
-                                  OutgoingMessage(body, {ID: mdb_id, "content-type": "text/plain"}))
-    finally:
-        await connection.close()
-
-
-async def count(database: Database, table: Table) -> int:
-    async with database.session() as session:
-        return int((await session.execute(select(func.count()).select_from(table))).scalar_one())
 
 
 async def test_a_copy_of_a_processed_message_is_settled_without_running_the_handler(
@@ -504,16 +465,6 @@ async def until(condition: Callable[[], bool]) -> None:
     with anyio.fail_after(WAIT):
         while not condition():
             await anyio.sleep(0.05)
-
-
-async def send_bodies(url: str, destination: str, bodies: list[str]) -> None:
-    connection = await broker_for(ConnectionOptions(url=url, client_id=unique("w"))).connect()
-    try:
-        for body in bodies:
-            await connection.send(Destination.parse(destination), OutgoingMessage(
-                body.encode(), {ID: f"id-{body}", "content-type": "text/plain"}))
-    finally:
-        await connection.close()
 
 
 async def test_rows_a_dead_process_left_are_dispatched_once_their_lease_ran_out(

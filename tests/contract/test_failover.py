@@ -20,7 +20,7 @@ from mdb_memory import broker_state
 from mdb_memory.connection import MemoryConnection
 from mdb_memory.state import subscription_queue_name
 from mdb_memory.subscription import MemorySubscription
-from tests.contract.support import (
+from tests.harness.in_process import (
     WAIT,
     Calls,
     partitioned_settings,
@@ -29,6 +29,7 @@ from tests.contract.support import (
     specs,
     unique,
 )
+from tests.harness.messages import send_soon
 
 pytestmark = pytest.mark.anyio
 
@@ -172,14 +173,8 @@ async def test_a_send_waits_for_its_broker_to_come_back(urls: list[str]) -> None
     brokers = Brokers(settings, Events([lambda event: seen.add("event", event)]))
     brokers.watch("default")
     async with Producer(brokers) as producer:
-        sent = anyio.Event()
-
-        async def send() -> None:
-            await producer.send(queue, "patient")
-            sent.set()
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(send)
+            sent = send_soon(tg, producer, queue, "patient")
             await seen.wait(lambda c: EventKind.CONNECTION_LOST in _kinds(c))  # it tried
             assert not sent.is_set()
             broker.refuse_connections(False)

@@ -25,22 +25,9 @@ from mdb.message import ID, OutgoingMessage
 from mdb.producer import Producer
 from mdb.topology import Member
 from mdb_memory.state import BrokerState, broker_state
-from tests.contract.support import (
-    Calls,
-    partitioned_settings,
-    read,
-    running,
-    settings_for,
-    unique,
-)
-from tests.contract.test_exactly_once import (
-    count,
-    database_url,
-    orders,
-    prepared,
-    send_copies,
-    with_database,
-)
+from tests.harness.databases import count, database_url, orders, prepared, with_database
+from tests.harness.in_process import Calls, partitioned_settings, running, settings_for, unique
+from tests.harness.messages import read, send_copies
 
 pytestmark = pytest.mark.anyio
 

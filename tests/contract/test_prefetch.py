@@ -13,9 +13,8 @@ import pytest
 from mdb import Context, Producer, Redelivery, listener
 from mdb.message import DELIVERY_COUNT, ERROR_TYPE
 from mdb.slots import Slot
-from tests.contract.support import WAIT, Calls, read, running, settings_for, unique
-from tests.contract.test_batches import assert_drained
-from tests.contract.test_delivery import send_all
+from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.messages import assert_drained, read, send_all
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,8 @@ import pytest
 
 from mdb import Context, Producer, Redelivery, ReplyTimeout, listener
 from mdb.message import ERROR_TYPE, ID
-from tests.contract.support import read, running, settings_for, unique
+from tests.harness.in_process import running, settings_for, unique
+from tests.harness.messages import read
 
 pytestmark = pytest.mark.anyio
 

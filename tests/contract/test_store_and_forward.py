@@ -16,8 +16,9 @@ from mdb.exactly_once import Outbox, tables
 from mdb.exactly_once.database import Database
 from mdb.producer import Producer
 from mdb.settings import Settings
-from tests.conftest import private_brokers
-from tests.contract.support import read, unique
+from tests.harness.brokers import private_brokers
+from tests.harness.in_process import unique
+from tests.harness.messages import read
 
 pytestmark = [pytest.mark.anyio, pytest.mark.activemq]
 

@@ -16,7 +16,8 @@ from mdb.codec import outgoing
 from mdb.destinations import Destination
 from mdb.settings import DestinationSettings, MemberSettings
 from mdb_memory import broker_state
-from tests.contract.support import Calls, partitioned_settings, read, running, unique
+from tests.harness.in_process import Calls, partitioned_settings, running, unique
+from tests.harness.messages import read
 from tests.harness.process import free_port
 
 pytestmark = pytest.mark.anyio

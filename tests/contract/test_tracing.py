@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from mdb import Context, Producer, Redelivery, listener
-from tests.contract.support import Calls, record_spans, running, settings_for, unique
+from tests.harness.in_process import Calls, record_spans, running, settings_for, unique
 
 pytestmark = pytest.mark.anyio
 

@@ -1,2 +1,3 @@
 """Fault tests: brokers and container processes killed (SIGKILL) and hung (SIGSTOP) under load,
-checked with a ledger (``ledger.py``; docs/failover.md, "Fault runs")."""
+checked with a ledger (``tests/harness/ledger.py``; docs/failover.md, "Fault runs"). The
+command-line fault runs, longer and printing a table, are in ``tools``."""

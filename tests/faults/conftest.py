@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import missing, private_brokers
+from tests.harness.brokers import missing, private_brokers
 from tests.harness.netns import Network, network_available, private_network
 from tests.harness.process import BrokerProcess
 

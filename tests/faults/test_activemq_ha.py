@@ -19,19 +19,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.conftest import missing
-from tests.contract.support import unique
-from tests.faults.ledger import (
-    PER_APP,
-    PER_SERVER,
-    Fleet,
-    LoadProducer,
-    fault_settings,
-    fleet,
-)
-from tests.faults.takeover import take_over
+from tests.faults.tools.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
+from tests.harness.brokers import missing
+from tests.harness.fleet import Fleet, fault_settings, fleet
+from tests.harness.in_process import unique
+from tests.harness.ledger import PER_APP, PER_SERVER
+from tests.harness.load_producer import LoadProducer
 
 pytestmark = pytest.mark.activemq
 

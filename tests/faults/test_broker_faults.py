@@ -15,16 +15,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.contract.support import unique
-from tests.faults.ledger import (
-    PER_APP,
-    PER_SERVER,
-    Fleet,
-    LoadProducer,
-    Verdict,
-    fault_settings,
-    fleet,
-)
+from tests.harness.fleet import Fleet, fault_settings, fleet
+from tests.harness.in_process import unique
+from tests.harness.ledger import PER_APP, PER_SERVER, Verdict
+from tests.harness.load_producer import LoadProducer
 from tests.harness.process import BrokerProcess, start_all
 
 pytestmark = pytest.mark.activemq

@@ -17,9 +17,9 @@ import pytest
 
 from mdb import Context, Producer, Redelivery, Settings, listener
 from mdb.broker_settings import BrokerSettings
-from tests.conftest import private_brokers
-from tests.contract.support import Calls, running, settings_for, unique
-from tests.contract.test_delivery import send_all
+from tests.harness.brokers import private_brokers
+from tests.harness.in_process import Calls, running, settings_for, unique
+from tests.harness.messages import send_all
 from tests.harness.process import BrokerProcess
 
 pytestmark = [pytest.mark.anyio, pytest.mark.activemq]

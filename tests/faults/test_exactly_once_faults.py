@@ -1,8 +1,8 @@
-"""Exactly-once listeners on bad days, in processes: two stages (``tests.faults.exactly_once_app``)
+"""Exactly-once listeners on bad days, in processes: two stages (``tests.harness.exactly_once_app``)
 in two container processes of one app, both stages partitioned over three private ActiveMQ
 brokers, a database of the private PostgreSQL server, and a foreign producer (plain stomp.py:
 no ``mdb_id``) spreading business ids over the first stage's members
-(``tests.faults.exactly_once_stages``).
+(``tests.harness.exactly_once_stages``).
 
 The faults, each mid-stream: a kill -9 of the container after a run's commit, before its
 dispatch or its ack; a kill -9 of the broker the run's delivery came from at the same point,
@@ -28,12 +28,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.conftest import missing
-from tests.contract.test_crash import ContainerProcess
-from tests.faults.exactly_once_stages import Once, Rows, Stages, check_once
-from tests.faults.foreign import ForeignProducer
-from tests.faults.ledger import WAIT
 from tests.harness.activemq import ActiveMQ
+from tests.harness.brokers import missing
+from tests.harness.container_process import ContainerProcess
+from tests.harness.exactly_once_stages import Once, Rows, Stages, check_once
+from tests.harness.fleet import WAIT
+from tests.harness.foreign import ForeignProducer
 from tests.harness.netns import Network
 from tests.harness.postgresql import PostgreSQL, postgresql_available
 from tests.harness.process import BrokerProcess, started_together
@@ -56,6 +56,14 @@ def postgres_up(postgres: PostgreSQL) -> Iterator[PostgreSQL]:
     yield postgres
     if not postgres.running:
         postgres.start()
+
+
+@pytest.fixture
+def stages(trio: list[BrokerProcess], postgres_up: PostgreSQL) -> Iterator[Stages]:
+    """The two stages on the module's brokers and the session's PostgreSQL; the processes a
+    test started are killed when it ends."""
+    with ExitStack() as stack:
+        yield Stages(trio, postgres_up, stack)
 
 
 @dataclass
@@ -104,22 +112,20 @@ def both(stages: Stages, **env: str) -> tuple[ContainerProcess, ContainerProcess
 
 @pytest.mark.parametrize("before", ["dispatch", "ack"])
 def test_a_container_killed_between_the_commit_and_the_ack(
-    trio: list[BrokerProcess], postgres_up: PostgreSQL, before: str,
+    stages: Stages, before: str,
 ) -> None:
-    with ExitStack() as stack:
-        stages = Stages(trio, postgres_up, stack)
-        frozen, other = both(stages, EO_FREEZE_BEFORE=before)
-        sent = stages.send(0, HALF)
-        [line] = frozen.take(1, "frozen")
-        rows, outbox = stages.ledger()
-        # The frozen run committed (a second row is judged at the end); its send waits in the
-        # outbox, or was sent and forgotten. Read at once: the row's lease (1.5 s) still holds.
-        assert rows[("first", line["id"])] >= 1
-        assert (line["id"] in outbox) == (before == "dispatch")
-        frozen.process.send_signal(signal.SIGKILL)
-        frozen.process.wait(timeout=WAIT)
-        sent += stages.send(HALF, HALF)
-        settle(stages, sent, other)
+    frozen, other = both(stages, EO_FREEZE_BEFORE=before)
+    sent = stages.send(0, HALF)
+    [line] = frozen.take(1, "frozen")
+    rows, outbox = stages.ledger()
+    # The frozen run committed (a second row is judged at the end); its send waits in the
+    # outbox, or was sent and forgotten. Read at once: the row's lease (1.5 s) still holds.
+    assert rows[("first", line["id"])] >= 1
+    assert (line["id"] in outbox) == (before == "dispatch")
+    frozen.process.send_signal(signal.SIGKILL)
+    frozen.process.wait(timeout=WAIT)
+    sent += stages.send(HALF, HALF)
+    settle(stages, sent, other)
 
 
 def kill_the_broker_after_a_commit(stages: Stages, before: str,
@@ -141,46 +147,40 @@ def kill_the_broker_after_a_commit(stages: Stages, before: str,
 
 @pytest.mark.parametrize("before", ["dispatch", "ack"])
 def test_a_broker_killed_between_the_commit_and_the_ack(
-    trio: list[BrokerProcess], postgres_up: PostgreSQL, before: str,
+    stages: Stages, before: str,
 ) -> None:
-    with ExitStack() as stack:
-        stages = Stages(trio, postgres_up, stack)
-        sent, _, processes = kill_the_broker_after_a_commit(stages, before)
-        settle(stages, sent, *processes)
+    sent, _, processes = kill_the_broker_after_a_commit(stages, before)
+    settle(stages, sent, *processes)
 
 
 def test_the_checks_see_a_listener_writing_outside_the_transaction_run_twice(
-    trio: list[BrokerProcess], postgres_up: PostgreSQL,
+    stages: Stages,
 ) -> None:
     """The first stage broken on purpose (``EO_BROKEN``: its effect committed through an
     engine of its own, before the handler returns), the broker killed after that commit:
     the redelivery runs it again, and the checks say so."""
-    with ExitStack() as stack:
-        stages = Stages(trio, postgres_up, stack)
-        sent, key, processes = kill_the_broker_after_a_commit(stages, "ack", EO_BROKEN="1")
-        end = ended(stages, sent, *processes)
+    sent, key, processes = kill_the_broker_after_a_commit(stages, "ack", EO_BROKEN="1")
+    end = ended(stages, sent, *processes)
     assert key in end.accounts["first"].repeated, str(end)
     assert key in end.bad
 
 
 def test_two_foreign_messages_with_the_same_body_both_run(
-    trio: list[BrokerProcess], postgres_up: PostgreSQL,
+    stages: Stages,
 ) -> None:
     """Same bytes, two messages (two orders of the same content, say): each is run, once."""
-    with ExitStack() as stack:
-        stages = Stages(trio, postgres_up, stack)
-        process = stages.start("s1")
-        with ForeignProducer() as producer:
-            for _ in range(2):
-                producer.send(stages.members()[0], "twin")
-        stages.drain(["twin"])
-        process.process.send_signal(signal.SIGTERM)
-        assert process.process.wait(timeout=WAIT) == 0
-        rows, outbox = stages.ledger()
-        assert (rows[("first", "twin")], rows[("second", "twin")]) == (2, 2), (
-            f"rows {dict(rows)}; inbox {dict(stages.inbox())}")
-        assert outbox == []
-        assert stages.left() == {}
+    process = stages.start("s1")
+    with ForeignProducer() as producer:
+        for _ in range(2):
+            producer.send(stages.members()[0], "twin")
+    stages.drain(["twin"])
+    process.process.send_signal(signal.SIGTERM)
+    assert process.process.wait(timeout=WAIT) == 0
+    rows, outbox = stages.ledger()
+    assert (rows[("first", "twin")], rows[("second", "twin")]) == (2, 2), (
+        f"rows {dict(rows)}; inbox {dict(stages.inbox())}")
+    assert outbox == []
+    assert stages.left() == {}
 
 
 def test_postgresql_stopped_mid_stream(trio: list[BrokerProcess],

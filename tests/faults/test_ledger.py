@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.faults.ledger import PER_APP, PER_SERVER, check, check_sent_on, views
+from tests.harness.ledger import PER_APP, PER_SERVER, check, check_sent_on, views
 
 
 def done(message_id: str, redelivered: bool, server: str = "s1") -> dict[str, object]:

@@ -23,17 +23,12 @@ from functools import partial
 
 import pytest
 
-from tests.conftest import missing
-from tests.contract.support import unique
-from tests.faults.ledger import (
-    PER_APP,
-    Fleet,
-    LedgerProcess,
-    LoadProducer,
-    fault_settings,
-    fleet,
-)
 from tests.harness.activemq import ActiveMQ, activemq_available
+from tests.harness.brokers import missing
+from tests.harness.fleet import Fleet, LedgerProcess, fault_settings, fleet
+from tests.harness.in_process import unique
+from tests.harness.ledger import PER_APP
+from tests.harness.load_producer import LoadProducer
 from tests.harness.netns import Namespace, Network
 from tests.harness.process import BrokerProcess, started_together
 

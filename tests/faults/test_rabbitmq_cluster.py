@@ -1,7 +1,7 @@
 """A three-node RabbitMQ cluster: the node the containers are connected to killed under load.
 
 One broker ``a`` at the three nodes' addresses, with quorum queues
-(``tests.faults.node_loss.cluster_settings``). App ``shop`` runs two container processes that
+(``tests.faults.tools.node_loss.cluster_settings``). App ``shop`` runs two container processes that
 share a topic subscription (``one-copy-per-app``) and compete on a queue; one producer sends to
 the topic, another to the queue, with the same settings. The node everything is connected to
 (the first address) is killed (kill -9): the processes and the producers go on through the next
@@ -17,10 +17,12 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from tests.conftest import missing
-from tests.contract.support import unique
-from tests.faults.ledger import PER_APP, Fleet, LoadProducer, check, fleet
-from tests.faults.node_loss import cluster_settings, kill_node, left_behind, next_node
+from tests.faults.tools.node_loss import cluster_settings, kill_node, left_behind, next_node
+from tests.harness.brokers import missing
+from tests.harness.fleet import Fleet, fleet
+from tests.harness.in_process import unique
+from tests.harness.ledger import PER_APP, check
+from tests.harness.load_producer import LoadProducer
 from tests.harness.rabbitmq import rabbitmq_available
 from tests.harness.rabbitmq_cluster import RabbitMQCluster
 

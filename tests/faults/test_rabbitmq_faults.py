@@ -16,16 +16,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import private_brokers
-from tests.contract.support import unique
-from tests.faults import kill_after_settle
-from tests.faults.ledger import (
-    PER_APP,
-    PER_SERVER,
-    LoadProducer,
-    fault_settings,
-    fleet,
-)
+from tests.faults.tools import kill_after_settle
+from tests.harness.brokers import private_brokers
+from tests.harness.fleet import fault_settings, fleet
+from tests.harness.in_process import unique
+from tests.harness.ledger import PER_APP, PER_SERVER
+from tests.harness.load_producer import LoadProducer
 from tests.harness.process import BrokerProcess
 from tests.harness.rabbitmq import RabbitMQ
 
@@ -38,7 +34,7 @@ def node() -> Iterator[BrokerProcess]:
         yield broker
 
 
-SETTLEMENT_KILLS = 2  # per queue type; python -m tests.faults.kill_after_settle runs 100
+SETTLEMENT_KILLS = 2  # per queue type; python -m tests.faults.tools.kill_after_settle runs 100
 
 
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])

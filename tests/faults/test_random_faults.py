@@ -1,4 +1,4 @@
-"""The random fault run (``python -m tests.faults.random_faults``), short and seeded.
+"""The random fault run (``python -m tests.faults.tools.random_faults``), short and seeded.
 
 On RabbitMQ (``--rabbitmq``), on each topology: a three-node cluster with quorum queues and
 one node with classic queues. App ``shop`` is a two-stage pipeline (its topic listener sends
@@ -7,7 +7,7 @@ throughout, and faults drawn from the seed hit the nodes (kill -9 and restart, S
 SIGCONT) and the container processes (kill -9 and restart, a network partition where there
 are namespaces). Then: every message whose send returned was processed by stage 1, stage 2
 received each message stage 1 processed, repeats all flagged under one ``mdb_id``, nothing
-left in the queues (``tests.faults.ledger.check_sent_on``).
+left in the queues (``tests.harness.ledger.check_sent_on``).
 
 Exactly-once (``--exactly-once``): two exactly-once stages in two container processes of one
 app, both stages partitioned over three ActiveMQ brokers, on PostgreSQL, fed by a foreign
@@ -15,16 +15,16 @@ producer (plain stomp.py: no ``mdb_id``, a business id in the body); faults of t
 (kill -9 of the postmaster, SIGSTOP past the databases' timeout or not) among those of the
 brokers and the processes. Then: every business id whose send a broker confirmed has its
 effect once in each stage's ledger, nothing is left in the outbox, the queues or the DLQs
-(``tests.faults.exactly_once_stages.check_once``).
+(``tests.harness.exactly_once_stages.check_once``).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.conftest import missing
-from tests.faults.random_faults import run_exactly_once, run_rabbitmq
+from tests.faults.tools.random_faults import run_exactly_once, run_rabbitmq
 from tests.harness.activemq import activemq_available
+from tests.harness.brokers import missing
 from tests.harness.postgresql import postgresql_available
 from tests.harness.rabbitmq import rabbitmq_available
 

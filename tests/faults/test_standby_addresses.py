@@ -16,8 +16,8 @@ from mdb import BrokerEvent, Container, EventKind, Producer, listener
 from mdb.broker_settings import BrokerSettings
 from mdb.redaction import redact_url
 from mdb.settings import Settings
-from tests.conftest import private_brokers
-from tests.contract.support import Calls, specs, unique
+from tests.harness.brokers import private_brokers
+from tests.harness.in_process import Calls, specs, unique
 from tests.harness.process import BrokerProcess
 
 pytestmark = [pytest.mark.activemq, pytest.mark.anyio]

@@ -1,7 +1,7 @@
 """The topology changed while messages flow: a member added, one removed, a bad one rejected.
 
 Three private ActiveMQ brokers ``a``, ``b``, ``c`` (this module's own). Two container processes
-of app ``shop`` (``one-copy-per-app``) run ``mdb run tests.faults.ledger_app --config FILE``;
+of app ``shop`` (``one-copy-per-app``) run ``mdb run tests.harness.topic_ledger_app --config FILE``;
 the file first puts the partitioned topic's members on ``a`` and ``b`` only, and is rewritten
 (atomically: a temporary file moved over it) while a producer sends in a loop:
 
@@ -34,16 +34,10 @@ import pytest
 from mdb import Settings
 from mdb.http.client import fetch_status
 from mdb.settings import DestinationSettings, MemberSettings
-from tests.contract.support import unique
-from tests.faults.ledger import (
-    PER_APP,
-    WAIT,
-    Fleet,
-    LedgerProcess,
-    LoadProducer,
-    fault_settings,
-    fleet,
-)
+from tests.harness.fleet import WAIT, Fleet, LedgerProcess, fault_settings, fleet
+from tests.harness.in_process import unique
+from tests.harness.ledger import PER_APP
+from tests.harness.load_producer import LoadProducer
 from tests.harness.process import BrokerProcess
 
 pytestmark = pytest.mark.activemq

@@ -13,7 +13,7 @@ import signal
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import anyio
 import pytest
@@ -24,18 +24,11 @@ from mdb.destinations import Destination
 from mdb.health import Health
 from mdb.http.client import fetch_status
 from mdb.message import ID
-from tests.contract.support import unique
-from tests.faults.ledger import (
-    PER_SERVER,
-    WAIT,
-    Fleet,
-    LedgerProcess,
-    LoadProducer,
-    fault_settings,
-    fleet,
-    left_behind,
-)
-from tests.harness.process import BrokerProcess
+from tests.harness.fleet import WAIT, Fleet, LedgerProcess, fault_settings, fleet, left_behind
+from tests.harness.in_process import unique
+from tests.harness.ledger import PER_SERVER
+from tests.harness.load_producer import LoadProducer
+from tests.harness.process import BrokerProcess, alive
 
 pytestmark = pytest.mark.activemq
 
@@ -61,12 +54,12 @@ def wait_status(process: LedgerProcess, condition: Callable[[Health], bool], wha
         time.sleep(0.1)  # a poll interval of a condition with a deadline, not a wait for time
 
 
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+@pytest.fixture
+def processes(activemq: BrokerProcess) -> Iterator[Fleet]:
+    """Container processes on a topic of the test's own, on the session's ActiveMQ."""
+    topic = unique("workers")
+    with fleet(fault_settings([activemq.url], topic), topic) as made:
+        yield made
 
 
 def start_server(processes: Fleet, app: str, delay: str, **env: str) -> LedgerProcess:
@@ -88,29 +81,27 @@ def processed_per_worker(process: LedgerProcess) -> dict[str, float]:
 
 
 def test_the_workers_of_a_server_share_its_subscription_and_stop_on_sigterm(
-        activemq: BrokerProcess) -> None:
-    topic, app = unique("workers"), unique("app")
-    settings = fault_settings([activemq.url], topic)
-    with fleet(settings, topic) as processes:
-        server = start_server(processes, app, "0.02", OTEL_METRICS_EXPORTER="prometheus")
-        health = wait_status(server, lambda h: h.ready, "a ready server")
-        assert [(w.index, w.state, w.restarts) for w in health.workers] == [
-            (1, "ready", 0), (2, "ready", 0)]
-        assert processed_per_worker(server) == {"1": 0, "2": 0}
-        workers = {w.pid for w in health.workers}
-        assert len(workers) == 2 and server.process.pid not in workers
-        [listener] = health.listeners  # one subscription per worker's pool slot and member
-        assert (listener.members, listener.subscribed) == (2, 2)
+        activemq: BrokerProcess, processes: Fleet) -> None:
+    app = unique("app")
+    server = start_server(processes, app, "0.02", OTEL_METRICS_EXPORTER="prometheus")
+    health = wait_status(server, lambda h: h.ready, "a ready server")
+    assert [(w.index, w.state, w.restarts) for w in health.workers] == [
+        (1, "ready", 0), (2, "ready", 0)]
+    assert processed_per_worker(server) == {"1": 0, "2": 0}
+    workers = {w.pid for w in health.workers}
+    assert len(workers) == 2 and server.process.pid not in workers
+    [listener] = health.listeners  # one subscription per worker's pool slot and member
+    assert (listener.members, listener.subscribed) == (2, 2)
 
-        told = anyio.run(send, settings, topic, 40)
-        assert processes.drain(told)
-        deadline = time.monotonic() + WAIT
-        while sum((counted := processed_per_worker(server)).values()) < 40:
-            assert time.monotonic() < deadline, counted
-            time.sleep(0.1)  # a poll interval of a condition with a deadline
-        assert all(counted.values()), counted  # both workers took part
-        processes.stop()  # SIGTERM to the supervisor: exit status 0 after "mdb: stopped"
-        assert all(gone(pid) for pid in workers)
+    told = anyio.run(send, processes.settings, processes.topic, 40)
+    assert processes.drain(told)
+    deadline = time.monotonic() + WAIT
+    while sum((counted := processed_per_worker(server)).values()) < 40:
+        assert time.monotonic() < deadline, counted
+        time.sleep(0.1)  # a poll interval of a condition with a deadline
+    assert all(counted.values()), counted  # both workers took part
+    processes.stop()  # SIGTERM to the supervisor: exit status 0 after "mdb: stopped"
+    assert not any(alive(pid) for pid in workers)
     done = processes.done(app)
     assert sorted(e["id"] for e in done) == sorted(told)  # each message once by the server
     assert not any(e["redelivered"] for e in done)
@@ -120,33 +111,31 @@ def test_the_workers_of_a_server_share_its_subscription_and_stop_on_sigterm(
 
 
 def test_a_worker_killed_with_sigkill_is_replaced_and_nothing_is_lost(
-        activemq: BrokerProcess) -> None:
-    topic, app = unique("workers"), unique("app")
-    settings = fault_settings([activemq.url], topic)
-    with fleet(settings, topic) as processes:
-        server = start_server(processes, app, "0.1")
-        health = wait_status(server, lambda h: h.ready, "a ready server")
-        victim = health.workers[0].pid
-        # Sent once the server subscribed: a topic keeps nothing for a subscription to come.
-        producer = processes.stack.enter_context(LoadProducer(settings, topic))
-        producer.wait_told(10)
-        # Kill the worker while it has a message in hand (started, not done).
-        processes.wait(lambda f: any(e["pid"] == victim for e in f.events("start")),
-                       "the first worker at work")
-        os.kill(victim, signal.SIGKILL)
-        health = wait_status(
-            server, lambda h: h.ready and h.workers[0].pid not in (0, victim),
-            "the killed worker replaced")
-        assert [(w.index, w.state, w.restarts) for w in health.workers] == [
-            (1, "ready", 1), (2, "ready", 0)]
-        replacement = health.workers[0].pid
-        producer.wait_told(10)
-        processes.wait(lambda f: any(e["pid"] == replacement for e in f.events("done")),
-                       "the replacement at work")
-        producer.stop()
-        told = producer.told
-        assert processes.drain(told), processes.verdicts(told)
-        processes.stop()
+        activemq: BrokerProcess, processes: Fleet) -> None:
+    app = unique("app")
+    server = start_server(processes, app, "0.1")
+    health = wait_status(server, lambda h: h.ready, "a ready server")
+    victim = health.workers[0].pid
+    # Sent once the server subscribed: a topic keeps nothing for a subscription to come.
+    producer = processes.stack.enter_context(LoadProducer(processes.settings, processes.topic))
+    producer.wait_told(10)
+    # Kill the worker while it has a message in hand (started, not done).
+    processes.wait(lambda f: any(e["pid"] == victim for e in f.events("start")),
+                   "the first worker at work")
+    os.kill(victim, signal.SIGKILL)
+    health = wait_status(
+        server, lambda h: h.ready and h.workers[0].pid not in (0, victim),
+        "the killed worker replaced")
+    assert [(w.index, w.state, w.restarts) for w in health.workers] == [
+        (1, "ready", 1), (2, "ready", 0)]
+    replacement = health.workers[0].pid
+    producer.wait_told(10)
+    processes.wait(lambda f: any(e["pid"] == replacement for e in f.events("done")),
+                   "the replacement at work")
+    producer.stop()
+    told = producer.told
+    assert processes.drain(told), processes.verdicts(told)
+    processes.stop()
     [verdict] = processes.verdicts(told).values()
     assert verdict.ok, verdict  # nothing lost, every repeat flagged redelivered
     in_hand = ({e["id"] for e in processes.events("start") if e["pid"] == victim}
@@ -157,30 +146,28 @@ def test_a_worker_killed_with_sigkill_is_replaced_and_nothing_is_lost(
 
 
 def test_sighup_restarts_the_workers_one_at_a_time_and_nothing_is_lost(
-        activemq: BrokerProcess) -> None:
-    topic, app = unique("workers"), unique("app")
-    settings = fault_settings([activemq.url], topic)
-    with fleet(settings, topic) as processes:
-        server = start_server(processes, app, "0.05")
-        before = {w.pid for w in wait_status(server, lambda h: h.ready, "ready").workers}
-        producer = processes.stack.enter_context(LoadProducer(settings, topic))
-        producer.wait_told(10)
-        processes.wait(lambda f: {e["pid"] for e in f.events("done")} >= before,
-                       "both workers at work")
-        server.process.send_signal(signal.SIGHUP)
-        health = wait_status(
-            server, lambda h: h.ready and all(w.restarts == 1 for w in h.workers),
-            "each worker restarted once")
-        after = {w.pid for w in health.workers}
-        assert not after & before and 0 not in after
-        assert all(gone(pid) for pid in before)
-        producer.wait_told(10)
-        processes.wait(lambda f: {e["pid"] for e in f.events("done")} >= after,
-                       "both new workers at work")
-        producer.stop()
-        told = producer.told
-        assert processes.drain(told), processes.verdicts(told)
-        processes.stop()  # the supervisor outlived its SIGHUP and still stops with status 0
+        activemq: BrokerProcess, processes: Fleet) -> None:
+    app = unique("app")
+    server = start_server(processes, app, "0.05")
+    before = {w.pid for w in wait_status(server, lambda h: h.ready, "ready").workers}
+    producer = processes.stack.enter_context(LoadProducer(processes.settings, processes.topic))
+    producer.wait_told(10)
+    processes.wait(lambda f: {e["pid"] for e in f.events("done")} >= before,
+                   "both workers at work")
+    server.process.send_signal(signal.SIGHUP)
+    health = wait_status(
+        server, lambda h: h.ready and all(w.restarts == 1 for w in h.workers),
+        "each worker restarted once")
+    after = {w.pid for w in health.workers}
+    assert not after & before and 0 not in after
+    assert not any(alive(pid) for pid in before)
+    producer.wait_told(10)
+    processes.wait(lambda f: {e["pid"] for e in f.events("done")} >= after,
+                   "both new workers at work")
+    producer.stop()
+    told = producer.told
+    assert processes.drain(told), processes.verdicts(told)
+    processes.stop()  # the supervisor outlived its SIGHUP and still stops with status 0
     [verdict] = processes.verdicts(told).values()
     assert verdict.ok, verdict  # each worker stopped in order: nothing lost, repeats flagged
     assert left_behind([activemq], processes, told) == {}
@@ -196,20 +183,18 @@ async def send(settings: Settings, topic: str, count: int) -> list[str]:
     return sent
 
 
-def test_a_second_signal_kills_the_workers(activemq: BrokerProcess) -> None:
-    topic, app = unique("workers"), unique("app")
-    settings = fault_settings([activemq.url], topic)
-    with fleet(settings, topic) as processes:
-        [server] = processes.start(app, ["s1"], PER_SERVER, args=WORKERS, env={
-            "LEDGER_DELAY": "600", "MDB_HEALTH_PORT": "0", "MDB_SHUTDOWN_GRACE_PERIOD": "600",
-            **ONE_LISTENER})
-        workers = {w.pid for w in wait_status(server, lambda h: h.ready, "ready").workers}
-        anyio.run(send, settings, topic, 1)
-        processes.wait(lambda f: bool(f.events("start")), "a handler at work (for 600 s)")
-        server.process.send_signal(signal.SIGTERM)
-        # The worker without work stops at once; the other waits for its handler.
-        wait_status(server, lambda h: all(w.state in ("stopping", "stopped") for w in h.workers)
-                    and any(w.state == "stopping" for w in h.workers), "the workers stopping")
-        server.process.send_signal(signal.SIGTERM)
-        assert server.process.wait(timeout=WAIT) == 128 + signal.SIGTERM
-        assert all(gone(pid) for pid in workers)
+def test_a_second_signal_kills_the_workers(activemq: BrokerProcess, processes: Fleet) -> None:
+    app = unique("app")
+    [server] = processes.start(app, ["s1"], PER_SERVER, args=WORKERS, env={
+        "LEDGER_DELAY": "600", "MDB_HEALTH_PORT": "0", "MDB_SHUTDOWN_GRACE_PERIOD": "600",
+        **ONE_LISTENER})
+    workers = {w.pid for w in wait_status(server, lambda h: h.ready, "ready").workers}
+    anyio.run(send, processes.settings, processes.topic, 1)
+    processes.wait(lambda f: bool(f.events("start")), "a handler at work (for 600 s)")
+    server.process.send_signal(signal.SIGTERM)
+    # The worker without work stops at once; the other waits for its handler.
+    wait_status(server, lambda h: all(w.state in ("stopping", "stopped") for w in h.workers)
+                and any(w.state == "stopping" for w in h.workers), "the workers stopping")
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(timeout=WAIT) == 128 + signal.SIGTERM
+    assert not any(alive(pid) for pid in workers)

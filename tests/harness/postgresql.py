@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from tests.harness.process import free_port
+from tests.harness.process import ChildProcess, free_port
 
 USER = "mdb"
 _SYSTEM_USER = "postgres"
@@ -67,7 +67,7 @@ def postgresql_available() -> bool:
 _running: set[PostgreSQL] = set()
 
 
-class PostgreSQL:
+class PostgreSQL(ChildProcess):
     """One private PostgreSQL server. Not thread-safe; meant for test fixtures.
 
     ``base_dir`` (default: a new temporary directory, deleted by ``close``) holds ``data/``
@@ -89,7 +89,6 @@ class PostgreSQL:
         self.console_path = self.base_dir / "console.log"
         self.port = port or free_port(self.host)
         self._startup_timeout = startup_timeout
-        self._process: subprocess.Popen[bytes] | None = None
         # Under root the server runs as the postgres user, who must own its directory.
         self._user = _SYSTEM_USER if os.getuid() == 0 else None
         if self._user is not None:
@@ -99,16 +98,6 @@ class PostgreSQL:
     def url(self, database: str = "postgres") -> str:
         """The SQLAlchemy URL (asyncpg) of ``database`` on this server."""
         return f"postgresql+asyncpg://{USER}@{self.host}:{self.port}/{database}"
-
-    @property
-    def pid(self) -> int:
-        if self._process is None:
-            raise RuntimeError("the server was never started")
-        return self._process.pid
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
 
     def start(self) -> Self:
         """Start the server (initdb first, the first time) and return once it accepts

@@ -62,6 +62,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` is still there (signal 0 reaches it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def stomp_answers(host: str, port: int, connect_frame: bytes, timeout: float = 2.0) -> bool:
     """True if ``host:port`` answers ``connect_frame`` (a STOMP CONNECT) with CONNECTED within
     ``timeout``."""
@@ -83,7 +92,24 @@ def stomp_answers(host: str, port: int, connect_frame: bytes, timeout: float = 2
     return False
 
 
-class BrokerProcess:
+class ChildProcess:
+    """A server the harness runs as a child process of the test's (a broker, PostgreSQL): its
+    pid, and whether it still runs."""
+
+    _process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError(f"{type(self).__name__} was never started")
+        return self._process.pid
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+
+class BrokerProcess(ChildProcess):
     """One private broker process. Not thread-safe; meant for test fixtures.
 
     ``base_dir`` (default: a new temporary directory, deleted by ``close``) holds everything the
@@ -117,7 +143,6 @@ class BrokerProcess:
         self.port = port or free_port(self.host)
         self.password = secrets.token_hex(8)
         self._startup_timeout = startup_timeout
-        self._process: subprocess.Popen[bytes] | None = None
         self._paused = False
 
     # -- what a subclass says ----------------------------------------------------------------
@@ -162,16 +187,6 @@ class BrokerProcess:
         """The CONNECT frame readiness is polled with."""
         return (f"CONNECT\naccept-version:1.2\nhost:{self.vhost}\nlogin:{self.username}\n"
                 f"passcode:{self.password}\n\n\x00").encode()
-
-    @property
-    def pid(self) -> int:
-        if self._process is None:
-            raise RuntimeError("the broker was never started")
-        return self._process.pid
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -26,10 +26,10 @@ from mdb.exactly_once.database import Database
 from mdb.message import ID, OutgoingMessage
 from mdb.redaction import mask_secrets, redact_url
 from mdb_memory.state import broker_state
-from tests.contract.support import WAIT, running, settings_for, unique
+from tests.harness.cli import mdb, one_line
+from tests.harness.in_process import WAIT, running, settings_for, unique
 from tests.harness.postgresql import PostgreSQL
 from tests.harness.process import free_port
-from tests.hostile.test_inputs import mdb, one_line
 
 QUERY_PASSWORD = "S3cr3t-in-the-query"
 

@@ -30,7 +30,8 @@ from mdb.message import (
 )
 from mdb_stomp.inbound import NUL_IN_HEADER, Splitter
 from mdb_stomp.limits import HEADER_LIMITS
-from tests.contract.support import Calls, read, running, settings_for, unique
+from tests.harness.in_process import Calls, running, settings_for, unique
+from tests.harness.messages import read
 from tests.harness.process import BrokerProcess
 
 pytestmark = pytest.mark.anyio

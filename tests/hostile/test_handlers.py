@@ -28,9 +28,9 @@ from mdb.copies import ERROR_TEXT_LIMIT
 from mdb.delivery.decision import FRAMES_LIMIT
 from mdb.errors import UNNAMED
 from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
-from tests.conftest import private_brokers
-from tests.contract.support import WAIT, Calls, read, running, settings_for, unique
-from tests.hostile.test_policy import send, still_flowing
+from tests.harness.brokers import private_brokers
+from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.messages import read, send, still_flowing
 
 pytestmark = pytest.mark.anyio
 

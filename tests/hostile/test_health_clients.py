@@ -27,7 +27,7 @@ from mdb.health import Health
 from mdb.http import routes
 from mdb.http.routes import HealthServer, Page, Render
 from mdb.http.server import ProbeServer
-from tests.unit.test_health import READY, serving
+from tests.harness.health import READY, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 60.0

@@ -21,14 +21,15 @@ import anyio.from_thread
 import anyio.to_thread
 import pytest
 
-from mdb import Context, Producer, Redelivery, listener
+from mdb import Context, Redelivery, listener
 from mdb.health import Health
 from mdb.http.routes import HealthServer
 from mdb.message import DELIVERY_COUNT, ERROR_TYPE
 from mdb.report import status_report
-from tests.contract.support import WAIT, Calls, read, running, settings_for, unique
+from tests.harness.health import get
+from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.messages import read, send
 from tests.harness.process import BrokerProcess
-from tests.unit.test_health import get
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,11 +60,6 @@ if os.environ.get("SEED"):  # modules are imported on the container's loop: seed
     seeding.start()
     seeding.join()
 """
-
-
-async def send(url: str, destination: str, body: str) -> str:
-    async with Producer(settings_for(url)) as producer:
-        return await producer.send(destination, body)
 
 
 @pytest.fixture

@@ -6,9 +6,6 @@ thousands of digits, in a selector, a header it reads, or a delivery count."""
 from __future__ import annotations
 
 import os
-import resource
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +20,7 @@ from mdb.message import MAX_SEND_FILE_BYTES
 from mdb.redaction import mask_secrets, redact_url
 from mdb.selector import MAX_DEPTH, SelectorError, compile_selector
 from mdb_stomp import StompBroker
+from tests.harness.cli import mdb, one_line
 from tests.harness.process import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,22 +31,6 @@ LISTENERS = (
     "async def on_price(body: bytes) -> None:\n"
     "    pass\n"
 )
-
-
-def mdb(*args: str, cwd: Path, env: dict[str, str] | None = None,
-        stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    def limit_memory() -> None:  # a reader without bound fails fast instead of swapping
-        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
-
-    return subprocess.run([sys.executable, "-m", "mdb.cli", *args], cwd=cwd,
-                          env={**os.environ, **(env or {})}, input=stdin,
-                          capture_output=True, timeout=120, preexec_fn=limit_memory)
-
-
-def one_line(stderr: bytes) -> str:
-    lines = stderr.decode().strip().splitlines()
-    assert "Traceback" not in stderr.decode()
-    return lines[-1]
 
 
 # -- a password that holds URL delimiters -----------------------------------------------------

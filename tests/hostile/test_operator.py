@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import private_brokers
+from tests.harness.brokers import private_brokers
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 120.0

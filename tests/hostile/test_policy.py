@@ -18,26 +18,14 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 
-from mdb import Container, Context, Producer, Redelivery, listener
+from mdb import Context, Redelivery, listener
 from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
-from tests.contract.support import Calls, read, running, settings_for, unique
+from tests.harness.in_process import Calls, running, settings_for, unique
+from tests.harness.messages import read, send, still_flowing
 
 pytestmark = pytest.mark.anyio
 
 SECRET = "4111-1111-1111-1111"
-
-
-async def send(url: str, destination: str, body: object, **headers: str) -> str:
-    async with Producer(settings_for(url)) as producer:
-        return await producer.send(destination, body, headers=headers)
-
-
-async def still_flowing(url: str, container: Container, calls: Calls, queue: str) -> None:
-    """The container is ready and processes the next (harmless) message."""
-    assert container.health().ready
-    await send(url, queue, "after")
-    await calls.wait(lambda c: "after" in c.of("body"))
-    assert container.health().ready
 
 
 async def test_a_forged_delivery_count_crashes_nothing_and_loses_nothing(broker_url: str,

@@ -19,14 +19,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from mdb import Container, Producer, Redelivery, listener
+from mdb import Container, Redelivery, listener
 from mdb.delivery.decision import MAX_STRIKES
 from mdb.events import EventKind
 from mdb.message import ID
 from mdb_memory import DEAD_LETTER_QUEUE, broker_state
-from tests.conftest import missing
-from tests.contract.support import Calls, read, running, settings_for, unique
 from tests.harness.activemq import ActiveMQ, activemq_available
+from tests.harness.brokers import missing
+from tests.harness.in_process import Calls, running, settings_for, unique
+from tests.harness.messages import read, send_all
 from tests.harness.rabbitmq import RabbitMQ
 
 pytestmark = pytest.mark.anyio
@@ -79,12 +80,6 @@ def poison_listener(queue: str, calls: Calls,
     return handler
 
 
-async def send(url: str, queue: str, *bodies: str) -> list[str]:
-    """Send ``bodies`` to ``queue``; their ``mdb_id``s."""
-    async with Producer(settings_for(url)) as producer:
-        return [await producer.send(queue, body) for body in bodies]
-
-
 def stats_of(container: Container) -> tuple[int, int, int]:
     """(rolled back, dead-lettered, kept) of the container's only listener."""
     [deployed] = container.deployed
@@ -115,12 +110,12 @@ async def test_a_message_whose_error_copy_is_refused_ends_on_the_brokers_dead_le
 ) -> None:
     calls = Calls()
     handler = poison_listener(refusing.queue, calls)
-    [poison] = await send(refusing.admin_url, refusing.queue, "poison")
+    [poison] = await send_all(refusing.admin_url, refusing.queue, ["poison"])
     async with running(settings_for(refusing.listener_url), handler) as container:
-        await send(refusing.admin_url, refusing.queue, *(f"good {n}" for n in range(GOOD)))
+        await send_all(refusing.admin_url, refusing.queue, [f"good {n}" for n in range(GOOD)])
         await calls.wait(lambda c: len(c.of("body")) >= 2 + GOOD, timeout=WAIT)
         [dead] = await read(refusing.admin_url, refusing.dead_letters, 1, timeout=WAIT)
-        await send(refusing.admin_url, refusing.queue, "after")
+        await send_all(refusing.admin_url, refusing.queue, ["after"])
         await calls.wait(lambda c: "after" in c.of("body"), timeout=WAIT)
         assert container.health().ready
         rolled_back, dead_lettered, kept = stats_of(container)
@@ -152,18 +147,18 @@ async def test_a_message_whose_error_copy_is_refused_on_rabbitmq_stays_intact_wi
     queue = f"queue:{unique('refused')}"
     calls = Calls()
     handler = poison_listener(queue, calls, pool)
-    [poison] = await send(rabbitmq.url, queue, "poison")
+    [poison] = await send_all(rabbitmq.url, queue, ["poison"])
     app_url = f"stomp+rabbitmq://{user}:app-pw@{rabbitmq.host}:{rabbitmq.port}"
     caplog.set_level(logging.DEBUG, logger="mdb.delivery")
     seen = Seen(calls, f"message {poison} kept on")
     logging.getLogger("mdb.delivery").addHandler(seen)
     try:
         async with running(settings_for(app_url), handler) as container:
-            await send(rabbitmq.url, queue, *(f"good {n}" for n in range(GOOD)))
+            await send_all(rabbitmq.url, queue, [f"good {n}" for n in range(GOOD)])
             await calls.wait(lambda c: len(c.of("body")) >= 2 + GOOD, timeout=WAIT)
             # Kept twice: the second round shows that it no longer goes round through refusals.
             await calls.wait(lambda c: len(c.of("log")) >= 2, timeout=WAIT)
-            await send(rabbitmq.url, queue, "after")
+            await send_all(rabbitmq.url, queue, ["after"])
             await calls.wait(lambda c: "after" in c.of("body"), timeout=WAIT)
             assert container.health().ready
             losses = container.events.counts[EventKind.CONNECTION_LOST]

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import missing
 from tests.harness.activemq import ActiveMQ, activemq_available
+from tests.harness.brokers import missing
 from tests.harness.java import JmsTool, java_available, openwire_config
 from tests.harness.process import free_port
 

@@ -16,8 +16,8 @@ import pytest
 from pydantic import BaseModel
 
 from mdb import Context, Producer, Redelivery, listener
-from tests.contract.support import Calls, running, settings_for, unique
 from tests.harness.activemq import ActiveMQ
+from tests.harness.in_process import Calls, running, settings_for, unique
 from tests.harness.java import JmsTool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.activemq]

@@ -11,7 +11,8 @@ import pytest
 
 from mdb import Context, Producer, Redelivery, listener
 from mdb.message import DELIVERY_COUNT, ERROR_TYPE
-from tests.contract.support import Calls, read, running, settings_for, unique
+from tests.harness.in_process import Calls, running, settings_for, unique
+from tests.harness.messages import read
 from tests.harness.process import BrokerProcess
 
 pytestmark = [pytest.mark.anyio, pytest.mark.rabbitmq]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from mdb import Producer
-from tests.contract.support import settings_for, unique
 from tests.harness.activemq import ActiveMQ
+from tests.harness.in_process import settings_for, unique
 from tests.harness.java import JmsTool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.activemq]

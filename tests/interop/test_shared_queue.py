@@ -14,8 +14,8 @@ import anyio.to_thread
 import pytest
 
 from mdb import Context, Producer, Redelivery, listener
-from tests.contract.support import Calls, running, settings_for, unique
 from tests.harness.activemq import ActiveMQ
+from tests.harness.in_process import Calls, running, settings_for, unique
 from tests.harness.java import JavaConsumer, JmsTool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.activemq]

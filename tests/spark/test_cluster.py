@@ -18,7 +18,7 @@ import pytest
 
 import mdb_spark
 from examples.spark_orders.pipeline import orders, send
-from tests.conftest import private_brokers
+from tests.harness.brokers import private_brokers
 from tests.harness.process import free_port
 from tests.harness.spark_cluster import (
     HOST,
@@ -28,7 +28,7 @@ from tests.harness.spark_cluster import (
     http_get,
     shipped_code,
 )
-from tests.spark.conftest import broker_kind, stored, subscription_queue, wait_for
+from tests.spark.support import broker_kind, stored, subscription_queue, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.activemq]
 

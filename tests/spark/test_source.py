@@ -26,9 +26,9 @@ from mdb.message import ID, OutgoingMessage, labelled
 from mdb.producer import Producer
 from mdb.settings import load_settings
 from mdb_spark.journal import Journal
-from tests.conftest import private_brokers
 from tests.harness.activemq import free_port
-from tests.spark.conftest import (
+from tests.harness.brokers import private_brokers
+from tests.spark.support import (
     broker_kind,
     publish,
     settings_json,

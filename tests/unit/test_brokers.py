@@ -19,7 +19,7 @@ from mdb.settings import DestinationSettings, MemberSettings, Settings
 from mdb.topology import Member
 from mdb_memory import MemoryBroker
 from mdb_stomp.limits import HEADER_LIMITS
-from tests.contract.support import specs
+from tests.harness.in_process import specs
 
 ORDERS = Destination.parse("queue:orders")
 

@@ -33,25 +33,25 @@ def app(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_a_bad_setting_exits_2_naming_it(app: Path) -> None:
-    (app / "bad.toml").write_text("[brokers.main]\nurl = 'nowhere'\n")
+# A configuration mdb cannot run: each exits 2, naming what is wrong; the unknown scheme also
+# lists the installed ones.
+BAD_CONFIGURATIONS = {
+    "a bad setting": ("[brokers.main]\nurl = 'nowhere'\n", ["setting brokers.main.url"]),
+    "an unknown broker scheme": ("[brokers.main]\nurl = 'kafka://x:1'\n",
+                                 ["no adapter for scheme 'kafka'", "memory"]),
+    "an override for an unknown listener": (
+        "[listeners.on_ordr]\npool = 2\n",
+        ["listeners.on_ordr: no such listener; listeners are: on_order"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGURATIONS))
+def test_a_bad_configuration_exits_2_naming_the_problem(app: Path, case: str) -> None:
+    config, said = BAD_CONFIGURATIONS[case]
+    (app / "bad.toml").write_text(config)
     result = mdb("run", "app_listeners", "--config", "bad.toml", cwd=app)
     assert result.returncode == 2
-    assert "setting brokers.main.url" in result.stderr
-
-
-def test_an_unknown_broker_scheme_lists_the_installed_ones(app: Path) -> None:
-    (app / "bad.toml").write_text("[brokers.main]\nurl = 'kafka://x:1'\n")
-    result = mdb("run", "app_listeners", "--config", "bad.toml", cwd=app)
-    assert result.returncode == 2
-    assert "no adapter for scheme 'kafka'" in result.stderr and "memory" in result.stderr
-
-
-def test_an_override_for_an_unknown_listener_is_named(app: Path) -> None:
-    (app / "bad.toml").write_text("[listeners.on_ordr]\npool = 2\n")
-    result = mdb("run", "app_listeners", "--config", "bad.toml", cwd=app)
-    assert result.returncode == 2
-    assert "listeners.on_ordr: no such listener; listeners are: on_order" in result.stderr
+    assert all(text in result.stderr for text in said), result.stderr
 
 
 def test_a_module_that_does_not_import_is_named(app: Path) -> None:
@@ -146,7 +146,8 @@ def test_mdb_subscriptions_delete_explains_what_activemq_cannot_do(
 def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> None:
     import anyio
 
-    from tests.contract.support import read, unique
+    from tests.harness.in_process import unique
+    from tests.harness.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue = f"queue:{unique('sent')}"
@@ -162,7 +163,8 @@ def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> Non
 def test_mdb_send_keeps_the_id_it_is_given(activemq: object) -> None:
     import anyio
 
-    from tests.contract.support import read, unique
+    from tests.harness.in_process import unique
+    from tests.harness.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue = f"queue:{unique('sent')}"
@@ -183,7 +185,8 @@ def test_mdb_send_help_says_what_a_header_is(app: Path) -> None:
 def test_mdb_send_takes_the_body_from_a_file_or_stdin(activemq: object, tmp_path: Path) -> None:
     import anyio
 
-    from tests.contract.support import read, unique
+    from tests.harness.in_process import unique
+    from tests.harness.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     env = {**os.environ, "MDB_BROKERS__DEFAULT__URL": url}
@@ -210,7 +213,8 @@ def test_mdb_send_wants_one_body(app: Path) -> None:
 def test_mdb_send_sets_reply_to_and_correlation_id(activemq: object) -> None:
     import anyio
 
-    from tests.contract.support import read, unique
+    from tests.harness.in_process import unique
+    from tests.harness.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue, replies = f"queue:{unique('ask')}", unique("replies")
@@ -225,7 +229,8 @@ def test_mdb_send_sets_reply_to_and_correlation_id(activemq: object) -> None:
 def test_mdb_send_carries_the_trace_context(activemq: object) -> None:
     import anyio
 
-    from tests.contract.support import read, unique
+    from tests.harness.in_process import unique
+    from tests.harness.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue = f"queue:{unique('traced')}"
@@ -240,7 +245,8 @@ def test_mdb_send_carries_the_trace_context(activemq: object) -> None:
 def test_mdb_send_labels_json(activemq: object, tmp_path: Path) -> None:
     import anyio
 
-    from tests.contract.support import read, unique
+    from tests.harness.in_process import unique
+    from tests.harness.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue = f"queue:{unique('json')}"

@@ -14,6 +14,7 @@ from mdb.destinations import Destination, Kind
 from mdb.errors import ConfigurationError
 from mdb.listener import spec_of
 from mdb.options import ListenerOverrides
+from tests.harness.in_process import specs
 
 
 class Order(BaseModel):
@@ -31,8 +32,7 @@ def test_the_decorator_records_a_spec_and_returns_the_function_unchanged() -> No
     decorated = listener("topic:orders", pool=16, name="orders_in")(on_order)
 
     assert decorated is on_order
-    spec = spec_of(on_order)
-    assert spec is not None
+    [spec] = specs(on_order)
     assert spec.name == "orders_in"
     assert spec.destination == Destination(Kind.TOPIC, "orders")
     assert spec.options.pool == 16
@@ -109,8 +109,7 @@ def test_batches_need_a_transaction_in_code_and_in_settings() -> None:
     def on_order(body: bytes) -> None:
         pass
 
-    spec = spec_of(on_order)
-    assert spec is not None
+    [spec] = specs(on_order)
     with pytest.raises(ConfigurationError, match=r"'on_order'.*max_messages_per_transaction"):
         spec.with_settings(
             ListenerOverrides.model_validate({"max_messages_per_transaction": 10}), None)
@@ -139,8 +138,7 @@ def test_settings_override_code_which_overrides_setting_defaults() -> None:
     def on_order(body: bytes) -> None:
         pass
 
-    spec = spec_of(on_order)
-    assert spec is not None
+    [spec] = specs(on_order)
     configured = spec.with_settings(
         ListenerOverrides.model_validate({"pool": 2, "selector": "region = 'eu'"}),
         ListenerOverrides.model_validate({"redelivery": {"limit": 7}}),
@@ -156,8 +154,7 @@ def test_an_invalid_override_names_the_setting() -> None:
     def on_order(body: bytes) -> None:
         pass
 
-    spec = spec_of(on_order)
-    assert spec is not None
+    [spec] = specs(on_order)
     with pytest.raises(ConfigurationError, match=r"listeners\.on_order\.pool"):
         spec.with_settings(ListenerOverrides(), ListenerOverrides.model_validate({"pool": 0}))
 

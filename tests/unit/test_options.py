@@ -14,9 +14,9 @@ from pydantic import ValidationError
 
 from mdb import Distribution, Redelivery, listener, reference
 from mdb.errors import ConfigurationError
-from mdb.listener import spec_of
 from mdb.options import ListenerOptions, ListenerOverrides
 from mdb.settings import load_settings
+from tests.harness.in_process import specs
 
 # A value other than the declared default for every option, valid on a per-server topic.
 SAMPLES: dict[str, Any] = {
@@ -61,8 +61,7 @@ def test_without_options_the_declared_defaults_apply() -> None:
     def on_price(body: bytes) -> None:
         pass
 
-    spec = spec_of(on_price)
-    assert spec is not None
+    [spec] = specs(on_price)
     assert spec.options == ListenerOptions()
     assert spec.options.model_dump() == {
         name: info.get_default() for name, info in ListenerOptions.model_fields.items()
@@ -78,8 +77,7 @@ def test_every_option_given_to_the_decorator_reaches_the_spec_as_given() -> None
     def on_price(body: bytes) -> None:
         pass
 
-    spec = spec_of(on_price)
-    assert spec is not None
+    [spec] = specs(on_price)
     assert spec.options.model_dump() == ListenerOptions(**SAMPLES).model_dump()
     assert spec.options.model_fields_set == set(SAMPLES)
 

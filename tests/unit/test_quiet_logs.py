@@ -15,7 +15,7 @@ from mdb.events import BrokerEvent, Events
 from mdb.links import BrokerLink, BrokerStatus
 from mdb.settings import Settings
 from mdb_memory import broker_state
-from tests.contract.support import WAIT, specs, unique
+from tests.harness.in_process import WAIT, specs, unique
 
 pytestmark = pytest.mark.anyio
 

@@ -110,7 +110,7 @@ async def test_debug_logging_never_shows_the_passcode(
 @pytest.mark.anyio
 async def test_status_events_and_logs_of_a_down_broker_never_show_its_password(
         caplog: pytest.LogCaptureFixture) -> None:
-    from tests.contract.support import partitioned_settings, running, unique
+    from tests.harness.in_process import partitioned_settings, running, unique
 
     caplog.set_level(logging.DEBUG)
     with socket.create_server(("127.0.0.1", 0)) as closed:

@@ -1,4 +1,4 @@
-"""The capture reader of the fault runs (``tests.faults.stomp_capture``) on a pcap file built
+"""The capture reader of the fault runs (``tests.faults.tools.stomp_capture``) on a pcap file built
 here: TCP segments out of order, retransmitted, overlapping or missing, STOMP frames split
 across segments, and the trace of one message id through them."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from tests.faults.stomp_capture import (
+from tests.faults.tools.stomp_capture import (
     ACK_FLAG,
     FIN,
     SYN,

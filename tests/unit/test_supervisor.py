@@ -28,8 +28,8 @@ from mdb.health import (
 )
 from mdb.process.supervisor import START_ATTEMPTS, Place, server_health
 from mdb.report import status_report
-from tests.contract.test_crash import ROOT
-from tests.harness.process import free_port
+from tests.harness.container_process import ROOT
+from tests.harness.process import alive, free_port
 
 
 def mdb_run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -39,7 +39,7 @@ def mdb_run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_workers_on_the_memory_broker_are_refused_in_one_line() -> None:
-    done = mdb_run("tests.faults.ledger_app", "--workers", "2")
+    done = mdb_run("tests.harness.topic_ledger_app", "--workers", "2")
     assert done.returncode == 2
     [line] = done.stderr.splitlines()
     assert line.startswith("mdb: configuration error: mdb run --workers 2: broker 'default' "
@@ -57,7 +57,7 @@ def test_a_worker_with_a_configuration_error_stops_the_server_at_once() -> None:
 
 
 def test_a_worker_that_never_gets_ready_ends_the_server_after_its_start_attempts() -> None:
-    done = mdb_run("tests.faults.ledger_app", "--workers", "2",
+    done = mdb_run("tests.harness.topic_ledger_app", "--workers", "2",
                    MDB_BROKERS__DEFAULT__URL=f"stomp+activemq://127.0.0.1:{free_port()}")
     assert done.returncode == 3, done.stderr  # the worker's own status: no broker answered
     gave_up = [line for line in done.stderr.splitlines() if "cannot be kept up" in line]
@@ -196,14 +196,6 @@ def stand_ins(folder: Path, *behaviours: str, ready_timeout: float | None = None
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         process.wait(timeout=WAIT)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_bad_deploy_on_sighup_leaves_the_old_workers_serving(tmp_path: Path) -> None:

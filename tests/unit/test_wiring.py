@@ -50,4 +50,5 @@ def test_a_named_container_that_does_not_load_is_named() -> None:
 
 
 def test_without_a_container_there_is_nothing_to_wire() -> None:
-    assert find_container(None, import_modules(["tests.unit.test_codec"])) is None
+    # A listener module that declares no dependency-injector container.
+    assert find_container(None, import_modules(["tests.harness.queue_ledger_app"])) is None

@@ -41,7 +41,6 @@ gone is not lost there. On a loss the node's log directory is copied to a tempor
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import queue
 import random
@@ -58,6 +57,7 @@ from typing import Any, ClassVar
 
 import stomp
 
+from tests.faults.tools.command_line import not_installed, parser_for
 from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
 
 WAIT = 60.0  # bound on a drain or a connect after a restart: a hang guard
@@ -460,8 +460,7 @@ def _keep_evidence(node: RabbitMQ, done: Round, seen: Sequence[_Seen]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.confirmed_loss",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = parser_for("confirmed_loss", __doc__)
     parser.add_argument("--rounds", type=int, default=40, help="node kills")
     parser.add_argument("--rate", type=float, default=100.0, help="messages a second")
     parser.add_argument("--seed", type=int, default=7)
@@ -488,8 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="busy processes run beside (one CPU each)")
     args = parser.parse_args(argv)
     if not rabbitmq_available():
-        print("RabbitMQ with the STOMP plugin is not installed here", file=sys.stderr)
-        return 2
+        return not_installed("RabbitMQ with the STOMP plugin")
     rng = random.Random(args.seed)
     route = Route.make(args.topic)
     options = Options(args.rate, max(1, args.consumers),

@@ -1,4 +1,7 @@
-"""Helpers for the contract suite: run containers in-process, watch handlers, read queues."""
+"""Containers run in the test's own process: settings for a broker URL (or three, holding the
+members of partitioned destinations), running handlers until a block ends, watching what
+handlers saw (``Calls``), and names no other test uses (``unique``). Sending and reading
+messages: ``tests.harness.messages``."""
 
 from __future__ import annotations
 
@@ -13,17 +16,24 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
 from mdb import Container, Settings
-from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest, broker_for
 from mdb.broker_settings import BrokerSettings
 from mdb.destinations import Destination
 from mdb.listener import ListenerSpec, spec_of
 from mdb.settings import DestinationSettings, MemberSettings
+from mdb_memory.state import BrokerState, broker_state
 
 WAIT = 30.0  # seconds a test waits for something that should happen, before failing
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def memory_broker(prefix: str) -> tuple[str, BrokerState]:
+    """A memory broker of the test's own: its URL, and its state, whose hooks drop
+    connections, lose acks or wait until a condition holds (``mdb_memory.state``)."""
+    name = unique(prefix)
+    return f"memory://{name}", broker_state(name)
 
 
 def settings_for(url: str, **values: object) -> Settings:
@@ -102,25 +112,3 @@ class Calls:
         with anyio.fail_after(timeout):
             while not predicate(self):
                 await self._changed.wait()
-
-
-async def read(url: str, destination: str, count: int, timeout: float = WAIT) -> list[Delivery]:
-    """Take ``count`` messages from a queue through the seam, acking each."""
-    connection = await broker_for(ConnectionOptions(url=url, client_id=unique("reader"))).connect()
-    try:
-        subscription = await connection.subscribe(SubscriptionRequest(
-            Destination.parse(destination), name=None, durable=True, selector=None, prefetch=1))
-        taken = []
-        with anyio.fail_after(timeout):
-            for _ in range(count):
-                delivery = await subscription.receive()
-                await connection.ack(delivery)
-                taken.append(delivery)
-        await subscription.close()
-        return taken
-    finally:
-        await connection.close()
-
-
-def ids(deliveries: Iterable[Delivery]) -> list[str]:
-    return [d.headers.get("mdb_id", "") for d in deliveries]

@@ -3,7 +3,7 @@
 ``kill_node`` kills (SIGKILL) the cluster node the fleet's processes are connected to, while
 they consume, and returns the time from the kill until a process processed a message over its
 new connection (after it reported the lost one). The fault test, the random fault run and
-``python -m tests.faults.node_loss`` (the measurement of docs/failover.md) share it, and the
+``python -m tests.faults.tools.node_loss`` (the measurement of docs/failover.md) share it, and the
 settings: one broker ``a`` at every node's address, with quorum queues (``cluster_settings``, or
 ``with_cluster`` to add the cluster to other brokers as one more member). ``left_behind`` takes
 what the cluster's queues still hold once the fleet stopped.
@@ -11,7 +11,6 @@ what the cluster's queues still hold once the fleet stopped.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import threading
@@ -26,8 +25,11 @@ from mdb import Settings
 from mdb.broker_settings import BrokerSettings
 from mdb.message import ID
 from mdb.settings import MemberSettings
-from tests.contract.support import unique
-from tests.faults.ledger import PER_APP, WAIT, Fleet, LoadProducer, fault_settings, fleet
+from tests.faults.tools.command_line import not_installed, parser_for
+from tests.harness.fleet import WAIT, Fleet, fault_settings, fleet
+from tests.harness.in_process import unique
+from tests.harness.ledger import PER_APP
+from tests.harness.load_producer import LoadProducer
 from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
 from tests.harness.rabbitmq_cluster import RabbitMQCluster
 
@@ -178,13 +180,11 @@ def measure(rounds: int) -> list[NodeLoss]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.node_loss",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = parser_for("node_loss", __doc__)
     parser.add_argument("--rounds", type=int, default=10, help="node kills to time")
     args = parser.parse_args(argv)
     if not rabbitmq_available():
-        print("RabbitMQ with the STOMP plugin is not installed here", file=sys.stderr)
-        return 2
+        return not_installed("RabbitMQ with the STOMP plugin")
     values = [t.consumed_after for t in measure(args.rounds)]
     print(f"kill -9 to a message processed through another node: median "
           f"{statistics.median(values):.2f} s, min {min(values):.2f} s, max {max(values):.2f} s")

@@ -4,23 +4,25 @@
 ledger processes consumes and a ``LoadProducer`` sends to a topic with a member on the pair,
 and returns two times from the kill: until the slave answers STOMP (the broker's own takeover)
 and until the fleet processes a message of the pair's member again (the container's). The
-fault tests, the random fault run and ``python -m tests.faults.takeover`` (the measurement of
+fault tests, the random fault run and ``python -m tests.faults.tools.takeover`` (the measurement of
 docs/failover.md) share it.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tests.contract.support import unique
-from tests.faults.ledger import PER_APP, Fleet, LoadProducer, fault_settings, fleet
+from tests.faults.tools.command_line import not_installed, parser_for
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStoreBroker, SharedStorePair
+from tests.harness.fleet import Fleet, fault_settings, fleet
+from tests.harness.in_process import unique
+from tests.harness.ledger import PER_APP
+from tests.harness.load_producer import LoadProducer
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,7 @@ def measure(rounds: int, reconnect_delay: float, reconnect_max_delay: float) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.takeover",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = parser_for("takeover", __doc__)
     parser.add_argument("--rounds", type=int, default=10, help="takeovers to time")
     parser.add_argument("--reconnect-delay", type=float, default=0.2,
                         help="brokers.X.reconnect_delay (mdb's default: 0.5)")
@@ -94,8 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="brokers.X.reconnect_max_delay (mdb's default: 30)")
     args = parser.parse_args(argv)
     if not activemq_available():
-        print("ActiveMQ Classic is not installed here", file=sys.stderr)
-        return 2
+        return not_installed("ActiveMQ Classic")
     times = measure(args.rounds, args.reconnect_delay, args.reconnect_max_delay)
     for what, values in (("broker serving", [t.serving_after for t in times]),
                          ("message processed", [t.consumed_after for t in times]),

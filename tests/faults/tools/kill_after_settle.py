@@ -14,13 +14,12 @@ commit returned the node is killed, then restarted on its data, and both queues 
 * ``lost``: neither holds it: the send was confirmed and is gone, and so is the original.
 
 The fault test (``tests/faults/test_rabbitmq_faults.py``) runs a few rounds on classic and on
-quorum queues; ``python -m tests.faults.kill_after_settle --rounds 100`` the measurement of
+quorum queues; ``python -m tests.faults.tools.kill_after_settle --rounds 100`` the measurement of
 docs/rabbitmq.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import sys
 import time
@@ -34,6 +33,7 @@ from mdb.destinations import Destination
 from mdb.errors import BrokerError
 from mdb.message import ID, OutgoingMessage, new_id
 from mdb_stomp import StompBroker, StompConnection
+from tests.faults.tools.command_line import not_installed, parser_for
 from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
 
 WAIT = 60.0  # bound on taking a queue after a restart: a hang guard
@@ -148,15 +148,13 @@ def rounds(node: RabbitMQ, queue_type: str | None, count: int) -> Counter[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.kill_after_settle",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = parser_for("kill_after_settle", __doc__)
     parser.add_argument("--rounds", type=int, default=100, help="node kills per queue type")
     parser.add_argument("--queue-type", choices=("classic", "quorum"), action="append",
                         help="the queue types to run (default: both)")
     args = parser.parse_args(argv)
     if not rabbitmq_available():
-        print("RabbitMQ with the STOMP plugin is not installed here", file=sys.stderr)
-        return 2
+        return not_installed("RabbitMQ with the STOMP plugin")
     results = {}
     for queue_type in args.queue_type or ["classic", "quorum"]:
         with RabbitMQ() as node:

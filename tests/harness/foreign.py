@@ -22,6 +22,7 @@ from typing import Any
 import stomp
 from stomp.exception import NotConnectedException, StompException
 
+from tests.harness.load_producer import Load
 from tests.harness.process import BrokerProcess
 
 RECEIPT_TIMEOUT = 5.0  # seconds for a CONNECTED or a RECEIPT: a paused broker sends neither
@@ -144,7 +145,7 @@ class ForeignProducer:
             found[0].transport.disconnect_socket()
 
 
-class ForeignLoad:
+class ForeignLoad(Load):
     """A ``ForeignProducer`` sending ``m0``, ``m1``, … in its own thread, ``pace`` seconds
     apart: ``mN`` to member N modulo their number, or, while that one's broker takes no
     connection (tried again ``BACK_OFF`` seconds later), to the next. ``told`` maps each
@@ -152,50 +153,17 @@ class ForeignLoad:
     (stored or not: no one knows)."""
 
     def __init__(self, members: Sequence[Member], pace: float) -> None:
+        super().__init__("the foreign producer")
         self._members, self._pace = members, pace
-        self._lock = threading.Lock()
-        self._told: dict[str, str] = {}
-        self._raised: dict[str, str] = {}
-        self._stopping = threading.Event()
-        self._error: BaseException | None = None
         self._down_until: dict[str, float] = {}  # member name → monotonic time
-        self._thread = threading.Thread(target=self._main, daemon=True, name="foreign-load")
 
-    @property
-    def told(self) -> dict[str, str]:
-        with self._lock:
-            return dict(self._told)
-
-    @property
-    def raised(self) -> dict[str, str]:
-        with self._lock:
-            return dict(self._raised)
-
-    def __enter__(self) -> ForeignLoad:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self, timeout: float = 60.0) -> None:
-        """Stop sending; re-raise what broke the thread."""
-        self._stopping.set()
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), "the foreign producer did not stop"
-        if self._error is not None:
-            raise AssertionError(f"the foreign producer failed: {self._error!r}") from self._error
-
-    def _main(self) -> None:
-        try:
-            with ForeignProducer() as producer:
-                number = 0
-                while not self._stopping.is_set():
-                    if self._send(producer, number):
-                        number += 1
-                    self._stopping.wait(self._pace)
-        except BaseException as exc:
-            self._error = exc
+    def _send_until_stopped(self) -> None:
+        with ForeignProducer() as producer:
+            number = 0
+            while not self._stopping.is_set():
+                if self._send(producer, number):
+                    number += 1
+                self._stopping.wait(self._pace)
 
     def _send(self, producer: ForeignProducer, number: int) -> bool:
         """Send ``m<number>``; False when no broker took a connection (nothing sent)."""

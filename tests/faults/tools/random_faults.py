@@ -1,4 +1,4 @@
-"""A randomized fault run (a soak, not a pytest test): ``python -m tests.faults.random_faults
+"""A randomized fault run (a soak, not a pytest test): ``python -m tests.faults.tools.random_faults
 --minutes 10 --seed 7``.
 
 It starts three private ActiveMQ brokers and a shared-store master/slave pair (broker ``d``, at
@@ -12,8 +12,8 @@ gaps of load between them:
 * ``broker-pause``: SIGSTOP one broker for a while (longer than the heartbeat timeout or not),
   then SIGCONT;
 * ``container-kill``: SIGKILL one container process and start it again under its server name;
-* ``master-kill``: SIGKILL the pair's master; the slave takes over (``tests.faults.takeover``);
-  the killed broker starts again as the slave;
+* ``master-kill``: SIGKILL the pair's master; the slave takes over
+  (``tests.faults.tools.takeover``); the killed broker starts again as the slave;
 * ``node-kill``: SIGKILL one node of a three-node RabbitMQ cluster (broker ``r``, at the three
   nodes' addresses, with quorum queues, holding one more member of the topic), wait until its
   member is consumed again while the node is down, then restart the node (it rejoins). Left
@@ -37,7 +37,7 @@ survived), else 0.
 ``--rabbitmq cluster`` (a three-node cluster, quorum queues) or ``--rabbitmq node`` (one node,
 classic queues) runs RabbitMQ only, with a two-stage pipeline: app ``shop``'s two processes
 consume the topic (stage 1), send each message on to a queue (``ctx.send``) and consume that
-queue too (stage 2, ``tests.faults.ledger_app``). Its faults:
+queue too (stage 2, ``tests.harness.topic_ledger_app``). Its faults:
 
 * ``node-kill``: SIGKILL a node (on the cluster, any of the three: ``shop`` must consume again
   while it is down) and restart it;
@@ -48,19 +48,19 @@ queue too (stage 2, ``tests.faults.ledger_app``). Its faults:
 
 The table has a row for each stage: the second stage owes each message the first processed,
 under one ``mdb_id``, repeats flagged ``redelivered`` or ``mdb_maybe_repeat``
-(``tests.faults.ledger.check_sent_on``); nothing may be left in either queue. ``--capture
+(``tests.harness.ledger.check_sent_on``); nothing may be left in either queue. ``--capture
 DIR`` (root, ``tcpdump``) records every STOMP packet to and from the nodes in DIR, with the
 nodes' log files and each process's log at INFO: evidence of who wrote what that does not
-depend on mdb's own logs (``python -m tests.faults.stomp_capture DIR --audit`` or ``DIR
+depend on mdb's own logs (``python -m tests.faults.tools.stomp_capture DIR --audit`` or ``DIR
 MDB_ID``).
 
 ``--exactly-once`` runs exactly-once listeners (docs/exactly-once.md) on three ActiveMQ
 brokers and a private PostgreSQL server: two container processes (``s1``, ``s2``) of one app
-running the two stages of ``tests.faults.exactly_once_app`` (the first inserts a row of an
+running the two stages of ``tests.harness.exactly_once_app`` (the first inserts a row of an
 effect ledger per business id and sends the id on through the outbox, the second inserts a
 row per id it receives), both stages partitioned over the three brokers, one member on each
-(``tests.faults.exactly_once_stages``), and a foreign producer (plain stomp.py: no
-``mdb_id``, the business id ``mN`` in the body, ``tests.faults.foreign``) sending to the
+(``tests.harness.exactly_once_stages``), and a foreign producer (plain stomp.py: no
+``mdb_id``, the business id ``mN`` in the body, ``tests.harness.foreign``) sending to the
 first stage's members in turn. Its faults (``upset_pipeline``):
 
 * ``pg-kill``: SIGKILL of the postmaster, PostgreSQL down 0.5 to 6 s, then started again
@@ -83,7 +83,6 @@ the first stage S seconds in its transaction: more work in flight when a fault c
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import re
@@ -96,28 +95,20 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Protocol
 
-from tests.contract.support import unique
-from tests.contract.test_crash import ContainerProcess
-from tests.faults.exactly_once_stages import APP, TIMEOUT, Stages, check_once
-from tests.faults.foreign import ForeignLoad
-from tests.faults.ledger import (
-    PER_APP,
-    PER_SERVER,
-    SEND_TO,
-    WAIT,
-    Fleet,
-    LoadProducer,
-    Verdict,
-    fault_settings,
-    fleet,
-    left_behind,
-)
-from tests.faults.node_loss import cluster_settings, with_cluster
-from tests.faults.node_loss import left_behind as left_on_cluster
-from tests.faults.stomp_capture import Capture
-from tests.faults.takeover import take_over
+from tests.faults.tools.command_line import not_installed, parser_for
+from tests.faults.tools.node_loss import cluster_settings, with_cluster
+from tests.faults.tools.node_loss import left_behind as left_on_cluster
+from tests.faults.tools.stomp_capture import Capture
+from tests.faults.tools.takeover import take_over
 from tests.harness.activemq import ActiveMQ, activemq_available
 from tests.harness.activemq_pair import SharedStorePair
+from tests.harness.container_process import ContainerProcess
+from tests.harness.exactly_once_stages import APP, TIMEOUT, Stages, check_once
+from tests.harness.fleet import SEND_TO, WAIT, Fleet, fault_settings, fleet, left_behind
+from tests.harness.foreign import ForeignLoad
+from tests.harness.in_process import unique
+from tests.harness.ledger import PER_APP, PER_SERVER, Verdict
+from tests.harness.load_producer import LoadProducer
 from tests.harness.netns import Namespace, Network, network_available, private_network
 from tests.harness.postgresql import PostgreSQL, postgresql_available
 from tests.harness.process import BrokerProcess, started_together
@@ -218,6 +209,14 @@ def schedule(rng: random.Random, minutes: float, kinds: Sequence[str], processes
     return survived, []
 
 
+def resuming(paused: Sequence[BrokerProcess]) -> Callable[[], None]:
+    """A schedule's ``undo`` where its faults pause ``paused``: SIGCONT each of them."""
+    def undo() -> None:
+        for process in paused:
+            process.resume()
+    return undo
+
+
 def wind_down(processes: Fleet, told: Collection[str], drain: float,
               failures: list[str]) -> dict[str, Verdict]:
     """Wait until everything told-sent is processed (after ``drain`` seconds, a failure),
@@ -259,11 +258,8 @@ def run(minutes: float, seed: int, drain: float, cluster: bool) -> int:
                     else:
                         apply(kind, rng, brokers, processes, producer, shop)
 
-                def undo() -> None:
-                    for broker in brokers:
-                        broker.resume()
                 survived, failures = schedule(rng, minutes, kinds, processes, producer,
-                                              fault, undo)
+                                              fault, resuming(brokers))
             told = producer.told
             verdicts = wind_down(processes, told, drain, failures)
             stored = left_behind([*brokers, pair.master()], processes, told)
@@ -309,11 +305,8 @@ def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float,
                     else:
                         upset_node(kind, rng, rng.choice(nodes), processes, producer, shop)
 
-                def undo() -> None:
-                    for node in nodes:
-                        node.resume()
                 survived, failures = schedule(rng, minutes, kinds, processes, producer,
-                                              fault, undo)
+                                              fault, resuming(nodes))
             told = producer.told
             verdicts = wind_down(processes, told, drain, failures)
             # Whatever is left in the second stage's queues was sent on by the first.
@@ -327,7 +320,7 @@ def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float,
 def capture_wire(stack: ExitStack, directory: Path, nodes: Sequence[RabbitMQ],
                  network: Network | None, rooms: Rooms, processes: Fleet) -> None:
     """Record every STOMP packet to and from ``nodes`` in ``directory`` until ``stack``
-    closes (``tests.faults.stomp_capture``), keep each process's log there (at INFO; this
+    closes (``tests.faults.tools.stomp_capture``), keep each process's log there (at INFO; this
     process's, the producer's, too), and, before the nodes are closed, stop them and keep
     their log files (``node-N/``) and the namespaces' addresses (``rooms.json``)."""
     capture = Capture(directory, [node.port for node in nodes],
@@ -409,7 +402,7 @@ class Pipeline:
 def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0) -> int:
     """The exactly-once run (``--exactly-once``): three ActiveMQ brokers, a private
     PostgreSQL server, two container processes of both stages of
-    ``tests.faults.exactly_once_app`` partitioned over the brokers, a foreign producer
+    ``tests.harness.exactly_once_app`` partitioned over the brokers, a foreign producer
     sending to the first stage's members, faults of ``EXACTLY_ONCE_KINDS``; each run of the
     first stage holds its transaction open ``delay`` seconds (more work in flight at a
     fault). Prints the table, returns the exit status."""
@@ -649,8 +642,7 @@ def print_rows(rows: Sequence[Sequence[str]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.random_faults",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = parser_for("random_faults", __doc__)
     parser.add_argument("--minutes", type=float, default=10.0, help="how long faults go on")
     parser.add_argument("--seed", type=int, default=7, help="seed of the fault schedule")
     parser.add_argument("--drain", type=float, default=120.0,
@@ -670,7 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--capture", type=Path, metavar="DIR",
                         help="with --rabbitmq: record every STOMP packet to and from the "
                              "nodes in DIR (tcpdump, root), with the nodes' and processes' "
-                             "logs; read it with python -m tests.faults.stomp_capture")
+                             "logs; read it with python -m tests.faults.tools.stomp_capture")
     args = parser.parse_args(argv)
     if args.capture is not None and not args.rabbitmq:
         parser.error("--capture goes with --rabbitmq")
@@ -681,12 +673,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_exactly_once(args.minutes, args.seed, args.drain, args.delay)
     if args.rabbitmq:
         if not rabbitmq_available():
-            print("RabbitMQ with the STOMP plugin is not installed here", file=sys.stderr)
-            return 2
+            return not_installed("RabbitMQ with the STOMP plugin")
         return run_rabbitmq(args.rabbitmq, args.minutes, args.seed, args.drain, args.capture)
     if not activemq_available():
-        print("ActiveMQ Classic is not installed here", file=sys.stderr)
-        return 2
+        return not_installed("ActiveMQ Classic")
     return run(args.minutes, args.seed, args.drain,
                cluster=not args.no_cluster and rabbitmq_available())
 

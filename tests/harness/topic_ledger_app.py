@@ -1,4 +1,5 @@
-"""A topic listener run as separate container processes by the fault tests.
+"""A topic listener run as separate container processes by the fault tests and the contract
+suite's process tests (through ``tests.harness.fleet.Fleet``), and by the supervisor's tests.
 
 It serves ``topic:$LEDGER_TOPIC`` with the distribution ``$LEDGER_DISTRIBUTION``
 (``one-copy-per-app`` or ``one-copy-per-server``) and prints two JSON lines per delivery to

@@ -1,27 +1,7 @@
-"""The ledger of the fault tests: who processed what, checked against what the producer was told.
-
-The contract after a fault (docs/architecture.md, "Delivery contract", rules 4 and 6):
-
-* every message whose ``Producer.send`` returned (``told``) is processed — once per app in
-  ``one-copy-per-app``, by every server in ``one-copy-per-server``;
-* a message may be processed again by the same app (or server) only when it was in doubt, and
-  then the repeat is flagged: only the first of its deliveries there may have ``redelivered``
-  False (one processed unflagged after a flagged one is a stale delivery processed as fresh);
-* nothing told-sent is left behind on a broker once the processes stopped.
-
-An app may be a two-stage pipeline (``SEND_TO``, see ``tests.faults.ledger_app``): its first
-stage sends each message it processes on to a queue, its second stage records what it
-receives. Then, by rule 6 of the contract, every message the first stage processed reaches
-the second stage, and every delivery there after the first of its message is flagged: a
-delivery of a send made again (a repeat at the first stage) by ``mdb_maybe_repeat``, under the
-same ``mdb_id``; a delivery the broker gave again, by ``redelivered`` (``check_sent_on``).
-
-A message whose send raised is not told-sent: it may or may not arrive (``SendOutcomeUnknown``),
-so it is neither required nor an error when it is processed (counted as ``unconfirmed``).
-
-``check`` is the pure checker. ``Fleet`` runs container processes of ``tests.faults.ledger_app``
-and gathers their ledgers; ``LoadProducer`` sends continuously from a thread and remembers what
-it was told; ``left_behind`` browses ActiveMQ queues for messages still stored.
+"""Container processes of the fault tests: apps of ``tests.harness.topic_ledger_app`` on one
+topic, started, killed and stopped by the test, their ledgers gathered in one place (``Fleet``)
+and checked by ``tests.harness.ledger``; the settings of a fault run (``fault_settings``); and
+what ActiveMQ brokers still store once the processes stopped (``left_behind``, ``browse``).
 """
 
 from __future__ import annotations
@@ -37,124 +17,25 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter, defaultdict, deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
 import stomp
 
-from mdb import Producer, Settings, codec
+from mdb import Settings
 from mdb.broker_settings import BrokerSettings
-from mdb.destinations import Destination
-from mdb.errors import MdbError
 from mdb.message import ID
 from mdb.settings import DestinationSettings, MemberSettings
-from tests.contract.test_crash import ROOT, ContainerProcess
+from tests.harness.container_process import ROOT, ContainerProcess
+from tests.harness.ledger import PER_APP, PER_SERVER, Verdict, check, check_sent_on, views
 from tests.harness.process import BrokerProcess
 
-PER_APP, PER_SERVER = "one-copy-per-app", "one-copy-per-server"
 WAIT = 60.0  # seconds to wait for something that should happen after a fault
 LISTENER = "on_entry"  # the ledger app's listener
 SEND_TO = "LEDGER_SEND_TO"  # makes the ledger app a two-stage pipeline through this queue
-
-Entry = Mapping[str, Any]
-
-
-# -- the checker ---------------------------------------------------------------------------------
-
-@dataclass
-class Verdict:
-    """One app's (``one-copy-per-app``) or one server's (``one-copy-per-server``) account."""
-
-    told: int  # messages the producer was told were sent
-    processed: int  # of those, how many were processed at least once
-    deliveries: int  # ``done`` entries, repeats included
-    lost: list[str] = field(default_factory=list)  # told-sent, never processed
-    flagged: int = 0  # repeats flagged redelivered (or mdb_maybe_repeat)
-    unflagged: list[str] = field(default_factory=list)  # ids with a repeat not flagged
-    unconfirmed: int = 0  # processed ids the producer was not told were sent
-    #: Second stage only: first-stage ids whose sends on arrived under more than one mdb_id.
-    renamed: list[str] = field(default_factory=list)
-
-    @property
-    def repeats(self) -> int:
-        return self.deliveries - self.processed - self.unconfirmed
-
-    @property
-    def ok(self) -> bool:
-        return not self.lost and not self.unflagged and not self.renamed
-
-    def __str__(self) -> str:
-        return (f"told {self.told}, processed {self.processed}, deliveries {self.deliveries}, "
-                f"repeats flagged {self.flagged} / unflagged {len(self.unflagged)}, "
-                f"lost {len(self.lost)}, unconfirmed processed {self.unconfirmed}"
-                + (f"; lost {sorted(self.lost)[:5]}" if self.lost else "")
-                + (f"; unflagged {sorted(self.unflagged)[:5]}" if self.unflagged else "")
-                + (f"; renamed {sorted(self.renamed)[:5]}" if self.renamed else ""))
-
-
-def check(told: Collection[str], entries: Iterable[Entry]) -> Verdict:
-    """Check the ``done`` entries of one app or one server against the told-sent ids.
-
-    Ledger lines of several processes reach the test through separate pipes, so their order is
-    not trusted; the deliveries of one id are put in the order their handlers began
-    (``started``, one clock for every process) and each after the first is a repeat, which
-    must be flagged. Without ``started`` a repeat counts as flagged unless the id was
-    delivered unflagged more than once.
-
-    A delivery marked ``maybe_repeat`` (a second stage's: the send was made again) is a
-    flagged repeat whenever it comes; the order applies to the others, the deliveries of the
-    first send: only the first of those may be unflagged.
-    """
-    told_set = set(told)
-    by_id: dict[str, list[Entry]] = defaultdict(list)
-    for entry in entries:
-        if entry.get("event", "done") == "done":
-            by_id[entry["id"]].append(entry)
-    verdict = Verdict(told=len(told_set), processed=len(told_set & by_id.keys()),
-                      deliveries=sum(len(e) for e in by_id.values()))
-    verdict.lost = sorted(told_set - by_id.keys())
-    verdict.unconfirmed = len(by_id.keys() - told_set)
-    for message_id, deliveries in by_id.items():
-        first_send = [e for e in deliveries if not e.get("maybe_repeat")]
-        if all("started" in e for e in first_send):
-            repeats = sorted(first_send, key=lambda e: e["started"])[1:]
-            unflagged = sum(1 for e in repeats if not e["redelivered"])
-        else:
-            unflagged = max(0, sum(1 for e in first_send if not e["redelivered"]) - 1)
-        if unflagged:
-            verdict.unflagged.append(message_id)
-        verdict.flagged += len(deliveries) - 1 - unflagged
-    return verdict
-
-
-def check_sent_on(first: Iterable[Entry], second: Iterable[Entry]) -> Verdict:
-    """Check a pipeline's second stage (the ``done`` entries of its queue listener, each with
-    the ``source`` it received) against its first (the ``done`` entries of its topic
-    listener): each message the first stage processed counts as told-sent to the second, and
-    ``check`` judges the second stage's deliveries per ``source``; every delivery of one
-    source must carry one ``mdb_id`` (``renamed`` lists the sources that came under more)."""
-    processed = {e["id"] for e in first if e.get("event", "done") == "done"}
-    received = [e for e in second if e.get("event", "done") == "done"]
-    verdict = check(processed, [{**e, "id": e["source"]} for e in received])
-    ids: dict[str, set[str]] = defaultdict(set)
-    for entry in received:
-        ids[entry["source"]].add(entry["id"])
-    verdict.renamed = sorted(source for source, found in ids.items() if len(found) > 1)
-    return verdict
-
-
-def views(entries: Iterable[Entry], distribution: str) -> dict[str, list[Entry]]:
-    """The entries per app (``one-copy-per-app``) or per app/server (``one-copy-per-server``)."""
-    grouped: dict[str, list[Entry]] = defaultdict(list)
-    for entry in entries:
-        key = entry["app"] if distribution == PER_APP else f"{entry['app']}/{entry['server']}"
-        grouped[key].append(entry)
-    return grouped
 
 
 # -- settings and brokers ------------------------------------------------------------------------
@@ -184,7 +65,7 @@ def fault_settings(urls: Sequence[str | list[str]], topic: str, heartbeat_ms: in
 _CONNECTION_LOST = re.compile(r"connection-lost: broker (\w+)")
 _MEMBER_EVENT = re.compile(r"(member-available|member-unavailable): member (\S+)@(\w+)")
 _HEALTH = re.compile(r"mdb: health on (http://\S+)")
-LEDGER_APP = "tests.faults.ledger_app"
+LEDGER_APP = "tests.harness.topic_ledger_app"
 LOG_TAIL = 20  # log lines of each process kept for a failure's message
 
 
@@ -272,7 +153,7 @@ class LedgerProcess(ContainerProcess):
 
 
 class Fleet:
-    """Container processes of ``tests.faults.ledger_app`` on ``topic:<topic>``, one ledger.
+    """Container processes of ``tests.harness.topic_ledger_app`` on ``topic:<topic>``, one ledger.
 
     Every line of every process lands in ``seen`` (in the order the test read them); ``wait``
     reads lines until a condition holds.
@@ -463,110 +344,6 @@ class Fleet:
 def fleet(settings: Settings, topic: str) -> Iterator[Fleet]:
     with ExitStack() as stack:
         yield Fleet(settings, topic, stack)
-
-
-# -- the producer --------------------------------------------------------------------------------
-
-class LoadProducer:
-    """``Producer(settings)`` sending to ``topic:<topic>`` (``kind="queue"``: ``queue:<topic>``)
-    in a loop, in its own thread, with ``pace`` seconds between sends. ``told`` maps the id of
-    every send that returned to the broker that confirmed it; ``raised`` maps the id of every
-    send that raised to the error. ``switch`` makes it send with another topology
-    (``Brokers.apply``)."""
-
-    def __init__(self, settings: Settings, topic: str, pace: float = 0.01,
-                 kind: str = "topic") -> None:
-        self.settings, self.destination = settings, Destination.parse(f"{kind}:{topic}")
-        self.pace = pace
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # a send returned or the thread ended
-        self._told: dict[str, str] = {}
-        self._raised: dict[str, str] = {}
-        self._stopping = threading.Event()
-        self._switch: tuple[Settings, threading.Event] | None = None
-        self._error: BaseException | None = None
-        self._ended = False
-        self._thread = threading.Thread(target=self._main, daemon=True, name="load-producer")
-
-    def __enter__(self) -> LoadProducer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        """Stop sending; re-raise what broke the producer thread (anything not an MdbError)."""
-        self._stopping.set()
-        self._thread.join(timeout=WAIT)
-        assert not self._thread.is_alive(), "the producer did not stop"
-        if self._error is not None:
-            raise AssertionError(f"the producer failed: {self._error!r}") from self._error
-
-    @property
-    def told(self) -> dict[str, str]:
-        with self._lock:
-            return dict(self._told)
-
-    @property
-    def raised(self) -> dict[str, str]:
-        with self._lock:
-            return dict(self._raised)
-
-    def switch(self, settings: Settings, timeout: float = WAIT) -> None:
-        """Send with ``settings``' topology from now on: when this
-        returns, no send with the old topology is under way or will be made."""
-        switched = threading.Event()
-        with self._lock:
-            self._switch = settings, switched
-        if not switched.wait(timeout):
-            self.stop()  # re-raises what broke the producer thread, if anything did
-            raise AssertionError(f"the producer did not switch topology in {timeout} s")
-
-    def wait_told(self, count: int, timeout: float = WAIT) -> None:
-        """Wait until ``count`` more sends returned (the producer keeps going meanwhile)."""
-        with self._changed:
-            target = len(self._told) + count
-            done = self._changed.wait_for(
-                lambda: len(self._told) >= target or self._ended, timeout)
-            told = len(self._told) - (target - count)
-        if self._ended:
-            self.stop()  # re-raises what broke the producer thread
-        if not done:
-            raise AssertionError(f"{count} sends in {timeout} s: only {told}; raised "
-                                 f"{Counter(self.raised.values())}")
-
-    def _main(self) -> None:
-        try:
-            anyio.run(self._run)
-        except BaseException as exc:
-            self._error = exc
-        finally:
-            with self._changed:
-                self._ended = True
-                self._changed.notify_all()
-
-    async def _run(self) -> None:
-        async with Producer(self.settings) as producer:
-            number = 0
-            while not self._stopping.is_set():
-                with self._lock:
-                    switch, self._switch = self._switch, None
-                if switch is not None:
-                    producer.brokers.apply(switch[0], {})
-                    switch[1].set()
-                message = codec.outgoing(f"m{number}", None)
-                number += 1
-                try:
-                    member = await producer.send_message(self.destination, message)
-                except MdbError as exc:
-                    with self._lock:
-                        self._raised[message.headers[ID]] = type(exc).__name__
-                else:
-                    with self._changed:
-                        self._told[message.headers[ID]] = member.broker
-                        self._changed.notify_all()
-                await anyio.sleep(self.pace)
 
 
 # -- what is left on the brokers -----------------------------------------------------------------

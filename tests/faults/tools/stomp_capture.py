@@ -1,6 +1,6 @@
 """What went over the wire in a fault run, independent of mdb's own code and logs.
 
-A fault run started with ``--capture DIR`` (``tests.faults.random_faults``) records every
+A fault run started with ``--capture DIR`` (``tests.faults.tools.random_faults``) records every
 packet to and from the broker's STOMP port with ``tcpdump`` (``Capture``: one capture on the
 private bridge, where the container processes' connections pass, one on the loopback, where
 the producer's and the harness's do), keeps the broker's log files and each process's log in
@@ -8,7 +8,7 @@ DIR. This module then reads those captures without anything of mdb: a plain pcap
 TCP reassembly per connection and direction (gaps, i.e. bytes the capture missed, are
 counted), and a STOMP frame parser::
 
-    python -m tests.faults.stomp_capture DIR MDB_ID
+    python -m tests.faults.tools.stomp_capture DIR MDB_ID
 
 prints, with wall-clock times, every frame on every connection that mentions ``MDB_ID``
 (the producer's SEND, each MESSAGE delivering it, a send on whose body is it), the RECEIPT of
@@ -21,7 +21,6 @@ connections and restarts.
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import contextlib
 import json
@@ -38,6 +37,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
+
+from tests.faults.tools.command_line import parser_for
 
 __all__ = ["ACK_FLAG", "FIN", "SYN", "Capture", "Connection", "Frame", "Packet", "Wire",
            "connections", "frames", "read_pcap"]
@@ -631,8 +632,7 @@ def audit(wire: Wire) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.stomp_capture",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = parser_for("stomp_capture", __doc__)
     parser.add_argument("directory", type=Path, help="the --capture DIR of a fault run")
     parser.add_argument("ids", nargs="*", help="mdb ids to trace")
     parser.add_argument("--port", type=int, action="append",

@@ -1,4 +1,4 @@
-"""Two exactly-once stages (``tests.faults.exactly_once_app``) as container processes of one
+"""Two exactly-once stages (``tests.harness.exactly_once_app``) as container processes of one
 app on three ActiveMQ brokers (or as many as given) and a new database of a private
 PostgreSQL server, fed by a foreign producer, and the checks of their effect ledger: what
 the exactly-once fault tests and the random fault run's ``--exactly-once`` mode share
@@ -8,7 +8,7 @@ Both stages' destinations are partitioned over the brokers, one member on each, 
 member's name ending with its broker's (``a``, ``b``, ``c``): the first stage's topic
 ``topic:<topic>`` (one copy per app), its members ``<topic>.a``, …; the second stage's
 queue ``queue:<topic>.second``, its members ``<topic>.second.a``, …. The producer is plain
-stomp.py (``tests.faults.foreign``): its messages carry no ``mdb_id``, only a business id
+stomp.py (``tests.harness.foreign``): its messages carry no ``mdb_id``, only a business id
 in the body (``m17``), which keys the ledger in both stages.
 
 The contract after any fault: every business id whose send was confirmed has one row of
@@ -35,11 +35,11 @@ from mdb.errors import DatabaseUnavailable
 from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database
 from mdb.settings import DestinationSettings, MemberSettings
-from tests.contract.support import unique
-from tests.contract.test_crash import ContainerProcess
-from tests.faults.exactly_once_app import effects, ledger_tables
-from tests.faults.foreign import ForeignProducer, Member
-from tests.faults.ledger import WAIT, browse, fault_settings
+from tests.harness.container_process import ContainerProcess
+from tests.harness.exactly_once_app import effects, ledger_tables
+from tests.harness.fleet import WAIT, browse, fault_settings
+from tests.harness.foreign import ForeignProducer, Member
+from tests.harness.in_process import unique
 from tests.harness.postgresql import PostgreSQL
 from tests.harness.process import BrokerProcess
 
@@ -96,7 +96,7 @@ class Stages:
         before its command (``Namespace.prefix`` runs it in a network namespace)."""
         process = self.stack.enter_context(ContainerProcess(
             self.settings, "unused", APP, server, hang=False, prefix=prefix,
-            module="tests.faults.exactly_once_app", env={
+            module="tests.harness.exactly_once_app", env={
                 "EO_TOPIC": self.topic,
                 "MDB_DATABASES": json.dumps({"main": {
                     "url": self.url, "timeout": TIMEOUT, "outbox_lease": 1.5}}),
