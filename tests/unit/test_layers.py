@@ -149,3 +149,15 @@ def test_the_delivery_path_knows_no_database() -> None:
             found = {name for name in _imports(path, set(CORE))
                      if _under(name, {"sqlalchemy", "mdb.exactly_once", "mdb.database_settings"})}
             assert not found, f"{module} imports {sorted(found)}"
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    unnamed = []
+    for module, path in CORE.items():
+        relative = path.relative_to(ROOT)
+        package = f"`{relative.parent}/`"
+        if f"`{relative}`" not in page and f"`{relative.stem}`" not in page \
+                and not (relative.stem == "__init__" and package in page):
+            unnamed.append(module)
+    assert not unnamed, f"docs/architecture.md, \"Every module\", lacks {unnamed}"
