@@ -73,9 +73,10 @@ _REFUSED_HEADERS = {
 _ONCE_HEADERS = {
     "type": "object",
     "properties": {
-        ID: {"type": "string", "description": "the message's id: a message with the id of "
-                                              "one this listener processed is not run again "
-                                              "(without it, a digest of the content counts)"},
+        ID: {"type": "string", "description": "the message's id: a copy of a message this "
+                                              "listener processed is not run again; without "
+                                              "it, the broker's message id counts, else a "
+                                              "digest of the content (docs/exactly-once.md)"},
     },
 }
 
