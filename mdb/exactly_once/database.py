@@ -48,6 +48,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from mdb.database_settings import URL_EXAMPLES, DatabaseSettings
 from mdb.errors import ConfigurationError, DatabaseUnavailable, SessionMisuse
+from mdb.exactly_once import sqlite
 from mdb.redaction import redact_url
 
 log = logging.getLogger("mdb.database")
@@ -377,6 +378,7 @@ def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
     except ArgumentError as exc:  # the dialect refuses the URL (its text hides the password)
         raise ConfigurationError(f"{setting}: {_first_line(exc)}") from None
     if url.get_backend_name() == "sqlite":
+        event.listen(engine.sync_engine, "do_connect", sqlite.connecting)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         # aiosqlite logs each call at DEBUG with its arguments, a statement's parameters among
         # them (docs/security.md, "Secrets"); its other lines say nothing mdb does not.

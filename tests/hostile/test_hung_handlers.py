@@ -180,12 +180,13 @@ async def test_stuck_plain_handlers_turn_readiness_false_and_status_names_them(
 
 
 class MdbRun:
-    """``mdb run`` of ``STUCK_APP`` in a subprocess; its output lines in ``lines``."""
+    """``mdb run`` of ``app`` (the source of a module, ``STUCK_APP`` unless given) in a
+    subprocess; its output lines in ``lines``."""
 
-    def __init__(self, folder: Path, env: dict[str, str]) -> None:
-        (folder / "stuck_app.py").write_text(STUCK_APP)
+    def __init__(self, folder: Path, env: dict[str, str], app: str = STUCK_APP) -> None:
+        (folder / "test_app.py").write_text(app)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mdb.cli", "run", "stuck_app"], cwd=folder,
+            [sys.executable, "-m", "mdb.cli", "run", "test_app"], cwd=folder,
             env={**os.environ, "MDB_SHUTDOWN_GRACE_PERIOD": "0.2", **env},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
