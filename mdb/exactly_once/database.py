@@ -67,15 +67,19 @@ class Database:
         self.name = name
         self.settings = settings
         self.engine = _engine(name, settings)
-        self._sessions = async_sessionmaker(self.engine, expire_on_commit=False,
+        self._sqlite = self.engine.dialect.name == "sqlite"
+        self._connections = sqlite.configure(self.engine) if self._sqlite else None
+        # mdb's own transactions write: on SQLite each takes the write lock as it begins,
+        # waiting for it as long as another holds it (``sqlite``).
+        writing = self.engine.execution_options(**sqlite.WRITES) if self._sqlite else self.engine
+        self._sessions = async_sessionmaker(writing, expire_on_commit=False,
                                             sync_session_class=_Session)
         # For a statement in a transaction of its own (``autocommitted``): on PostgreSQL
-        # committed as it runs, without the BEGIN and COMMIT round trips; SQLite's implicit
-        # transaction costs less than switching its connection to autocommit and back
-        # through aiosqlite's thread.
-        self._single: AsyncEngine = (
-            self.engine if self.engine.dialect.name == "sqlite"
-            else self.engine.execution_options(isolation_level="AUTOCOMMIT"))
+        # committed as it runs, without the BEGIN and COMMIT round trips; SQLite's transaction
+        # costs less than switching its connection to autocommit and back through aiosqlite's
+        # thread.
+        self._single: AsyncEngine = writing if self._sqlite else self.engine.execution_options(
+            isolation_level="AUTOCOMMIT")
         self.down: DatabaseUnavailable | None = None
         """Why the last session could not reach the database; None once one did."""
         # Not a ping each time a connection leaves the pool (three round trips on asyncpg,
@@ -108,6 +112,8 @@ class Database:
         raises. A driver error saying the database cannot be reached, or a commit that takes
         longer than ``timeout``, becomes ``DatabaseUnavailable``."""
         async with self._reaching(), self._sessions() as session, session.begin():
+            if self._sqlite:  # the write lock, waited for before any statement's deadline
+                await session.connection()
             yield session
             with _deadline(self):  # in doubt then: the message's next claim finds out
                 await session.commit()
@@ -191,6 +197,8 @@ class Database:
     async def close(self) -> None:
         with anyio.CancelScope(shield=True):
             await self.engine.dispose()
+            if self._connections is not None:
+                await self._connections.ended(self.settings.timeout)
 
 
 _HANDLER: ContextVar[str | None] = ContextVar("mdb_handler", default=None)
@@ -263,11 +271,11 @@ async def at_startup(database: Database) -> AsyncIterator[None]:
     ``ConfigurationError`` naming the settings to check (docs/exactly-once.md: nothing runs
     until they or the server are set right)."""
     name = database.name
-    sqlite = make_url(database.settings.url).get_backend_name() == "sqlite"
-    check = (f"may mdb create and write the file (databases.{name}.url)?" if sqlite else
+    embedded = make_url(database.settings.url).get_backend_name() == "sqlite"
+    check = (f"may mdb create and write the file (databases.{name}.url)?" if embedded else
              f"is it running, and are databases.{name}.url, databases.{name}.username and "
              f"databases.{name}.password (or password_file) right?")
-    if sqlite:
+    if embedded:
         _sqlite_folder(database)
     try:
         with database.deadline():
@@ -348,8 +356,8 @@ def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
     # spans and the error header mdb_error_message (docs/security.md, "Secrets").
     options: dict[str, Any] = {"hide_parameters": True}
     if url.get_backend_name() == "sqlite":
-        # Writers wait for each other instead of failing at once ("database is locked").
-        options["connect_args"] = {"timeout": settings.timeout}
+        # SQLite's busy handler: how long a wait for a lock lasts before mdb tries again.
+        options["connect_args"] = {"timeout": sqlite.BUSY_TIMEOUT}
     else:
         # Last in, first out: under load the same few connections are used again at once
         # (not pinged); the others wait, and are pinged when they are needed.
@@ -378,8 +386,6 @@ def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
     except ArgumentError as exc:  # the dialect refuses the URL (its text hides the password)
         raise ConfigurationError(f"{setting}: {_first_line(exc)}") from None
     if url.get_backend_name() == "sqlite":
-        event.listen(engine.sync_engine, "do_connect", sqlite.connecting)
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         # aiosqlite logs each call at DEBUG with its arguments, a statement's parameters among
         # them (docs/security.md, "Secrets"); its other lines say nothing mdb does not.
         logging.getLogger("aiosqlite").setLevel(logging.INFO)
@@ -392,12 +398,3 @@ def _making(_dialect: Any, record: ConnectionPoolEntry, _args: Any, _params: Any
 
 def _returned(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
     record.info["returned"] = time.monotonic()
-
-
-def _sqlite_pragmas(connection: Any, _record: Any) -> None:
-    # WAL lets readers go on while one writer commits; FULL sync makes a commit durable
-    # before it returns (the inbox row is the promise that a message was processed).
-    cursor = connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=FULL")
-    cursor.close()

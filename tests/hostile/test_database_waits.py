@@ -1,12 +1,25 @@
-"""A database that makes mdb wait (docs/exactly-once.md, "A bad day of the database"): a stop
-ends the process whatever its statements were doing."""
+"""A database that makes mdb wait (docs/exactly-once.md, "A bad day of the database"): a
+transaction of a slow handler holding SQLite's write lock is no outage, and a stop ends the
+process whatever its statements were doing."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
-from tests.contract.support import unique
+import anyio
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from mdb import Context, listener
+from mdb.database_settings import DatabaseSettings
+from mdb.exactly_once import tables
+from mdb.exactly_once.database import Database
+from mdb_memory.state import BrokerState, broker_state
+from tests.contract.support import WAIT, Calls, running, settings_for, unique
+from tests.contract.test_exactly_once import send_bodies
 from tests.hostile.test_hung_handlers import MdbRun
 from tests.hostile.test_inputs import mdb
 
@@ -57,3 +70,64 @@ def test_a_stop_ends_the_process_while_statements_wait_for_sqlites_lock(tmp_path
     finally:
         holder.close()
     assert "Task was destroyed" not in "".join(run.seen)
+
+
+def settled(queue: str, count: int) -> Callable[[BrokerState], bool]:
+    """Whether ``count`` messages of ``queue`` were acknowledged, and none is left."""
+    def condition(state: BrokerState) -> bool:
+        stats = state.stats(queue)
+        return stats is not None and (stats.dequeued, stats.depth, stats.in_flight) == (
+            count, 0, 0)
+    return condition
+
+
+@pytest.mark.anyio
+async def test_a_slow_handler_holding_sqlites_write_lock_is_no_outage(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """SQLite lets one transaction write at a time: while a slow handler's transaction holds
+    the lock, the other listeners' deliveries wait for it, however long past ``timeout``. They
+    are neither held for an outage nor run twice, and the container stays ready."""
+    database = Database("main", DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path}/app.db",
+                                                 timeout=0.3))
+    await tables.upgrade(database.engine)
+    name = unique("m")
+    url, state = f"memory://{name}", broker_state(name)
+    slow_queue, fast_queue = f"queue:{unique('slow')}", f"queue:{unique('fast')}"
+    calls = Calls()
+
+    @listener(slow_queue, exactly_once="main")
+    async def on_slow(body: str, session: AsyncSession) -> None:
+        calls.add("slow", body)
+        await anyio.sleep(5 * 0.3)  # the handler's own work, five times the database's timeout
+
+    @listener(fast_queue, exactly_once="main", pool=2)
+    async def on_fast(body: str, ctx: Context, session: AsyncSession) -> None:
+        calls.add("fast", (body, ctx.redelivered))
+
+    unready: list[object] = []
+
+    async def watch_readiness() -> None:
+        while True:
+            if not container.health().ready:
+                unready.append(container.health().unready())
+            await anyio.sleep(0.05)  # a container's health is known only when asked
+
+    caplog.set_level(logging.INFO)
+    async with running(settings_for(url, databases={"main": database.settings}),
+                       on_slow, on_fast) as container, anyio.create_task_group() as watching:
+        watching.start_soon(watch_readiness)
+        await send_bodies(url, slow_queue, ["s-1"])
+        await calls.wait(lambda c: bool(c.of("slow")))  # its transaction holds the lock
+        await send_bodies(url, fast_queue, [f"f-{n}" for n in range(4)])
+        with anyio.fail_after(WAIT):
+            await state.wait_until(settled(fast_queue, 4))
+            await state.wait_until(settled(slow_queue, 1))
+        watching.cancel_scope.cancel()
+    await database.close()
+    assert sorted(calls.of("fast"), key=repr) == [(f"f-{n}", False) for n in range(4)]  # once
+    assert [(d.stats.redelivered, d.stats.rolled_back) for d in container.deployed] == [
+        (0, 0), (0, 0)]
+    assert unready == []
+    noted = [r.getMessage() for r in caplog.records
+             if r.name in ("mdb.database", "asyncio") or r.levelno >= logging.WARNING]
+    assert noted == []  # no outage, no task left pending
