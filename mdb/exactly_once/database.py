@@ -14,6 +14,7 @@ deliveries wait for its end (``reachable``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -34,6 +35,7 @@ from sqlalchemy.exc import (
     InvalidRequestError,
     NoSuchModuleError,
     OperationalError,
+    SQLAlchemyError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
@@ -95,6 +97,16 @@ class Database:
         event.listen(self.engine.sync_engine, "do_connect", _making)
         event.listen(self.engine.sync_engine, "checkin", _returned)
         event.listen(self.engine.sync_engine, "checkout", self._checked_out)
+        # A connection dropped while its statement ran (its caller was cancelled: a
+        # ``handler_timeout``, a stop, a deadline of mdb's) leaves the statement running on
+        # PostgreSQL with its transaction's locks, the inbox row's among them, which the
+        # message's redelivery would wait for: the server notices a client gone only when it
+        # next writes to it, and the driver's own cancel request is dropped with the
+        # connection. Its backend is ended as the session or statement it served ends
+        # (``_reaching``). SQLite's connections interrupt their statement as they close.
+        self._orphans: set[int] = set()
+        if not self._sqlite:
+            event.listen(self.engine.sync_engine, "invalidate", self._invalidated)
         self.since = time.time()
         """``time.time()`` of the last change of ``down``."""
         # Made by the first task that waits for an outage's end, or its start.
@@ -136,7 +148,30 @@ class Database:
         except DatabaseUnavailable as exc:
             self.unavailable(exc)
             raise
+        finally:
+            if self._orphans:
+                await self._end_orphans()
         self.answered()
+
+    def _invalidated(self, dbapi_connection: Any, _record: ConnectionPoolEntry,
+                     exception: BaseException | None) -> None:
+        if isinstance(exception, asyncio.CancelledError) and dbapi_connection is not None:
+            # asyncpg's connection knows its backend's pid (no round trip)
+            self._orphans.add(dbapi_connection.driver_connection.get_server_pid())
+
+    async def _end_orphans(self) -> None:
+        """End the backends of the connections dropped mid-statement (``_invalidated``),
+        shielded from the cancellation that dropped them and bounded by ``timeout``."""
+        ended, self._orphans = self._orphans, set()
+        with anyio.CancelScope(shield=True,
+                               deadline=anyio.current_time() + self.settings.timeout):
+            try:
+                async with self._single.connect() as connection:
+                    for pid in ended:
+                        await connection.execute(_TERMINATE, {"pid": pid})
+            except (SQLAlchemyError, OSError) as exc:  # the database is out of reach: so are they
+                log.debug("database %s: backends %s not ended: %s", self.name, sorted(ended),
+                          _first_line(exc))
 
     def unavailable(self, why: DatabaseUnavailable) -> None:
         """The database was out of reach: the first time of an outage, say so."""
@@ -200,6 +235,8 @@ class Database:
             if self._connections is not None:
                 await self._connections.ended(self.settings.timeout)
 
+
+_TERMINATE = text("SELECT pg_terminate_backend(:pid)")
 
 _HANDLER: ContextVar[str | None] = ContextVar("mdb_handler", default=None)
 

@@ -20,7 +20,11 @@ whose statement was cancelled (a stop, a ``handler_timeout``) in just that way, 
 request to stop the thread; the task waiting then never ended, and neither did ``mdb run``,
 whose event loop waits at exit for every task. Here a close asks the thread to stop once, and
 waits for it at most once: the thread closes the connection when the statements queued
-before are done, then ends, whether the close was waited for or not. A close of the engine
+before are done, then ends, whether the close was waited for or not. A statement running then
+is interrupted (``sqlite3``'s ``interrupt``) and its transaction rolled back: its caller was
+cancelled (a ``handler_timeout``), and it would otherwise go on to its end, however far,
+holding the write lock (a wait for a lock is not interrupted: it ends with the busy timeout).
+A close of the engine
 (``Database.close``, the container's last step) waits a while for the threads still in a
 statement, so that none answers an event loop that is gone. The threads are daemons, as
 SQLAlchemy's own aiosqlite connections' are: one left in a statement never holds up the
@@ -103,8 +107,8 @@ class Connections:
 
 
 class Connection(aiosqlite.Connection):
-    """An aiosqlite connection whose ``close`` ends whatever cancels it; its thread joins
-    ``closing`` once it was asked to stop."""
+    """An aiosqlite connection whose ``close`` ends whatever cancels it, and the statement it
+    runs; its thread joins ``closing`` once it was asked to stop."""
 
     def __init__(self, connector: Callable[[], sqlite3.Connection],
                  closing: weakref.WeakSet[threading.Thread]) -> None:
@@ -114,6 +118,14 @@ class Connection(aiosqlite.Connection):
         self._stop_asked = False
 
     def stop(self) -> asyncio.Future[Any] | None:
+        connection = self._connection
+        if not self._stop_asked and connection is not None:
+            # A statement still running is one whose caller was cancelled (a close waits for
+            # no other): ended now, not when it is done. Its transaction is rolled back before
+            # the close: a cursor still referenced would keep the closed connection, and its
+            # write lock, alive until the cursor is collected.
+            connection.interrupt()
+            self._tx.put_nowait((None, connection.rollback))
         self._stop_asked = True
         self._closing.add(self._thread)
         return super().stop()

@@ -1,25 +1,27 @@
 """A database that makes mdb wait (docs/exactly-once.md, "A bad day of the database"): a
-transaction of a slow handler holding SQLite's write lock is no outage, and a stop ends the
+transaction of a slow handler holding SQLite's write lock is no outage, a handler cancelled
+past its ``handler_timeout`` has its statement ended in the database too, and a stop ends the
 process whatever its statements were doing."""
 
 from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mdb import Context, listener
+from mdb import Context, Redelivery, listener
 from mdb.database_settings import DatabaseSettings
 from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database
 from mdb_memory.state import BrokerState, broker_state
 from tests.contract.support import WAIT, Calls, running, settings_for, unique
-from tests.contract.test_exactly_once import send_bodies
+from tests.contract.test_exactly_once import database_url, prepared, send_bodies
 from tests.hostile.test_hung_handlers import MdbRun
 from tests.hostile.test_inputs import mdb
 
@@ -131,3 +133,55 @@ async def test_a_slow_handler_holding_sqlites_write_lock_is_no_outage(
     noted = [r.getMessage() for r in caplog.records
              if r.name in ("mdb.database", "asyncio") or r.levelno >= logging.WARNING]
     assert noted == []  # no outage, no task left pending
+
+
+# A statement that runs until something ends it.
+ENDLESS = {
+    "sqlite": "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) "
+              "SELECT count(*) FROM n",
+    "postgresql": "SELECT pg_sleep(3600)",
+}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    """A database of the test's own, SQLite or PostgreSQL, with mdb's tables; mdb's
+    statements time out after 2 s."""
+    made = await prepared(await database_url(request, tmp_path), timeout=2.0)
+    yield made
+    await made.close()
+
+
+@pytest.mark.anyio
+async def test_a_handler_cancelled_past_its_timeout_has_its_statement_ended(
+        database: Database) -> None:
+    """The statement a handler was awaiting when ``handler_timeout`` cancelled it goes on in
+    the database unless mdb ends it (PostgreSQL notices a client gone only when it next
+    writes to it; SQLite's thread runs it to its end), with the run's locks: the inbox row's,
+    SQLite's write lock. The message's redelivery would wait for them."""
+    database_kind = database.engine.dialect.name
+    name = unique("m")
+    url, state, queue = f"memory://{name}", broker_state(name), f"queue:{unique('endless')}"
+    calls = Calls()
+
+    @listener(queue, exactly_once="main", handler_timeout=0.5,
+              redelivery=Redelivery(limit=1, delay=0))
+    async def on_order(body: str, ctx: Context, session: AsyncSession) -> None:
+        calls.add("ran", ctx.delivery_count)
+        if ctx.delivery_count == 1:
+            await session.execute(text(ENDLESS[database_kind]))
+
+    async with running(settings_for(url, databases={"main": database.settings}),
+                       on_order) as container:
+        await send_bodies(url, queue, ["o-1"])
+        with anyio.fail_after(WAIT):
+            await state.wait_until(settled(queue, 2))  # the first delivery, then its copy
+        [deployed] = container.deployed
+        assert (deployed.stats.processed, deployed.stats.redelivered) == (1, 1)
+    if database_kind == "postgresql":
+        async with database.engine.connect() as connection:
+            running_still = (await connection.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE query = :endless"),
+                {"endless": ENDLESS[database_kind]})).scalar_one()
+        assert running_still == 0
+    assert calls.of("ran") == [1, 2]
