@@ -45,6 +45,8 @@ log = logging.getLogger("mdb.outbox")
 UNSURE = (ConnectionLost, ConnectionFailed, SendOutcomeUnknown)
 """Send failures that say nothing against the message: it is tried again later."""
 SWEEP_BATCH = 100
+"""Rows a sweep claims at once: their addresses and leases, not their messages, which are read
+one at a time as they are sent."""
 RENEW_BATCH = 1000  # rows a lease renewal names in one statement
 PENDING_POLL = 0.2
 """Seconds between two looks at rows a dispatch under way still holds, at most."""
@@ -52,6 +54,11 @@ PENDING_POLL = 0.2
 # Built once: a statement built per call costs its cache key again at every execution.
 _WRITE = outbox.insert()
 _FORGET = delete(outbox).where(outbox.c.seq == bindparam("seq"))
+_MESSAGE = select(outbox.c.body, outbox.c.headers, outbox.c.reply_to,
+                  outbox.c.correlation_id).where(outbox.c.seq == bindparam("seq"))
+# What a claim reads back of each row: everything but its message.
+_ADDRESSED = (outbox.c.seq, outbox.c.destination, outbox.c.reply_address, outbox.c.reply_broker,
+              outbox.c.member_key, outbox.c.error_destination, outbox.c.lease_until)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +71,10 @@ class Row:
     target: ReplyTo
     broker: str | None
     key: str | None
-    message: OutgoingMessage
+    message: OutgoingMessage | None
+    """As written; None in a row read back, whose message (its body above all) is read only
+    as it is sent (``Dispatcher``): a sweep holds one at a time, however many rows wait and
+    however large they are."""
     error_destination: Destination
     lease_until: float
     """``time.time()`` when its lease runs out, as written or last renewed."""
@@ -254,8 +264,11 @@ class Dispatcher:
                         raise failed[0]
                     if row.seq in lost:
                         continue
+                    message = row.message or await self._message(row.seq)
+                    if message is None:  # another process took the row and sent it
+                        continue
                     try:
-                        await self._send(row)
+                        await self._send(row, message)
                     except BrokerError as exc:
                         await self._release(rows[index:], exc)
                         raise
@@ -303,36 +316,50 @@ class Dispatcher:
         claim = (update(outbox).where(outbox.c.seq.in_(oldest.scalar_subquery()), which)
                  .values(owner=self._owner,
                          lease_until=time.time() + database.settings.outbox_lease)
-                 .returning(*outbox.c))
+                 .returning(*_ADDRESSED))
         async with database.session() as session:
             with database.deadline():
                 claimed = (await session.execute(claim)).mappings().all()
         return sorted((_row(r) for r in claimed), key=lambda r: r.seq)
 
-    async def _send(self, row: Row) -> None:
+    async def _message(self, seq: int) -> OutgoingMessage | None:
+        """The message of row ``seq``, read as it is about to be sent; None: the row is gone."""
+        database = self._database
+        async with database.autocommitted() as connection:
+            with database.deadline():
+                found = (await connection.execute(_MESSAGE, {"seq": seq})).first()
+        if found is None:
+            return None
+        return OutgoingMessage(
+            found.body, json.loads(found.headers),
+            reply_to=None if found.reply_to is None else Destination.parse(found.reply_to),
+            correlation_id=found.correlation_id)
+
+    async def _send(self, row: Row, message: OutgoingMessage) -> None:
         try:
             if isinstance(row.target, ReplyAddress):
                 assert row.broker is not None
-                await self._producer.send_reply(row.broker, row.target, row.message)
+                await self._producer.send_reply(row.broker, row.target, message)
             else:
-                await self._producer.send_message(row.target, row.message, key=row.key,
+                await self._producer.send_message(row.target, message, key=row.key,
                                                   prefer=row.broker)
         except UNSURE:
             raise
         except BrokerError as exc:
-            await self._move_to_error(row, exc)
+            await self._move_to_error(row, message, exc)
 
-    async def _move_to_error(self, row: Row, refusal: BrokerError) -> None:
+    async def _move_to_error(self, row: Row, message: OutgoingMessage,
+                             refusal: BrokerError) -> None:
         """A row its broker refused: its message to the error destination, saying why."""
-        headers = dict(row.message.headers)
+        headers = dict(message.headers)
         headers.update({headers_.ERROR_TYPE: error_type(refusal),
                         headers_.ERROR_MESSAGE: str(refusal)[:4000],
                         headers_.ORIGINAL_DESTINATION: str(row.target)})
         kept, _ = bounded(headers, self._producer.brokers.header_limits)
-        copy = OutgoingMessage(row.message.body, kept, correlation_id=row.message.correlation_id)
+        copy = OutgoingMessage(message.body, kept, correlation_id=message.correlation_id)
         await self._producer.send_message(row.error_destination, copy)
-        log.warning("outbox: message %s refused by %s (%s); moved to %s", row.message.headers.get(
-            ID), row.target, refusal, row.error_destination)
+        log.warning("outbox: message %s refused by %s (%s); moved to %s",
+                    message.headers.get(ID), row.target, refusal, row.error_destination)
 
     async def _forget(self, seq: int) -> None:
         # A connection, not a session: an ORM session costs more than the delete.
@@ -359,9 +386,5 @@ def _row(values: object) -> Row:
     v = dict(values)  # type: ignore[call-overload]
     target: ReplyTo = (ReplyAddress(v["reply_address"]) if v["reply_address"] is not None
                        else Destination.parse(v["destination"]))
-    message = OutgoingMessage(
-        v["body"], json.loads(v["headers"]),
-        reply_to=None if v["reply_to"] is None else Destination.parse(v["reply_to"]),
-        correlation_id=v["correlation_id"])
-    return Row(v["seq"], target, v["reply_broker"], v["member_key"], message,
+    return Row(v["seq"], target, v["reply_broker"], v["member_key"], None,
                Destination.parse(v["error_destination"]), v["lease_until"])
