@@ -156,8 +156,11 @@ class Database:
     def _invalidated(self, dbapi_connection: Any, _record: ConnectionPoolEntry,
                      exception: BaseException | None) -> None:
         if isinstance(exception, asyncio.CancelledError) and dbapi_connection is not None:
-            # asyncpg's connection knows its backend's pid (no round trip)
-            self._orphans.add(dbapi_connection.driver_connection.get_server_pid())
+            # asyncpg's connection knows its backend's pid, without a round trip; another
+            # driver's backend is left to end on its own.
+            pid = getattr(dbapi_connection.driver_connection, "get_server_pid", None)
+            if pid is not None:
+                self._orphans.add(pid())
 
     async def _end_orphans(self) -> None:
         """End the backends of the connections dropped mid-statement (``_invalidated``),
