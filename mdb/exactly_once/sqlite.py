@@ -5,12 +5,12 @@ always ends, and transactions of mdb's own that wait for the write lock instead 
 its lock. An exactly-once delivery's transaction holds it from its claim to its commit, the
 whole run of its handler, so a legitimately slow handler makes every other write of the
 database wait, mdb's included (the claims of other deliveries, the outbox's deletes). That
-wait is no outage (docs/exactly-once.md, "A bad day of the database"): mdb's transactions
+wait is no outage (docs/exactly-once.md, "SQLite: one writer at a time"): mdb's transactions
 (those of an engine with ``WRITES``) take the lock as they begin (``BEGIN IMMEDIATE``) and wait
 for it as long as it takes, trying again each time SQLite's busy timeout (``BUSY_TIMEOUT``)
-runs out; within them no statement waits, nor can fail for the lock. Other
-transactions (``tables.check`` at startup, an application's own on mdb's engine) begin as
-SQLite's do by default: reading needs no lock.
+runs out; within them no statement waits, nor can fail for the lock. Other transactions
+(``tables.check`` at startup, an application's own on mdb's engine) begin as SQLite's do by
+default: reading needs no lock.
 
 **A close that always ends.** aiosqlite runs a connection's statements on a thread of its
 own, one after the other. Its ``close()`` queues the close behind the statement running, and
@@ -24,11 +24,10 @@ before are done, then ends, whether the close was waited for or not. A statement
 is interrupted (``sqlite3``'s ``interrupt``) and its transaction rolled back: its caller was
 cancelled (a ``handler_timeout``), and it would otherwise go on to its end, however far,
 holding the write lock (a wait for a lock is not interrupted: it ends with the busy timeout).
-A close of the engine
-(``Database.close``, the container's last step) waits a while for the threads still in a
-statement, so that none answers an event loop that is gone. The threads are daemons, as
-SQLAlchemy's own aiosqlite connections' are: one left in a statement never holds up the
-process's exit.
+A close of the engine (``Database.close``, the container's last step) waits a while for the
+threads still in a statement, so that none answers an event loop that is gone. The threads
+are daemons, as SQLAlchemy's own aiosqlite connections' are: one left in a statement never
+holds up the process's exit.
 """
 
 from __future__ import annotations
@@ -57,7 +56,8 @@ BUSY_TIMEOUT = 1.0
 """Seconds SQLite's busy handler waits for a lock at a time: then mdb tries again. A wait
 cancelled (a stop) holds its connection's thread that long at most."""
 
-WRITES = {"mdb_sqlite_writes": True}
+_WRITING = "mdb_sqlite_writes"
+WRITES = {_WRITING: True}
 """The execution options of an engine whose transactions write: each takes the write lock as
 it begins, waiting for it as long as another transaction holds it."""
 
@@ -151,7 +151,7 @@ def _connected(connection: Any, _record: Any) -> None:
 
 
 def _begin(connection: SyncConnection) -> None:
-    if not connection.get_execution_options().get("mdb_sqlite_writes"):
+    if not connection.get_execution_options().get(_WRITING):
         connection.exec_driver_sql("BEGIN")
         return
     started = time.monotonic()
