@@ -61,7 +61,7 @@ from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database, at_startup
 from mdb.http.client import NotLive, Unreachable, fetch_status, health_url
 from mdb.links import adapters
-from mdb.message import CONTENT_TYPE, ID, MAX_SEND_FILE_BYTES, addressed
+from mdb.message import CONTENT_TYPE, ID, MAX_BODY_BYTES, addressed
 from mdb.planning import plan_listeners, slots_per_broker
 from mdb.process import serve
 from mdb.producer import Producer
@@ -224,15 +224,15 @@ def _body(text: str | None, file: str | None) -> str | bytes:
         raise ConfigurationError("mdb send: give the BODY or --file PATH (- for stdin), not both")
     try:
         if file == "-":
-            body = sys.stdin.buffer.read(MAX_SEND_FILE_BYTES + 1)
+            body = sys.stdin.buffer.read(MAX_BODY_BYTES + 1)
         else:
             with open(file, "rb") as source:
-                body = source.read(MAX_SEND_FILE_BYTES + 1)
+                body = source.read(MAX_BODY_BYTES + 1)
     except OSError as exc:
         raise ConfigurationError(f"mdb send --file {file}: {exc.strerror or exc}") from None
-    if len(body) > MAX_SEND_FILE_BYTES:
+    if len(body) > MAX_BODY_BYTES:
         raise ConfigurationError(f"mdb send --file {file}: more than "
-                                 f"{MAX_SEND_FILE_BYTES >> 20} MiB, the largest body mdb send "
+                                 f"{MAX_BODY_BYTES >> 20} MiB, the largest body mdb send "
                                  "sends")
     return body
 

@@ -36,7 +36,9 @@ class DatabaseSettings(BaseModel):
     timeout: Annotated[float, Field(gt=0, le=DAY)] = Field(
         10.0, description="seconds mdb's own statements (the inbox claim, the commit, the "
                           "outbox dispatch) may take before the database counts as "
-                          "unavailable: the delivery is held until it answers")
+                          "unavailable: the delivery is held until it answers. On SQLite a "
+                          "wait for the write lock another transaction holds is not counted "
+                          "(docs/exactly-once.md)")
     inbox_retention: Annotated[float, Field(ge=HOUR, le=3650 * DAY)] = Field(
         7 * DAY, description="seconds an inbox row is kept: a copy redelivered later than "
                              "this would run again (NServiceBus and MassTransit keep 7 days)")

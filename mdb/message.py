@@ -150,7 +150,8 @@ def refuse_nul(headers: Mapping[str, str]) -> None:
             raise EncodeError(f"header {name!r}: a NUL byte cannot be sent in a header")
 
 
-# The largest body ``mdb send --file`` reads: well inside the frames the brokers take by
-# default (ActiveMQ's STOMP `maxFrameSize`, 100 MiB, and RabbitMQ 3.x's `max_message_size`,
-# 128 MiB), headers included.
-MAX_SEND_FILE_BYTES = 64 * 1024 * 1024
+# The largest body ``mdb send --file`` reads and an outbox row keeps: well inside the frames
+# the brokers take by default (ActiveMQ's STOMP `maxFrameSize`, 100 MiB, and RabbitMQ 3.x's
+# `max_message_size`, 128 MiB), headers included. A broker refuses a larger one by dropping
+# the connection, which says nothing against the message: an outbox would send it for ever.
+MAX_BODY_BYTES = 64 * 1024 * 1024

@@ -5,6 +5,8 @@ commit together, without two-phase commit (docs/exactly-once.md).
   database, whose driver errors become mdb's (``DatabaseUnavailable``) at this edge, and
   ``database_url``, the URL with the credentials mdb connects with, for the application's own
   engines;
+* ``sqlite``: SQLite's connections as mdb makes them (aiosqlite's, closed without waiting for
+  ever);
 * ``tables``: mdb's two tables, made by ``mdb db upgrade`` and checked at startup;
 * ``inbox``: the ids of the messages a listener processed, claimed in the handler's own
   database transaction, so that a redelivered copy is settled without running it again;

@@ -14,6 +14,7 @@ deliveries wait for its end (``reachable``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -34,6 +35,7 @@ from sqlalchemy.exc import (
     InvalidRequestError,
     NoSuchModuleError,
     OperationalError,
+    SQLAlchemyError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
@@ -48,6 +50,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from mdb.database_settings import URL_EXAMPLES, DatabaseSettings
 from mdb.errors import ConfigurationError, DatabaseUnavailable, SessionMisuse
+from mdb.exactly_once import sqlite
 from mdb.redaction import redact_url
 
 log = logging.getLogger("mdb.database")
@@ -66,15 +69,19 @@ class Database:
         self.name = name
         self.settings = settings
         self.engine = _engine(name, settings)
-        self._sessions = async_sessionmaker(self.engine, expire_on_commit=False,
+        self._sqlite = self.engine.dialect.name == "sqlite"
+        self._connections = sqlite.configure(self.engine) if self._sqlite else None
+        # mdb's own transactions write: on SQLite each takes the write lock as it begins,
+        # waiting for it as long as another holds it (``sqlite``).
+        writing = self.engine.execution_options(**sqlite.WRITES) if self._sqlite else self.engine
+        self._sessions = async_sessionmaker(writing, expire_on_commit=False,
                                             sync_session_class=_Session)
         # For a statement in a transaction of its own (``autocommitted``): on PostgreSQL
-        # committed as it runs, without the BEGIN and COMMIT round trips; SQLite's implicit
-        # transaction costs less than switching its connection to autocommit and back
-        # through aiosqlite's thread.
-        self._single: AsyncEngine = (
-            self.engine if self.engine.dialect.name == "sqlite"
-            else self.engine.execution_options(isolation_level="AUTOCOMMIT"))
+        # committed as it runs, without the BEGIN and COMMIT round trips; SQLite's transaction
+        # costs less than switching its connection to autocommit and back through aiosqlite's
+        # thread.
+        self._single: AsyncEngine = writing if self._sqlite else self.engine.execution_options(
+            isolation_level="AUTOCOMMIT")
         self.down: DatabaseUnavailable | None = None
         """Why the last session could not reach the database; None once one did."""
         # Not a ping each time a connection leaves the pool (three round trips on asyncpg,
@@ -90,6 +97,16 @@ class Database:
         event.listen(self.engine.sync_engine, "do_connect", _making)
         event.listen(self.engine.sync_engine, "checkin", _returned)
         event.listen(self.engine.sync_engine, "checkout", self._checked_out)
+        # A connection dropped while its statement ran (its caller was cancelled: a
+        # ``handler_timeout``, a stop, a deadline of mdb's) leaves the statement running on
+        # PostgreSQL with its transaction's locks, the inbox row's among them, which the
+        # message's redelivery would wait for: the server notices a client gone only when it
+        # next writes to it, and the driver's own cancel request is dropped with the
+        # connection. Its backend is ended as the session or statement it served ends
+        # (``_reaching``). SQLite's connections interrupt their statement as they close.
+        self._orphans: set[int] = set()
+        if not self._sqlite:
+            event.listen(self.engine.sync_engine, "invalidate", self._invalidated)
         self.since = time.time()
         """``time.time()`` of the last change of ``down``."""
         # Made by the first task that waits for an outage's end, or its start.
@@ -107,6 +124,8 @@ class Database:
         raises. A driver error saying the database cannot be reached, or a commit that takes
         longer than ``timeout``, becomes ``DatabaseUnavailable``."""
         async with self._reaching(), self._sessions() as session, session.begin():
+            if self._sqlite:  # the write lock, waited for before any statement's deadline
+                await session.connection()
             yield session
             with _deadline(self):  # in doubt then: the message's next claim finds out
                 await session.commit()
@@ -129,7 +148,33 @@ class Database:
         except DatabaseUnavailable as exc:
             self.unavailable(exc)
             raise
+        finally:
+            if self._orphans:
+                await self._end_orphans()
         self.answered()
+
+    def _invalidated(self, dbapi_connection: Any, _record: ConnectionPoolEntry,
+                     exception: BaseException | None) -> None:
+        if isinstance(exception, asyncio.CancelledError) and dbapi_connection is not None:
+            # asyncpg's connection knows its backend's pid, without a round trip; another
+            # driver's backend is left to end on its own.
+            pid = getattr(dbapi_connection.driver_connection, "get_server_pid", None)
+            if pid is not None:
+                self._orphans.add(pid())
+
+    async def _end_orphans(self) -> None:
+        """End the backends of the connections dropped mid-statement (``_invalidated``),
+        shielded from the cancellation that dropped them and bounded by ``timeout``."""
+        ended, self._orphans = self._orphans, set()
+        with anyio.CancelScope(shield=True,
+                               deadline=anyio.current_time() + self.settings.timeout):
+            try:
+                async with self._single.connect() as connection:
+                    for pid in ended:
+                        await connection.execute(_TERMINATE, {"pid": pid})
+            except (SQLAlchemyError, OSError) as exc:  # the database is out of reach: so are they
+                log.debug("database %s: backends %s not ended: %s", self.name, sorted(ended),
+                          _first_line(exc))
 
     def unavailable(self, why: DatabaseUnavailable) -> None:
         """The database was out of reach: the first time of an outage, say so."""
@@ -190,7 +235,11 @@ class Database:
     async def close(self) -> None:
         with anyio.CancelScope(shield=True):
             await self.engine.dispose()
+            if self._connections is not None:
+                await self._connections.ended(self.settings.timeout)
 
+
+_TERMINATE = text("SELECT pg_terminate_backend(:pid)")
 
 _HANDLER: ContextVar[str | None] = ContextVar("mdb_handler", default=None)
 
@@ -262,11 +311,11 @@ async def at_startup(database: Database) -> AsyncIterator[None]:
     ``ConfigurationError`` naming the settings to check (docs/exactly-once.md: nothing runs
     until they or the server are set right)."""
     name = database.name
-    sqlite = make_url(database.settings.url).get_backend_name() == "sqlite"
-    check = (f"may mdb create and write the file (databases.{name}.url)?" if sqlite else
+    embedded = make_url(database.settings.url).get_backend_name() == "sqlite"
+    check = (f"may mdb create and write the file (databases.{name}.url)?" if embedded else
              f"is it running, and are databases.{name}.url, databases.{name}.username and "
              f"databases.{name}.password (or password_file) right?")
-    if sqlite:
+    if embedded:
         _sqlite_folder(database)
     try:
         with database.deadline():
@@ -347,8 +396,8 @@ def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
     # spans and the error header mdb_error_message (docs/security.md, "Secrets").
     options: dict[str, Any] = {"hide_parameters": True}
     if url.get_backend_name() == "sqlite":
-        # Writers wait for each other instead of failing at once ("database is locked").
-        options["connect_args"] = {"timeout": settings.timeout}
+        # SQLite's busy handler: how long a wait for a lock lasts before mdb tries again.
+        options["connect_args"] = {"timeout": sqlite.BUSY_TIMEOUT}
     else:
         # Last in, first out: under load the same few connections are used again at once
         # (not pinged); the others wait, and are pinged when they are needed.
@@ -377,7 +426,6 @@ def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
     except ArgumentError as exc:  # the dialect refuses the URL (its text hides the password)
         raise ConfigurationError(f"{setting}: {_first_line(exc)}") from None
     if url.get_backend_name() == "sqlite":
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         # aiosqlite logs each call at DEBUG with its arguments, a statement's parameters among
         # them (docs/security.md, "Secrets"); its other lines say nothing mdb does not.
         logging.getLogger("aiosqlite").setLevel(logging.INFO)
@@ -390,12 +438,3 @@ def _making(_dialect: Any, record: ConnectionPoolEntry, _args: Any, _params: Any
 
 def _returned(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
     record.info["returned"] = time.monotonic()
-
-
-def _sqlite_pragmas(connection: Any, _record: Any) -> None:
-    # WAL lets readers go on while one writer commits; FULL sync makes a commit durable
-    # before it returns (the inbox row is the promise that a message was processed).
-    cursor = connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=FULL")
-    cursor.close()

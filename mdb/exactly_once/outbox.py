@@ -7,7 +7,9 @@ exactly-once listener drops. A row is leased to the process dispatching it (``ow
 ``lease_until``): the process that wrote it dispatches it at once; a row whose lease ran out
 (its process died, or its broker was down) is taken by whichever process of the app sweeps
 next. A row the broker refuses goes to its error destination with the reason, never round
-and round.
+and round. A body larger than mdb sends (``MAX_BODY_BYTES``) is refused before its row is
+written: a broker refuses it only by dropping the connection, which is no refusal, and the row
+would be sent again at every sweep, holding up the rows behind it.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
-from sqlalchemy import ColumnElement, String, bindparam, delete, func, select, update
+from sqlalchemy import ColumnElement, Select, String, bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb.copies import bounded, with_failure
@@ -30,13 +33,14 @@ from mdb.errors import (
     ConnectionLost,
     DatabaseUnavailable,
     EncodeError,
+    MdbError,
     SendOutcomeUnknown,
     error_type,
     sole,
 )
 from mdb.exactly_once.database import Database
 from mdb.exactly_once.tables import outbox
-from mdb.message import ID, OutgoingMessage, ReplyAddress, ReplyTo
+from mdb.message import ID, MAX_BODY_BYTES, OutgoingMessage, ReplyAddress, ReplyTo
 from mdb.producer import Producer
 
 log = logging.getLogger("mdb.outbox")
@@ -44,6 +48,8 @@ log = logging.getLogger("mdb.outbox")
 UNSURE = (ConnectionLost, ConnectionFailed, SendOutcomeUnknown)
 """Send failures that say nothing against the message: it is tried again later."""
 SWEEP_BATCH = 100
+"""Rows a sweep claims at once: their addresses and leases, not their messages, which are read
+one at a time as they are sent."""
 RENEW_BATCH = 1000  # rows a lease renewal names in one statement
 PENDING_POLL = 0.2
 """Seconds between two looks at rows a dispatch under way still holds, at most."""
@@ -51,6 +57,13 @@ PENDING_POLL = 0.2
 # Built once: a statement built per call costs its cache key again at every execution.
 _WRITE = outbox.insert()
 _FORGET = delete(outbox).where(outbox.c.seq == bindparam("seq"))
+_ENVELOPE = select(outbox.c.headers, outbox.c.reply_to, outbox.c.correlation_id).where(
+    outbox.c.seq == bindparam("seq"))
+_MESSAGE = _ENVELOPE.add_columns(outbox.c.body)
+# What a claim reads back of each row: everything but its message, and its body's size.
+_ADDRESSED = (outbox.c.seq, outbox.c.destination, outbox.c.reply_address, outbox.c.reply_broker,
+              outbox.c.member_key, outbox.c.error_destination, outbox.c.lease_until,
+              func.length(outbox.c.body).label("size"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +76,12 @@ class Row:
     target: ReplyTo
     broker: str | None
     key: str | None
-    message: OutgoingMessage
+    message: OutgoingMessage | None
+    """As written; None in a row read back, whose message (its body above all) is read only
+    as it is sent (``Dispatcher``): a sweep holds one at a time, however many rows wait and
+    however large they are."""
+    size: int
+    """Its body's size in bytes."""
     error_destination: Destination
     lease_until: float
     """``time.time()`` when its lease runs out, as written or last renewed."""
@@ -103,9 +121,15 @@ class Writer:
             "attempts": 0,
         }
         _refuse_too_long(values)
+        size = len(message.body)
+        if size > MAX_BODY_BYTES:
+            raise EncodeError(f"a body of {size} bytes, more than the {MAX_BODY_BYTES >> 20} MiB "
+                              "an outbox row keeps: a broker refuses a larger message by "
+                              "dropping the connection (docs/exactly-once.md)")
         result = await self._session.execute(_WRITE, values)
         seq = result.inserted_primary_key[0]  # type: ignore[attr-defined]
-        self.rows.append(Row(seq, target, self._broker, key, message, errors, now + self._lease))
+        self.rows.append(Row(seq, target, self._broker, key, message, size, errors,
+                             now + self._lease))
 
 
 # The columns of a row that hold text of bounded length, and what a user calls each. A
@@ -255,11 +279,12 @@ class Dispatcher:
                     if row.seq in lost:
                         continue
                     try:
-                        await self._send(row)
+                        sent = await self._send(row)
                     except BrokerError as exc:
                         await self._release(rows[index:], exc)
                         raise
-                    await self._forget(row.seq)
+                    if sent:
+                        await self._forget(row.seq)
                     self._sending.discard(row.seq)
                 renewals.cancel_scope.cancel()
         except BaseExceptionGroup as group:
@@ -303,34 +328,65 @@ class Dispatcher:
         claim = (update(outbox).where(outbox.c.seq.in_(oldest.scalar_subquery()), which)
                  .values(owner=self._owner,
                          lease_until=time.time() + database.settings.outbox_lease)
-                 .returning(*outbox.c))
+                 .returning(*_ADDRESSED))
         async with database.session() as session:
             with database.deadline():
                 claimed = (await session.execute(claim)).mappings().all()
         return sorted((_row(r) for r in claimed), key=lambda r: r.seq)
 
-    async def _send(self, row: Row) -> None:
+    async def _send(self, row: Row) -> bool:
+        """Send ``row``'s message; one its broker refuses goes to the row's error destination
+        instead, and so does one whose body is larger than mdb sends (a row written before mdb
+        refused such bodies: a broker would drop the connection, again at every sweep), without
+        its body. False: the row is gone (another process took it, its lease run out)."""
+        if row.size > MAX_BODY_BYTES:
+            envelope = await self._message(row.seq, _ENVELOPE)
+            if envelope is not None:
+                await self._move_to_error(row, envelope, EncodeError(
+                    f"a body of {row.size} bytes, more than the {MAX_BODY_BYTES >> 20} MiB mdb "
+                    "sends, left out of this copy (docs/exactly-once.md)"))
+            return envelope is not None
+        message = row.message or await self._message(row.seq, _MESSAGE)
+        if message is None:
+            return False
         try:
             if isinstance(row.target, ReplyAddress):
                 assert row.broker is not None
-                await self._producer.send_reply(row.broker, row.target, row.message)
+                await self._producer.send_reply(row.broker, row.target, message)
             else:
-                await self._producer.send_message(row.target, row.message, key=row.key,
+                await self._producer.send_message(row.target, message, key=row.key,
                                                   prefer=row.broker)
         except UNSURE:
             raise
         except BrokerError as exc:
-            await self._move_to_error(row, exc)
+            await self._move_to_error(row, message, exc)
+        return True
 
-    async def _move_to_error(self, row: Row, refusal: BrokerError) -> None:
-        """A row its broker refused: its message to the error destination, saying why."""
-        headers = with_failure(row.message.headers, error_type(refusal), str(refusal),
+    async def _message(self, seq: int, columns: Select[Any]) -> OutgoingMessage | None:
+        """The message of row ``seq`` (``_MESSAGE``; ``_ENVELOPE``: without its body), read
+        as it is about to be sent; None: the row is gone."""
+        database = self._database
+        async with database.autocommitted() as connection:
+            with database.deadline():
+                found = (await connection.execute(columns, {"seq": seq})).mappings().first()
+        if found is None:
+            return None
+        return OutgoingMessage(
+            found.get("body", b""), json.loads(found["headers"]),
+            reply_to=None if found["reply_to"] is None else Destination.parse(found["reply_to"]),
+            correlation_id=found["correlation_id"])
+
+    async def _move_to_error(self, row: Row, message: OutgoingMessage,
+                             refusal: MdbError) -> None:
+        """A row refused (by its broker, or by mdb): its message to the error destination,
+        saying why."""
+        headers = with_failure(message.headers, error_type(refusal), str(refusal),
                                str(row.target))
         kept, _ = bounded(headers, self._producer.brokers.header_limits)
-        copy = OutgoingMessage(row.message.body, kept, correlation_id=row.message.correlation_id)
+        copy = OutgoingMessage(message.body, kept, correlation_id=message.correlation_id)
         await self._producer.send_message(row.error_destination, copy)
-        log.warning("outbox: message %s refused by %s (%s); moved to %s", row.message.headers.get(
-            ID), row.target, refusal, row.error_destination)
+        log.warning("outbox: message %s to %s refused (%s); moved to %s",
+                    message.headers.get(ID), row.target, refusal, row.error_destination)
 
     async def _forget(self, seq: int) -> None:
         # A connection, not a session: an ORM session costs more than the delete.
@@ -357,9 +413,5 @@ def _row(values: object) -> Row:
     v = dict(values)  # type: ignore[call-overload]
     target: ReplyTo = (ReplyAddress(v["reply_address"]) if v["reply_address"] is not None
                        else Destination.parse(v["destination"]))
-    message = OutgoingMessage(
-        v["body"], json.loads(v["headers"]),
-        reply_to=None if v["reply_to"] is None else Destination.parse(v["reply_to"]),
-        correlation_id=v["correlation_id"])
-    return Row(v["seq"], target, v["reply_broker"], v["member_key"], message,
+    return Row(v["seq"], target, v["reply_broker"], v["member_key"], None, v["size"],
                Destination.parse(v["error_destination"]), v["lease_until"])

@@ -119,7 +119,8 @@ if FREEZE and not BROKEN:
         global runs
         runs += bool(rows)  # the second stage's runs send nothing
         frozen = bool(rows) and runs == FREEZE
-        key = rows[0].message.body.decode() if rows else ""  # first's business id
+        # A run's rows, as written, carry their messages: the first's business id.
+        key = rows[0].message.body.decode() if rows and rows[0].message else ""
         if frozen and BEFORE == "dispatch":
             freeze(key, came_from[key])
         await dispatch(self, rows)

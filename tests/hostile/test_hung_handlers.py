@@ -7,11 +7,6 @@ See docs/concepts.md#handler-timeouts."""
 from __future__ import annotations
 
 import logging
-import os
-import queue
-import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,10 +23,9 @@ from mdb.message import DELIVERY_COUNT, ERROR_TYPE
 from mdb.report import status_report
 from tests.harness.health import get
 from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.mdb_run import MdbRun
 from tests.harness.messages import read, send
 from tests.harness.process import BrokerProcess
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # A module run by ``mdb run``: a plain def handler that never returns. With $SEED set it puts
 # the message on the process's own embedded broker as it is imported.
@@ -176,43 +170,9 @@ async def test_stuck_plain_handlers_turn_readiness_false_and_status_names_them(
             server.close()
 
 
-class MdbRun:
-    """``mdb run`` of ``STUCK_APP`` in a subprocess; its output lines in ``lines``."""
-
-    def __init__(self, folder: Path, env: dict[str, str]) -> None:
-        (folder / "stuck_app.py").write_text(STUCK_APP)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mdb.cli", "run", "stuck_app"], cwd=folder,
-            env={**os.environ, "MDB_SHUTDOWN_GRACE_PERIOD": "0.2", **env},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line)
-
-    def wait_for(self, text: str) -> None:
-        while not any(text in line for line in self.seen):
-            self.seen.append(self.lines.get(timeout=WAIT))
-
-    def stop(self) -> int:
-        """SIGTERM, then its exit status (waited for generously: a hang fails the test)."""
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=WAIT)
-        finally:
-            self.process.kill()
-            self.process.wait()
-            while not self.lines.empty():
-                self.seen.append(self.lines.get_nowait())
-
-
 def test_a_stop_ends_the_process_though_a_handler_thread_never_returns(tmp_path: Path) -> None:
     """No handler_timeout at all: the grace period alone ends the wait, and the process."""
-    run = MdbRun(tmp_path, {"STUCK_QUEUE": f"queue:{unique('stuck')}", "SEED": "1"})
+    run = MdbRun(tmp_path, {"STUCK_QUEUE": f"queue:{unique('stuck')}", "SEED": "1"}, STUCK_APP)
     run.wait_for("handler started")
     assert run.stop() == 0, "".join(run.seen)
     [said] = [line for line in run.seen if "exiting without waiting" in line]
@@ -225,7 +185,7 @@ def test_a_stuck_handler_leaves_its_message_unacknowledged_to_come_back(
     url, name = str(activemq.url), f"queue:{unique('stuck')}"
     sent = anyio.run(send, url, name, "stuck")
     run = MdbRun(tmp_path, {"STUCK_QUEUE": name, "MDB_BROKERS__DEFAULT__URL": url,
-                            "MDB_LISTENERS__ON_STUCK__HANDLER_TIMEOUT": "0.1"})
+                            "MDB_LISTENERS__ON_STUCK__HANDLER_TIMEOUT": "0.1"}, STUCK_APP)
     run.wait_for("a plain def cannot be cancelled")
     assert run.stop() == 0, "".join(run.seen)
     assert any("listener on_stuck, message " + sent in line for line in run.seen), run.seen

@@ -16,7 +16,7 @@ from mdb.delivery.decision import MAX_DELIVERY_COUNT, to_message
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
 from mdb.links import adapter
-from mdb.message import MAX_SEND_FILE_BYTES
+from mdb.message import MAX_BODY_BYTES
 from mdb.redaction import mask_secrets, redact_url
 from mdb.selector import MAX_DEPTH, SelectorError, compile_selector
 from mdb_stomp import StompBroker
@@ -79,9 +79,9 @@ def test_a_percent_encoded_url_password_reaches_the_broker_whole() -> None:
 def test_mdb_send_refuses_a_body_file_past_its_bound_in_one_line(tmp_path: Path) -> None:
     large = tmp_path / "large.bin"
     with large.open("wb") as sparse:
-        sparse.truncate(MAX_SEND_FILE_BYTES + 1)
+        sparse.truncate(MAX_BODY_BYTES + 1)
     for source, stdin in ((str(large), None), ("/dev/zero", None),
-                          ("-", b"x" * (MAX_SEND_FILE_BYTES + 1))):
+                          ("-", b"x" * (MAX_BODY_BYTES + 1))):
         result = mdb("send", "queue:inputs", "--file", source, cwd=tmp_path, stdin=stdin)
         assert result.returncode == 2
         assert one_line(result.stderr) == (
@@ -94,7 +94,7 @@ def test_a_body_file_at_its_bound_is_sent(tmp_path: Path, rabbitmq: BrokerProces
     # RabbitMQ: the test harness's ActiveMQ has too small a heap for a 64 MiB message.
     exact = tmp_path / "exact.bin"
     with exact.open("wb") as sparse:
-        sparse.truncate(MAX_SEND_FILE_BYTES)
+        sparse.truncate(MAX_BODY_BYTES)
     result = mdb("send", "queue:inputs", "--file", str(exact), cwd=tmp_path,
                  env={"MDB_BROKERS__DEFAULT__URL": str(rabbitmq.url)})
     assert result.returncode == 0, result.stderr
