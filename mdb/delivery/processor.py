@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import clock, logs, tracing
-from mdb.broker import Connection, Delivery, Subscription
+from mdb.broker import Capabilities, Connection, Delivery, Subscription
 from mdb.context import SendFunction
 from mdb.delivery.batch import Ready, Step, fall_back, ready_run, run_in_one_transaction
 from mdb.delivery.decision import (
@@ -74,16 +74,18 @@ class Processor:
     them as the delivery contract says (docs/architecture.md, "Delivery contract"). Made once
     per pool slot; the connection and the subscription, which change at every reconnect, come
     with the deliveries. ``stopping()`` says when no further message may go to the handler.
-    ``stats`` and ``strikes`` are the listener's, shared by its slots."""
+    ``capabilities`` are the broker's, as known before connecting. ``stats`` and ``strikes``
+    are the listener's, shared by its slots."""
 
     def __init__(
         self, spec: ListenerSpec, planned: PlannedSubscription, system: str,
-        producer: Producer, stats: Stats, strikes: Strikes, threads: HandlerThreads,
-        stopping: Callable[[], bool], store: Store | None = None,
+        capabilities: Capabilities, producer: Producer, stats: Stats, strikes: Strikes,
+        threads: HandlerThreads, stopping: Callable[[], bool], store: Store | None = None,
     ) -> None:
         self._spec = spec
         self._broker = planned.broker
         self._system = system
+        self._dead_letters = capabilities.dead_letters
         self._selector = planned.selector
         self._producer = producer
         self._stats = stats
@@ -137,7 +139,8 @@ class Processor:
         count = message.delivery_count
         seen = (self._strikes.round(message.id, count)
                 if count > 1 or self._strikes.rounds else Round.NEW)
-        kind = classify(delivery, selected=selected, strikes=strikes, copied=copied, seen=seen)
+        kind = classify(delivery, selected=selected, strikes=strikes, copied=copied, seen=seen,
+                        dead_letters=self._dead_letters)
         if count > 1 and isinstance(kind, Fresh):
             self._strikes.handed(message.id, count)
         return Step(delivery, message, kind)
@@ -204,13 +207,16 @@ class Processor:
             if message.delivery_count > 1 and carries_on(outcome):
                 self._strikes.carried_on(message.id, message.delivery_count)
         except AcksUnconfirmed as exc:
-            # Its copies were stored, only its ack is in doubt: not the message's doing. Should
-            # this very delivery come back, it is acked unseen.
+            # Its copies were stored, only its ack is in doubt (Transaction.commit): not the
+            # message's doing. Should this very delivery come back, it is acked unseen.
             if outcome is not None and carries_on(outcome):
                 self._strikes.copied(message.id, message.delivery_count)
             return self._not_settled(f"message {message.id}", exc, connection)
         except BrokerError as exc:
-            if connection.is_open:  # refused, not lost: it counts against this message
+            # Refused, not lost: it counts against this message. A failed move to the error
+            # destination counts whatever the error: a broker may refuse its copy by closing
+            # the connection (mdb.delivery.strikes).
+            if connection.is_open or isinstance(outcome, MoveToError):
                 self._strikes.strike(message.id)
             return self._not_settled(f"message {message.id}", exc, connection)
         except DatabaseUnavailable as exc:  # the database logs its outage once
@@ -349,7 +355,7 @@ class Processor:
             case Keep(failure=failure):
                 # A longer pause next time. Struck and counted as it is decided, before any
                 # wait: two copies of one message in two slots (its ack lost after its copy
-                # was stored, RabbitMQ) are then two rounds, not two first rounds.
+                # was stored: AcksUnconfirmed) are then two rounds, not two first rounds.
                 self._strikes.strike(message.id)
                 kept = self._strikes.kept(message.id)
                 await clock.current().sleep(outcome.delay)
@@ -365,16 +371,7 @@ class Processor:
                         outcome.destination, failure.error_type, failure.text, kept)
             case MoveToError(failure=failure):
                 stacktrace = _failed(span, failure)
-                try:
-                    await self._copy(connection, step, outcome.destination, outcome.headers)
-                except AcksUnconfirmed:
-                    raise  # the copy was stored: not refused
-                except BrokerError:
-                    if not connection.is_open:
-                        # Refused by closing the connection, perhaps (RabbitMQ): see strikes.
-                        # (A refusal on an open connection is struck by _process.)
-                        self._strikes.strike(message.id)
-                    raise
+                await self._copy(connection, step, outcome.destination, outcome.headers)
                 self._strikes.moved(message.id, message.delivery_count)
                 span.moved(outcome.destination)
                 self._stats.to_error_destination += 1
@@ -390,7 +387,7 @@ class Processor:
     async def _wait_or_hold(self, delay: float, connection: Connection) -> float:
         """The delay the broker holds a copy for, freeing this slot at once; or, where it
         cannot, 0 once the delay was waited out here."""
-        if delay <= 0 or await connection.delay_unsupported() is None:
+        if delay <= 0 or (await connection.capabilities()).cannot_hold_delays is None:
             return delay
         await clock.current().sleep(delay)
         return 0.0

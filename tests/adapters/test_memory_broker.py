@@ -525,7 +525,7 @@ async def test_a_finished_transaction_ignores_work_and_refuses_to_commit(
 async def test_a_delayed_send_is_held_from_the_commit_then_goes_behind_later_messages(
     conn: MemoryConnection, state: BrokerState,
 ) -> None:
-    assert await conn.delay_unsupported() is None
+    assert (await conn.capabilities()).cannot_hold_delays is None
     queue = d("queue:held")
     sub = await conn.subscribe(req("queue:held"))
     aborted = await conn.begin()
@@ -756,7 +756,7 @@ async def test_dead_letter_settles_and_keeps_the_message_on_the_dlq(
     sub = await conn.subscribe(req("queue:in"))
     await send_all(conn, "queue:in", "x")
     delivery = await receive(sub)
-    assert delivery.can_dead_letter
+    assert (await conn.capabilities()).dead_letters(delivery)
     await conn.dead_letter(delivery)
     assert sub.unsettled_count == 0
     [kept] = state.browse(f"queue:{mdb_memory.DEAD_LETTER_QUEUE}")

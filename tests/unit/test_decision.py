@@ -50,9 +50,10 @@ from mdb_memory import MemoryBroker
 
 ORDERS = Destination.parse("queue:orders")
 REQUEUE = Destination.parse("queue:Consumer.app.orders")
+LIMITS = MemoryBroker.capabilities.header_limits
 ERRORS = Destination.parse("queue:orders.DLQ")
 POLICY = Policy("on_order", Redelivery(limit=2, delay=1.0, backoff=2.0, max_delay=3.0),
-                REQUEUE, ERRORS, MemoryBroker.header_limits)
+                REQUEUE, ERRORS, LIMITS)
 BROKER_HEADERS = frozenset({"message-id", "subscription", "ack"})
 
 
@@ -89,7 +90,7 @@ def test_the_delay_grows_by_the_backoff(count: int, delay: float) -> None:
 
 def test_the_delay_stops_at_max_delay() -> None:
     policy = Policy("l", Redelivery(limit=10, delay=1.0, backoff=2.0, max_delay=3.0),
-                    REQUEUE, ERRORS, MemoryBroker.header_limits)
+                    REQUEUE, ERRORS, LIMITS)
     outcomes = [decide(message(n), Raised("E", ""), policy) for n in (1, 2, 3, 4)]
     assert [o.delay for o in outcomes if isinstance(o, Redeliver)] == [1.0, 2.0, 3.0, 3.0]
 
@@ -100,7 +101,7 @@ def test_delivery_limit_plus_one_is_the_last() -> None:
 
 
 def test_a_limit_of_zero_moves_the_first_failure() -> None:
-    policy = Policy("l", Redelivery(limit=0), REQUEUE, ERRORS, MemoryBroker.header_limits)
+    policy = Policy("l", Redelivery(limit=0), REQUEUE, ERRORS, LIMITS)
     assert isinstance(decide(message(1), Raised("E", ""), policy), MoveToError)
     assert isinstance(decide(message(1), InDoubt(), policy), MoveToError)
 
@@ -313,8 +314,9 @@ def test_a_run_ends_at_the_first_delivery_in_doubt_not_selected_struck_or_undeco
 def test_a_delivery_is_classified_once_stuck_first_then_unreadable_unselected_in_doubt(
 ) -> None:
     damaged = Problem(ProblemKind.DAMAGED, "cut at a NUL")
-    flagged = Delivery(ORDERS, b"", {}, "1", True, None, problem=damaged, can_dead_letter=True)
-    assert classify(flagged, selected=False, strikes=MAX_STRIKES) == Stuck(MAX_STRIKES, True)
+    flagged = Delivery(ORDERS, b"", {}, "1", True, None, problem=damaged)
+    assert classify(flagged, selected=False, strikes=MAX_STRIKES,
+                    dead_letters=lambda d: d is flagged) == Stuck(MAX_STRIKES, True)
     assert classify(flagged, selected=False, strikes=0) == Unreadable(damaged)
     plain = delivery({})
     assert classify(plain, selected=False, strikes=1) is NOT_SELECTED
@@ -351,7 +353,7 @@ def test_after_a_held_send_failed_the_whole_batch_runs_again_flagged() -> None:
 # -- the delivery count is untrusted input: any producer can write its header -------------------
 
 GENEROUS = Policy("l", Redelivery(limit=10_000, delay=1.0, backoff=2.0, max_delay=60.0),
-                  REQUEUE, ERRORS, MemoryBroker.header_limits)
+                  REQUEUE, ERRORS, LIMITS)
 
 
 @pytest.mark.parametrize("text", [
