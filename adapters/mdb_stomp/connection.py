@@ -25,7 +25,6 @@ from mdb.destinations import Destination
 from mdb.errors import BrokerError, SendOutcomeUnknown, SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp import scheduler
-from mdb_stomp.confirmed import ConfirmedTransaction
 from mdb_stomp.dialect import Dialect
 from mdb_stomp.frames import send_frame
 from mdb_stomp.receipts import ReceiptErrors
@@ -80,16 +79,10 @@ class StompConnection(Connection):
         return await StompTemporaryQueue.open(self._wire, self._dialect)
 
     async def begin(self) -> StompTransaction:
-        """BEGIN (no receipt: a refused BEGIN fails the COMMIT). ``ConnectionLost`` when down.
-        On a broker without atomic transactions, a ``ConfirmedTransaction``, which writes
-        nothing before its commit (``Dialect.atomic_transactions``)."""
-        if not self._dialect.atomic_transactions:
-            self._wire.check_alive()
-            return ConfirmedTransaction(self._wire, self._dialect, self._wire.next_id())
-        transaction = StompTransaction(self._wire, self._dialect, self._wire.next_id())
-        # Held: its first SEND or ACK, or its COMMIT or ABORT, takes it along.
-        self._wire.write("BEGIN", {"transaction": transaction.id}, held=True)
-        return transaction
+        """A transaction settled as the broker allows (``mdb_stomp.transaction``): a BEGIN,
+        held until its first frame (no receipt: a refused BEGIN fails the COMMIT), or nothing
+        written before the commit. ``ConnectionLost`` when down."""
+        return StompTransaction(self._wire, self._dialect, self._wire.next_id())
 
     async def ack(self, delivery: Delivery) -> None:
         """ACK outside a transaction, without a receipt.

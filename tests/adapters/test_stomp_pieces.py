@@ -33,7 +33,6 @@ from mdb.errors import (
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 from mdb_stomp import ActiveMQDialect, Dialect, RabbitMQDialect
 from mdb_stomp.broker import capabilities_of
-from mdb_stomp.confirmed import ConfirmedTransaction
 from mdb_stomp.frames import encode, escape_name, send_frame, send_headers, text
 from mdb_stomp.heartbeats import Heartbeats, Silence
 from mdb_stomp.inbound import NO_SUBSCRIPTION, NUL_IN_HEADER, FrameReader
@@ -675,7 +674,7 @@ def test_a_confirmed_commit_writes_every_send_before_awaiting_one_and_acks_after
     send was confirmed, none after a refused one (docs/architecture.md, "Delivery contract")."""
     wire = AwaitedReceipts(refused)
     subscription = holding(2, wire, RabbitMQDialect(), cumulative=False, releases_unacked=False)
-    transaction = ConfirmedTransaction(wire, RabbitMQDialect(), "t")  # type: ignore[arg-type]
+    transaction = StompTransaction(wire, RabbitMQDialect(), "t")  # type: ignore[arg-type]
 
     async def settle() -> None:
         for n in range(3):
