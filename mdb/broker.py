@@ -23,9 +23,9 @@ Rules every adapter keeps:
   live subscription: it is redelivered only once that subscription is closed (an adapter
   whose broker redelivers it sooner says so in its own docstring; the container closes the
   subscription either way).
+* A message within the adapter's ``Broker.header_limits`` is never refused for its headers.
 * What one broker can do and another cannot is the adapter's ``Capabilities``, which the core
-  asks (a message within its ``header_limits`` is never refused for its headers); its
-  protocol's limits and its broker's quirks stay in its docstrings.
+  asks; its protocol's limits and its broker's quirks stay in its docstrings.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 from urllib.parse import urlsplit
 
 from mdb.destinations import Destination
@@ -185,8 +185,6 @@ class Capabilities:
     """What a broker can do where brokers differ, as its adapter declares it: the core asks
     this value, never a broker's name. Each default is the least the seam allows."""
 
-    header_limits: HeaderLimits
-    """The headers its broker surely takes in one message: within them, none is refused."""
     atomic_transactions: bool = True
     """A commit makes its acks and sends take effect together and durably, or none of them.
     False: the commit makes the sends first, each confirmed, then the acks
@@ -353,6 +351,10 @@ class Broker(Protocol):
     system: str
     """The OpenTelemetry ``messaging.system`` of the broker it connects to, the messaging
     conventions' value where they have one (on every span and metric of its messages)."""
+
+    header_limits: ClassVar[HeaderLimits]
+    """The headers its broker surely takes in one message (``HeaderLimits``): of the factory,
+    as the core narrows those of every adapter its settings name before making any."""
 
     capabilities: Capabilities
     """What its broker can do, as far as it can tell before connecting

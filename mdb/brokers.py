@@ -16,12 +16,12 @@ from functools import partial
 
 import anyio
 
-from mdb.broker import HeaderLimits
+from mdb.broker import HeaderLimits, factory_for
 from mdb.broker_settings import BrokerSettings
 from mdb.destinations import Destination
 from mdb.errors import ConnectionFailed, ConnectionLost, CredentialsRefused
 from mdb.events import Events
-from mdb.links import BrokerLink, BrokerStatus, adapters, backed_off
+from mdb.links import BrokerLink, BrokerStatus, backed_off
 from mdb.settings import Settings
 from mdb.topology import Member
 
@@ -90,13 +90,12 @@ class Brokers:
     @property
     def header_limits(self) -> HeaderLimits:
         """The headers every message this process sends keeps to: within the limits of every
-        adapter of its brokers' addresses (``Capabilities.header_limits``), as a message may go
-        to any broker (a member, a failover, an error destination). ConfigurationError when no
-        adapter serves an address, or it refuses its settings."""
+        adapter its brokers' addresses name (``Broker.header_limits``), as a message may go to
+        any broker (a member, a failover, an error destination). ConfigurationError when no
+        adapter serves an address."""
         if self._limits is None or self._limits[0] is not self.settings:
-            found = {adapter.capabilities.header_limits
-                     for name, broker in self.settings.brokers.items()
-                     for adapter in adapters(name, broker)}
+            found = {factory_for(address).header_limits
+                     for broker in self.settings.brokers.values() for address in broker.addresses}
             self._limits = (self.settings, narrowest(found))
         return self._limits[1]
 

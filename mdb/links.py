@@ -38,7 +38,7 @@ from mdb.topology import Member
 log = logging.getLogger("mdb.links")
 
 
-def adapters(name: str, settings: BrokerSettings, client_id: str = "mdb") -> tuple[Broker, ...]:
+def adapters(name: str, settings: BrokerSettings, client_id: str) -> tuple[Broker, ...]:
     """The adapter's ``Broker`` for each address of broker ``name`` with ``settings``,
     connecting to nothing yet. Raises ConfigurationError when no adapter serves an address, or
     the adapter refuses it."""

@@ -21,17 +21,17 @@ class MemoryBroker:
     """``memory://NAME`` (``memory://`` is ``NAME=default``): every connection to the same
     NAME in this process shares one ``BrokerState``.
 
-    Its ``capabilities``: as many and as large headers as a STOMP broker surely takes
-    (``name:value`` in UTF-8, nothing escaped), since the embedded broker stands in for a real
-    one in tests, where headers a real broker would refuse should be refused too; atomic
-    transactions; a dead-letter queue that keeps every message (``DEAD_LETTER_QUEUE``); and
-    delayed messages held back (``mdb_memory.exchange``), on ``mdb.clock``'s time. Closing a
-    subscription never closes its connection. It takes no ``adapter_options``."""
+    Its ``header_limits`` are as many and as large headers as a STOMP broker surely takes
+    (``name:value`` in UTF-8, nothing escaped): the embedded broker stands in for a real one in
+    tests, where headers a real broker would refuse should be refused too. Its
+    ``capabilities``: atomic transactions, a dead-letter queue that keeps every message
+    (``DEAD_LETTER_QUEUE``) and delayed messages held back (``mdb_memory.exchange``), on
+    ``mdb.clock``'s time; closing a subscription never closes its connection. It takes no
+    ``adapter_options``."""
 
     system = "memory"
-    capabilities = Capabilities(
-        header_limits=HeaderLimits(count=512, line=8_192, total=262_144, size=_plain_size),
-        dead_letters=lambda _: True, cannot_hold_delays=None)
+    header_limits = HeaderLimits(count=512, line=8_192, total=262_144, size=_plain_size)
+    capabilities = Capabilities(dead_letters=lambda _: True, cannot_hold_delays=None)
 
     def __init__(self, options: ConnectionOptions) -> None:
         parts = urlsplit(options.url)

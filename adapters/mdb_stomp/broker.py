@@ -50,6 +50,8 @@ class StompBroker:
     several.
     """
 
+    header_limits = HEADER_LIMITS
+
     def __init__(self, options: ConnectionOptions) -> None:
         self.options = options
         try:
@@ -136,7 +138,6 @@ def capabilities_of(dialect: Dialect) -> Capabilities:
     it holds a delayed send back is known only once connected where a probe finds it out
     (``StompConnection.capabilities``)."""
     return Capabilities(
-        header_limits=HEADER_LIMITS,
         atomic_transactions=dialect.atomic_transactions,
         dead_letters=dialect.dead_letters,
         closing_ends_connection=never if dialect.unsubscribe_releases_unacked

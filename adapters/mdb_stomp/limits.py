@@ -1,5 +1,5 @@
 """The headers a STOMP broker surely takes in one message (``HEADER_LIMITS``, the adapter's
-``Capabilities.header_limits``), sized as STOMP 1.2 writes a header line.
+``Broker.header_limits``), sized as STOMP 1.2 writes a header line.
 
 Measured with raw STOMP 1.2 SENDs: ActiveMQ 5.17 refuses a frame of 1,000 header lines or more,
 or one header line of 10,240 bytes or more, by dropping the connection

@@ -196,7 +196,7 @@ async def test_a_message_with_too_many_headers_ends_on_the_error_destination(
         calls.add("body", body)
 
     many = {f"h{n:03}": "x" for n in range(996)}
-    # A foreign producer: a Producer refuses this many headers (Capabilities.header_limits).
+    # A foreign producer: a Producer refuses this many headers (Broker.header_limits).
     if broker_url.startswith("memory"):
         connection = await broker_for(ConnectionOptions(url=broker_url)).connect()
         await connection.send(Destination.parse(queue), OutgoingMessage(b"not json", many))

@@ -46,12 +46,12 @@ def test_what_a_process_sends_keeps_to_the_header_limits_of_every_adapter_of_its
 ) -> None:
     """A STOMP broker writes ``:`` in a value as two bytes; the embedded broker does not."""
     assert Brokers(_settings(a=_quick("memory://x"))).header_limits \
-        is MemoryBroker.capabilities.header_limits
+        is MemoryBroker.header_limits
     stomp = Brokers(_settings(a=_quick("stomp+activemq://h:1"), b=_quick("stomp+rabbitmq://h:2")))
     assert stomp.header_limits is HEADER_LIMITS
     mixed = Brokers(_settings(a=_quick("memory://x"), b=_quick("stomp+activemq://h:1")))
     assert mixed.header_limits.size("k", "a:b") == HEADER_LIMITS.size("k", "a:b") == 6
-    assert MemoryBroker.capabilities.header_limits.size("k", "a:b") == 5
+    assert MemoryBroker.header_limits.size("k", "a:b") == 5
     assert (mixed.header_limits.count, mixed.header_limits.line, mixed.header_limits.total) \
         == (512, 8_192, 262_144)
     with pytest.raises(ConfigurationError, match="no adapter for scheme"):

@@ -50,10 +50,9 @@ from mdb_memory import MemoryBroker
 
 ORDERS = Destination.parse("queue:orders")
 REQUEUE = Destination.parse("queue:Consumer.app.orders")
-LIMITS = MemoryBroker.capabilities.header_limits
 ERRORS = Destination.parse("queue:orders.DLQ")
 POLICY = Policy("on_order", Redelivery(limit=2, delay=1.0, backoff=2.0, max_delay=3.0),
-                REQUEUE, ERRORS, LIMITS)
+                REQUEUE, ERRORS, MemoryBroker.header_limits)
 BROKER_HEADERS = frozenset({"message-id", "subscription", "ack"})
 
 
@@ -90,7 +89,7 @@ def test_the_delay_grows_by_the_backoff(count: int, delay: float) -> None:
 
 def test_the_delay_stops_at_max_delay() -> None:
     policy = Policy("l", Redelivery(limit=10, delay=1.0, backoff=2.0, max_delay=3.0),
-                    REQUEUE, ERRORS, LIMITS)
+                    REQUEUE, ERRORS, MemoryBroker.header_limits)
     outcomes = [decide(message(n), Raised("E", ""), policy) for n in (1, 2, 3, 4)]
     assert [o.delay for o in outcomes if isinstance(o, Redeliver)] == [1.0, 2.0, 3.0, 3.0]
 
@@ -101,7 +100,7 @@ def test_delivery_limit_plus_one_is_the_last() -> None:
 
 
 def test_a_limit_of_zero_moves_the_first_failure() -> None:
-    policy = Policy("l", Redelivery(limit=0), REQUEUE, ERRORS, LIMITS)
+    policy = Policy("l", Redelivery(limit=0), REQUEUE, ERRORS, MemoryBroker.header_limits)
     assert isinstance(decide(message(1), Raised("E", ""), policy), MoveToError)
     assert isinstance(decide(message(1), InDoubt(), policy), MoveToError)
 
@@ -353,7 +352,7 @@ def test_after_a_held_send_failed_the_whole_batch_runs_again_flagged() -> None:
 # -- the delivery count is untrusted input: any producer can write its header -------------------
 
 GENEROUS = Policy("l", Redelivery(limit=10_000, delay=1.0, backoff=2.0, max_delay=60.0),
-                  REQUEUE, ERRORS, LIMITS)
+                  REQUEUE, ERRORS, MemoryBroker.header_limits)
 
 
 @pytest.mark.parametrize("text", [

@@ -23,7 +23,6 @@ from mdb.message import (
 from mdb_memory import MemoryBroker
 
 INCOMING, SUBSCRIPTION, LISTENER = "0123abcd" * 4, "shop-on_order", "on_order"
-LIMITS = MemoryBroker.capabilities.header_limits
 
 
 def test_the_same_send_of_the_same_processing_gets_the_same_id() -> None:
@@ -74,7 +73,7 @@ async def handler_sends(redelivered: bool) -> list[OutgoingMessage]:
         sent.append(message)
 
     ctx = Context(incoming(redelivered), LISTENER, send, SUBSCRIPTION,
-                  LIMITS)
+                  MemoryBroker.header_limits)
     await ctx.send("queue:a", "x", {ID: "chosen by the handler"})
     await ctx.send("queue:a", "x")
     await ctx.reply("done")
@@ -98,7 +97,7 @@ async def test_a_plain_handlers_sends_count_in_order_too() -> None:
     async def send(target: ReplyTo, message: OutgoingMessage, key: str | None) -> None:
         sent.append(message)
 
-    ctx = Context(incoming(False), LISTENER, send, SUBSCRIPTION, LIMITS)
+    ctx = Context(incoming(False), LISTENER, send, SUBSCRIPTION, MemoryBroker.header_limits)
     await anyio.to_thread.run_sync(lambda: [ctx.send("queue:a", n) for n in range(2)])
     assert [m.headers[ID] for m in sent] == [
         derived_id(INCOMING, SUBSCRIPTION, LISTENER, n) for n in range(2)]
