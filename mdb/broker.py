@@ -186,9 +186,8 @@ class Capabilities:
     this value, never a broker's name. Each default is the least the seam allows."""
 
     atomic_transactions: bool = True
-    """A commit makes its acks and sends take effect together and durably, or none of them.
-    False: the commit makes the sends first, each confirmed, then the acks
-    (``Transaction.commit``)."""
+    """A commit makes its acks and sends take effect together and durably, or none of them
+    (else as ``Transaction.commit`` says)."""
     dead_letters: Callable[[Delivery], bool] = never
     """Whether ``Connection.dead_letter`` leaves the delivery's message on a dead-letter queue
     the broker surely keeps it on (rather than dropping it)."""
@@ -353,8 +352,8 @@ class Broker(Protocol):
     conventions' value where they have one (on every span and metric of its messages)."""
 
     header_limits: ClassVar[HeaderLimits]
-    """The headers its broker surely takes in one message (``HeaderLimits``): of the factory,
-    as the core narrows those of every adapter its settings name before making any."""
+    """The headers its broker surely takes in one message (``HeaderLimits``), known to the
+    factory: the core reads those of every adapter its settings name before making any."""
 
     capabilities: Capabilities
     """What its broker can do, as far as it can tell before connecting
