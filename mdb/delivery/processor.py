@@ -355,7 +355,7 @@ class Processor:
             case Keep(failure=failure):
                 # A longer pause next time. Struck and counted as it is decided, before any
                 # wait: two copies of one message in two slots (its ack lost after its copy
-                # was stored: AcksUnconfirmed) are then two rounds, not two first rounds.
+                # was stored) are then two rounds, not two first rounds.
                 self._strikes.strike(message.id)
                 kept = self._strikes.kept(message.id)
                 await clock.current().sleep(outcome.delay)

@@ -345,12 +345,12 @@ async def test_a_connection_can_do_what_its_broker_declares(seam_url: str) -> No
 @pytest.mark.anyio
 async def test_dead_letter_settles_only_a_delivery_the_capabilities_accept(
         seam_url: str) -> None:
-    queue = _queue()
-    async with _connected(seam_url) as connection:
+    queue, broker = _queue(), _broker(seam_url)
+    async with _connected(seam_url, broker) as connection:
         await connection.send(queue, _message("dead"))
         subscription = await connection.subscribe(_on(queue))
         delivery = await _receive(subscription)
-        accepted = (await connection.capabilities()).dead_letters(delivery)
+        accepted = broker.capabilities.dead_letters(delivery)
         if accepted:
             await connection.dead_letter(delivery)
         else:
@@ -371,12 +371,12 @@ async def test_dead_letter_settles_only_a_delivery_the_capabilities_accept(
 @pytest.mark.anyio
 async def test_closing_a_subscription_holding_a_delivery_ends_its_connection_only_where_declared(
         seam_url: str) -> None:
-    queue = _queue()
-    async with _connected(seam_url) as connection:
+    queue, broker = _queue(), _broker(seam_url)
+    async with _connected(seam_url, broker) as connection:
         await connection.send(queue, _message("held"))
         subscription = await connection.subscribe(_on(queue))
         await _receive(subscription)  # unsettled
-        ends = (await connection.capabilities()).closing_ends_connection(subscription)
+        ends = broker.capabilities.closing_ends_connection(subscription)
         await subscription.close()
         assert connection.is_open is not ends
     again = await _take_one(seam_url, queue)
