@@ -24,7 +24,8 @@ Rules every adapter keeps:
   whose broker redelivers it sooner says so in its own docstring; the container closes the
   subscription either way).
 * A message within the adapter's ``Broker.header_limits`` is never refused for its headers.
-  Its protocol's limits and its broker's quirks are the adapter's, stated in its docstrings.
+* What one broker can do and another cannot is the adapter's ``Capabilities``, which the core
+  asks; its protocol's limits and its broker's quirks stay in its docstrings.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 from urllib.parse import urlsplit
 
 from mdb.destinations import Destination
@@ -65,9 +66,9 @@ class ConnectionOptions:
     the client sends heart-beats (0: none); with them, an adapter notices a silent connection
     before the broker can give up on it, and hands on nothing read after a silence the broker
     may not have tolerated: the broker may have redelivered it elsewhere (docs/failover.md).
-    ``queue_type`` names the kind of queue to declare (``brokers.<broker>.queue_type``); None
-    is the broker's default, and an adapter whose broker has no such kind refuses it
-    (ConfigurationError).
+    ``adapter_options`` are the broker's settings that only its adapter reads, by name
+    (``brokers.<broker>.<name>``, e.g. ``queue_type``): the adapter refuses one it does not
+    know (ConfigurationError naming the setting).
     """
 
     url: str
@@ -79,7 +80,7 @@ class ConnectionOptions:
     heartbeat_ms: int = 4000
     connect_timeout: float = 10.0
     receipt_timeout: float = 10.0
-    queue_type: str | None = None
+    adapter_options: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,14 +88,9 @@ class HeaderLimits:
     """The headers a broker surely takes in one message: at most ``count`` of them, each at
     most ``line`` bytes and all of them at most ``total`` bytes, where ``size(name, value)``
     is how many bytes one header takes as the adapter's protocol writes it. An adapter keeps
-    them below what its broker refuses, with room for the headers it adds to a frame.
-
-    The core keeps every message it sends within the limits of every adapter its brokers use
-    (``mdb.brokers.Brokers.header_limits``): it refuses a send beyond them (``EncodeError``,
-    ``mdb.codec.refuse_oversized``) before anything is written, as a broker may refuse one
-    only by dropping the connection, and it leaves headers out of a copy rather than have the
-    copy refused (``mdb.copies``).
-    """
+    them below what its broker refuses, with room for the headers it adds to a frame. The core
+    sends nothing beyond the limits of any adapter its brokers use, and leaves headers out of a
+    copy rather than have it refused (``mdb.brokers.Brokers.header_limits``)."""
 
     count: int
     line: int
@@ -153,23 +149,18 @@ class Delivery:
     keeps none for it (it names each delivery anew). The container knows a message that came
     without an ``mdb_id`` by it (``mdb.identity``). ``broker_redelivered`` is the broker's
     redelivered flag; ``token`` is the adapter's own handle needed to settle it and means
-    nothing to the container. ``headers`` are all the
-    message's headers, the application's and the protocol's; ``protocol_headers`` names those
-    the broker or the adapter's protocol put there for this delivery or its frame (a message
-    id, the subscription, an ack handle, a persistence flag, ...), not the sender's
-    application: the container leaves them off the copy's own headers when it re-sends one
-    (for a redelivery or to an error destination) and hands the adapter the delivery's headers
-    as ``OutgoingMessage.copy_of`` instead: the adapter decides which of them the copy keeps
-    (a priority, an expiration, ...). Names not present may be listed; the same set may be
-    shared by every delivery.
+    nothing to the container. ``headers`` are all the message's headers, the application's
+    and the protocol's; ``protocol_headers`` names those the broker or the adapter's protocol
+    put there for this delivery or its frame (a message id, an ack handle, a persistence flag,
+    ...): the container leaves them off a copy it re-sends (for a redelivery or to an error
+    destination) and hands the adapter the delivery's headers as ``OutgoingMessage.copy_of``
+    instead, to keep what makes the copy the same message (a priority, an expiration, ...).
+    Names not present may be listed; the same set may be shared by every delivery.
 
     ``reply_to`` is where the sender asked for a reply (``Transaction.send`` and
     ``Connection.send`` of the same broker accept it as a target) and ``correlation_id`` the
-    sender's correlation id; None when the message has none.
-    ``problem`` is set when the adapter cannot hand the message over as it was sent
-    (``Problem``).
-    ``can_dead_letter`` is True when ``Connection.dead_letter`` would leave the message on a
-    dead-letter queue the broker surely keeps it on; False where it could drop it instead.
+    sender's correlation id; None when the message has none. ``problem`` is set when the
+    adapter cannot hand the message over as it was sent (``Problem``).
     """
 
     destination: Destination
@@ -182,17 +173,44 @@ class Delivery:
     reply_to: ReplyAddress | None = None
     correlation_id: str | None = None
     problem: Problem | None = None
-    can_dead_letter: bool = False
+
+
+def never(_: Any) -> bool:
+    """The default of a capability that is a question about one delivery or subscription."""
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a broker can do where brokers differ, as its adapter declares it: the core asks
+    this value, never a broker's name. Each default is the least the seam allows."""
+
+    atomic_transactions: bool = True
+    """A commit makes its acks and sends take effect together and durably, or none of them
+    (else as ``Transaction.commit`` says)."""
+    dead_letters: Callable[[Delivery], bool] = never
+    """Whether ``Connection.dead_letter`` leaves the delivery's message on a dead-letter queue
+    the broker surely keeps it on (rather than dropping it)."""
+    closing_ends_connection: Callable[[Subscription], bool] = never
+    """Whether closing the subscription now also closes its connection, and with it the work
+    of the connection's other subscriptions (where the broker keeps unsettled deliveries with
+    the connection, closing it is the only way to hand them back)."""
+    cannot_hold_delays: str | None = "its adapter cannot hold a message back"
+    """None when the broker holds a message sent with ``OutgoingMessage.delay`` (to a queue)
+    back at least that long: from the commit of its transaction (an abort discards it),
+    persistent as any (it survives the sender, and a restart where the broker's documentation
+    says so), then behind the messages already queued. Else why not, for a startup line: a
+    delayed send may then go at once, and the container waits the delay out itself. The delay
+    is on ``mdb.clock``'s time, which a broker's own time does not follow while a test drives
+    it."""
 
 
 class Subscription(abc.ABC):
     @property
     @abc.abstractmethod
     def requeue_destination(self) -> Destination:
-        """A queue whose messages reach this subscription and nothing else.
-
-        The container re-sends a failed message here to redeliver it with a durable count.
-        """
+        """A queue whose messages reach this subscription and nothing else: the container
+        re-sends a failed message here to redeliver it with a durable count."""
 
     @abc.abstractmethod
     async def receive(self) -> Delivery:
@@ -201,23 +219,11 @@ class Subscription(abc.ABC):
     @abc.abstractmethod
     def receive_nowait(self) -> Delivery | None:
         """The next delivery if the broker has already pushed it to this subscriber, else
-        None; never waits and never raises.
-
-        It takes from the same stream as ``receive``, in the same order, so the broker's
-        dispatch order is kept. It only sees what is already here (at most ``prefetch``
-        unsettled deliveries): the container calls it right after ``receive`` to gather a
-        batch of what is available, never to poll. On a closed subscription or a lost
-        connection it returns None; ``receive`` then raises ``ConnectionLost``.
-        """
-
-    @property
-    def holding(self) -> bool:
-        """True while deliveries the broker dispatched to this subscription are unsettled,
-        received or not. Closing a subscription that holds some may end its whole connection
-        (where the broker keeps unacked deliveries with the connection: the adapter says so),
-        and with it the work of the other subscriptions on that connection. False by
-        default."""
-        return False
+        None; never waits and never raises. It takes from the same stream as ``receive``, in
+        dispatch order, and only sees what is already here (at most ``prefetch`` unsettled
+        deliveries): the container calls it right after ``receive`` to gather a batch, never
+        to poll. On a closed subscription or a lost connection it returns None (``receive``
+        then raises ``ConnectionLost``)."""
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -263,17 +269,15 @@ class Transaction(abc.ABC):
     @abc.abstractmethod
     async def commit(self) -> None:
         """Make the acks and sends take effect together; return once the broker confirmed.
-
         Raises ``TransactionRolledBack`` when the broker did not confirm (connection lost,
         refused, no receipt in time): then none of it may be relied upon.
 
-        On a broker without atomic, durable transactions the adapter makes the sends first,
-        each confirmed as stored, then the acks: a commit that fails after some sends were
-        confirmed leaves them sent and the deliveries unsettled (they come back, flagged
-        redelivered, and their processing sends again), never acked without its sends. A
-        commit that fails once every send was confirmed, only its acks not, raises
-        ``AcksUnconfirmed`` (a ``TransactionRolledBack``): its deliveries come back, flagged,
-        unless an ack was applied all the same, and their sends need not be made again.
+        Without ``Capabilities.atomic_transactions`` the sends are made first, each confirmed
+        as stored, then the acks: a failed commit may leave sends made and its deliveries
+        unsettled (they come back, flagged), never a delivery acked without its sends. One
+        that failed once every send was confirmed raises ``AcksUnconfirmed``: its deliveries
+        come back, flagged, unless an ack was applied all the same, and their sends need not
+        be made again.
         """
 
     @abc.abstractmethod
@@ -311,36 +315,24 @@ class Connection(abc.ABC):
     @abc.abstractmethod
     async def dead_letter(self, delivery: Delivery) -> None:
         """Settle ``delivery`` by handing its message, as it is, to the broker's own dead-letter
-        queue, outside any transaction; return once the broker confirmed. For a delivery with
-        ``can_dead_letter`` only: for another, ``BrokerError`` and nothing is done. Raises
-        ``ConnectionLost`` as ``ack`` does (the broker redelivers the message), and
-        ``BrokerError`` when the broker refused or did not confirm it: the message is then on
-        the dead-letter queue or comes back, flagged redelivered."""
+        queue, outside any transaction; return once the broker confirmed. Only for a delivery
+        ``Capabilities.dead_letters`` accepts: for another, ``BrokerError`` and nothing is
+        done. Raises ``ConnectionLost`` as ``ack`` does (the broker redelivers the message),
+        and ``BrokerError`` when the broker refused or did not confirm it: the message is then
+        on the dead-letter queue or comes back, flagged redelivered."""
 
     @abc.abstractmethod
     async def send(self, destination: ReplyTo, message: OutgoingMessage) -> None:
         """Send outside any transaction; return once the broker confirmed it stored the message.
-        ``destination`` may be the ``reply_to`` of a delivery from this broker.
+        ``destination`` may be the ``reply_to`` of a delivery from this broker. Raises
+        ``SendOutcomeUnknown`` when no confirmation came, ``ConnectionLost`` when the message
+        surely was not sent."""
 
-        Raises ``SendOutcomeUnknown`` when no confirmation came, ``ConnectionLost`` when the
-        message surely was not sent.
-        """
-
-    async def delay_unsupported(self) -> str | None:
-        """None when the broker holds a message sent with ``OutgoingMessage.delay`` (to a
-        queue) back for that long, else why it cannot (for a startup line). Never raises.
-
-        Where it returns None a delayed send keeps the rest of this contract: in a transaction
-        it is held only once the commit is confirmed (an abort discards it, as any send), the
-        held message is persistent like the others (it survives the sender, and a restart of
-        the broker where the broker's documentation says so) and it reaches its queue's
-        consumers after at least ``delay`` seconds, behind the messages already there. Where
-        it does not, a delayed send may be delivered at once: the container then waits the
-        delay out itself. The delay is on ``mdb.clock``'s time: a broker with a time of its
-        own cannot hold one while a test drives that clock. The adapter may ask the broker the
-        first time (a probe) and keep the answer for the connection; a probe that fails is an
-        answer too (not supported). By default, not supported."""
-        return "its adapter cannot hold a message back"
+    @abc.abstractmethod
+    async def capabilities(self) -> Capabilities:
+        """``Broker.capabilities``, with the answers only a connection can give: the adapter
+        may ask its broker the first time (a probe) and keep the answer for the connection; a
+        probe that fails is an answer too (cannot). Never raises."""
 
     @property
     @abc.abstractmethod
@@ -360,7 +352,12 @@ class Broker(Protocol):
     conventions' value where they have one (on every span and metric of its messages)."""
 
     header_limits: ClassVar[HeaderLimits]
-    """The headers its broker surely takes in one message (``HeaderLimits``)."""
+    """The headers its broker surely takes in one message (``HeaderLimits``), known to the
+    factory: the core reads those of every adapter its settings name before making any."""
+
+    capabilities: Capabilities
+    """What its broker can do, as far as it can tell before connecting
+    (``Connection.capabilities`` may know more)."""
 
     def __init__(self, options: ConnectionOptions) -> None: ...
 

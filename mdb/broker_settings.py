@@ -9,7 +9,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
@@ -68,6 +68,9 @@ class BrokerSettings(BaseModel):
     or delay hangs."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # The settings only a broker's adapter reads (``ConnectionOptions.adapter_options``): it
+    # validates them, the core passes them on.
+    adapter_settings: ClassVar[tuple[str, ...]] = ("queue_type",)
 
     url: str | list[str] = Field(default="memory://", description=(
         "`memory://NAME` (embedded), `stomp+activemq://HOST:PORT` or "
@@ -136,6 +139,11 @@ class BrokerSettings(BaseModel):
         """The broker's addresses in the order a reconnect round tries them: ``url`` as a
         tuple (one element for a single URL)."""
         return (self.url,) if isinstance(self.url, str) else tuple(self.url)
+
+    def adapter_options(self) -> dict[str, str]:
+        """Those of ``adapter_settings`` that are set, for the adapter."""
+        return {name: str(value) for name in self.adapter_settings
+                if (value := getattr(self, name)) is not None}
 
     @field_validator("url", mode="before")
     @classmethod

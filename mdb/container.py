@@ -20,8 +20,8 @@ Lifecycle (``run``):
    drain and close, slots of new members start.
 3. stop (``request_stop``): stop receiving → let in-flight handlers finish within
    ``shutdown_grace_period`` → cancel what is still running, aborting its transaction so the
-   broker redelivers it → close subscriptions (one still holding deliveries is left to this
-   step: see ``Slots.close_held``) → delete the
+   broker redelivers it → close subscriptions (one whose closing would end its connection
+   is left to this step: see ``Slots.close_held``) → delete the
    subscriptions of listeners with ``durable_subscription_deletion`` → close connections.
 """
 
@@ -251,7 +251,7 @@ class Container:
         if not any(d.spec.options.redelivery.delay_before(1) > 0
                    for d in self.deployed for p in d.planned if p.broker == name):
             return
-        why = await connection.delay_unsupported()
+        why = (await connection.capabilities()).cannot_hold_delays
         if why is not None:
             log.warning("broker %s cannot hold a redelivery delay back (%s): each delay is "
                         "waited out in this process, holding a pool slot", name, why)

@@ -115,9 +115,8 @@ class TransactionRolledBack(BrokerError):
 
 
 class AcksUnconfirmed(TransactionRolledBack):
-    """A commit on a broker without atomic transactions whose sends the broker all confirmed
-    as stored, but not its acks (``Transaction.commit``): the sends stay sent, and its
-    deliveries come back flagged redelivered unless an ack was applied all the same."""
+    """A commit without atomic transactions (``Capabilities.atomic_transactions``) whose sends
+    the broker all confirmed as stored, but not its acks (``Transaction.commit``)."""
 
 
 class SendOutcomeUnknown(BrokerError):

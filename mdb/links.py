@@ -28,7 +28,7 @@ from pathlib import Path
 
 import anyio
 
-from mdb.broker import Broker, Connection, ConnectionOptions, TlsOptions, broker_for
+from mdb.broker import Broker, Capabilities, Connection, ConnectionOptions, TlsOptions, broker_for
 from mdb.broker_settings import BrokerSettings
 from mdb.errors import ConnectionFailed, CredentialsRefused
 from mdb.events import BrokerEvent, EventKind, Events
@@ -67,7 +67,7 @@ def adapter(name: str, settings: BrokerSettings, client_id: str,
         heartbeat_ms=settings.heartbeat_ms,
         connect_timeout=settings.connect_timeout,
         receipt_timeout=settings.receipt_timeout,
-        queue_type=settings.queue_type,
+        adapter_options=settings.adapter_options(),
     ))
 
 
@@ -217,6 +217,8 @@ class BrokerLink:
         self.settings = status.settings
         self._brokers = adapters(self.name, self.settings, client_id)  # one per address
         self.system = self._brokers[0].system  # messaging.system on its spans
+        # What the broker can do before connecting (the same at every address: one adapter).
+        self.capabilities: Capabilities = self._brokers[0].capabilities
         self._current: Connection | None = None
         self._outages_then = 0  # the status's outages when ``_current`` was opened
         self._lock = anyio.Lock()

@@ -112,7 +112,7 @@ class OutgoingMessage:
 
     ``delay`` is how many seconds the broker holds the message back before any consumer can
     receive it (a redelivery's delay); 0 for none. The core sets it only on a send to a queue,
-    on a connection whose broker can hold one (``Connection.delay_unsupported`` is None).
+    on a connection whose broker can hold one (``Capabilities.cannot_hold_delays`` is None).
     Held messages are the broker's: they wait in its store like any other (a transacted one
     from the commit on) and survive the sender."""
 

@@ -173,9 +173,9 @@ class Slots:
         spec, planned = deployed.spec, slot.planned
         invoker = Invoker(spec, planned, link.system, deployed.stats, deployed.threads,
                           self.producer.brokers.header_limits)
-        processor = Processor(spec, planned, link.system, self.producer, deployed.stats,
-                              deployed.strikes, invoker, self._run(slot, invoker),
-                              stopping=lambda: self._ends(slot))
+        processor = Processor(spec, planned, link.system, link.capabilities, self.producer,
+                              deployed.stats, deployed.strikes, invoker,
+                              self._run(slot, invoker), stopping=lambda: self._ends(slot))
         try:
             while not self._ends(slot):
                 try:
@@ -230,13 +230,13 @@ class Slots:
 
     async def _release(self, slot: Slot) -> None:
         """Close the slot's subscription, if it has one: what it holds goes back to the
-        broker, flagged. At a stop, one still holding deliveries is closed only once every
-        slot ended (``close_held``): closing it may end its connection, and with it the work
-        other slots are finishing there (``Subscription.holding``)."""
+        broker, flagged. At a stop, one whose closing would end its connection, and with it
+        the work other slots are finishing there (``Capabilities.closing_ends_connection``),
+        is closed only once every slot ended (``close_held``)."""
         subscription, slot.subscription = slot.subscription, None
         if subscription is None:
             return
-        if self.stopping and subscription.holding:
+        if self.stopping and slot.link.capabilities.closing_ends_connection(subscription):
             self._held.append(subscription)
             return
         with anyio.CancelScope(shield=True):

@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 import anyio.lowlevel
 
-from mdb.broker import ConnectionOptions, HeaderLimits
+from mdb.broker import Capabilities, ConnectionOptions, HeaderLimits
 from mdb.errors import ConfigurationError, ConnectionFailed
 from mdb.redaction import redact_url
 from mdb_memory.connection import MemoryConnection
@@ -23,10 +23,15 @@ class MemoryBroker:
 
     Its ``header_limits`` are as many and as large headers as a STOMP broker surely takes
     (``name:value`` in UTF-8, nothing escaped): the embedded broker stands in for a real one in
-    tests, where headers a real broker would refuse should be refused too."""
+    tests, where headers a real broker would refuse should be refused too. Its
+    ``capabilities``: atomic transactions, a dead-letter queue that keeps every message
+    (``DEAD_LETTER_QUEUE``) and delayed messages held back (``mdb_memory.exchange``), on
+    ``mdb.clock``'s time; closing a subscription never closes its connection. It takes no
+    ``adapter_options``."""
 
     system = "memory"
     header_limits = HeaderLimits(count=512, line=8_192, total=262_144, size=_plain_size)
+    capabilities = Capabilities(dead_letters=lambda _: True, cannot_hold_delays=None)
 
     def __init__(self, options: ConnectionOptions) -> None:
         parts = urlsplit(options.url)
@@ -39,10 +44,10 @@ class MemoryBroker:
                 f"setting brokers.{options.broker}.tls: the memory broker is in this process; "
                 "it has no TLS"
             )
-        if options.queue_type is not None:
+        for name in options.adapter_options:
             raise ConfigurationError(
-                f"setting brokers.{options.broker}.queue_type: the memory broker has one kind "
-                "of queue; queue_type is a RabbitMQ setting"
+                f"setting brokers.{options.broker}.{name}: the memory broker has one kind of "
+                "queue and no setting of its own; this one is another broker's"
             )
         self.options = options
         self.name = parts.netloc or parts.path.strip("/") or DEFAULT_NAME
@@ -61,6 +66,6 @@ class MemoryBroker:
             state.exchange.refused += 1
             state.exchange.notify()
             raise ConnectionFailed(f"memory broker {self.name!r} refuses connections")
-        connection = MemoryConnection(state)
+        connection = MemoryConnection(state, self.capabilities)
         state.exchange.attach(connection.session)
         return connection

@@ -32,7 +32,7 @@ import re
 
 import anyio.lowlevel
 
-from mdb.broker import Connection, Delivery, SubscriptionRequest
+from mdb.broker import Capabilities, Connection, Delivery, SubscriptionRequest
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyTo
@@ -53,10 +53,12 @@ _shielded_checkpoint = anyio.lowlevel.cancel_shielded_checkpoint
 
 
 class MemoryConnection(Connection):
-    """A connection to a memory broker; made by ``MemoryBroker.connect``."""
+    """A connection to a memory broker that can do what ``capabilities`` says; made by
+    ``MemoryBroker.connect``."""
 
-    def __init__(self, state: BrokerState) -> None:
+    def __init__(self, state: BrokerState, capabilities: Capabilities) -> None:
         self._state = state
+        self._capabilities = capabilities
         self._session = Session(state.exchange)
 
     def __repr__(self) -> str:
@@ -151,12 +153,12 @@ class MemoryConnection(Connection):
             self._session.exchange.notify()
 
     async def dead_letter(self, delivery: Delivery) -> None:
-        """Settle ``delivery`` and keep its message, as it is, on ``queue:DLQ``."""
+        """Settle ``delivery`` and keep its message, as it is, on ``queue:DLQ`` (whatever
+        the message: ``MemoryBroker.capabilities``)."""
         await _checkpoint()
         self._session.check_open()
         token = delivery.token
-        if not delivery.can_dead_letter or not isinstance(token, Token) \
-                or token.subscription.session is not self._session \
+        if not isinstance(token, Token) or token.subscription.session is not self._session \
                 or not token.subscription.settle(token):
             raise BrokerError(f"memory broker {self._state.name!r}: delivery "
                               f"{delivery.message_id} is not unsettled on this connection")
@@ -182,9 +184,10 @@ class MemoryConnection(Connection):
         exchange.publish(target, frozen(message))
         exchange.notify()
 
-    async def delay_unsupported(self) -> None:
-        """None: the broker holds delayed messages (``mdb_memory.exchange``)."""
+    async def capabilities(self) -> Capabilities:
+        """``MemoryBroker.capabilities``: a connection learns nothing more."""
         await _checkpoint()
+        return self._capabilities
 
     async def close(self) -> None:
         if self._session.is_open:

@@ -59,10 +59,6 @@ class MemorySubscription(Subscription):
         return self._request
 
     @property
-    def holding(self) -> bool:
-        return bool(self._unsettled)
-
-    @property
     def unsettled_count(self) -> int:
         """Deliveries pushed to this subscription and not settled (received or not)."""
         return len(self._unsettled)
@@ -109,8 +105,7 @@ class MemorySubscription(Subscription):
         self._buffer.append(Delivery(message.destination, message.body, message.headers,
                                      message.broker_message_id, redelivered, token,
                                      reply_to=message.reply_to,
-                                     correlation_id=message.correlation_id,
-                                     can_dead_letter=True))
+                                     correlation_id=message.correlation_id))
         self._arrived.notify()
 
     # --- used by the connection and transactions -----------------------------------------------

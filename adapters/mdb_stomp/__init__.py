@@ -1,7 +1,8 @@
 """mdb's STOMP 1.2 adapter (stomp.py), registered as ``stomp+activemq`` and ``stomp+rabbitmq``.
 
 ``StompBroker`` (``broker``) is the entry point; ``connection``, ``subscription`` and
-``transaction`` are the seam's objects, which share one ``wire`` (the stomp.py connection bridged
+``transaction`` (settled with ``confirmed`` sends where the broker's transactions are not atomic)
+are the seam's objects, which share one ``wire`` (the stomp.py connection bridged
 into anyio, with its ``receipts``); ``unsettled`` keeps cumulative acks safe; ``frames`` holds the
 pure header work; ``dialect`` holds what differs per broker (how each holds a delayed message
 back, too), with one module per broker, ``activemq`` and ``rabbitmq``; ``scheduler`` probes

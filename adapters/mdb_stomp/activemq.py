@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mdb import message as m
-from mdb.broker import SubscriptionRequest
+from mdb.broker import Delivery, SubscriptionRequest
 from mdb.destinations import Destination, Kind
 from mdb.errors import SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyTo
@@ -141,13 +141,13 @@ class ActiveMQDialect(Dialect):
         with the message in its store, on every redelivery and after a restart."""
         return headers.get("message-id") or None
 
-    def dead_letters(self, headers: Mapping[str, str]) -> bool:
+    def dead_letters(self, delivery: Delivery) -> bool:
         """A NACK moves a persistent message to ``ActiveMQ.DLQ`` (the default dead-letter
         strategy; the user needs no right on it), and drops a non-persistent one unless the
         broker's strategy has ``processNonPersistent="true"`` (measured on 5.17.2). The
         reference config sets it, but mdb cannot know a broker's config: only a persistent
         message is NACKed."""
-        return headers.get("persistent") == "true"
+        return delivery.headers.get("persistent") == "true"
 
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
         headers = {"activemq.prefetchSize": str(request.prefetch)}

@@ -6,7 +6,7 @@ import asyncio
 from typing import NoReturn
 from urllib.parse import SplitResult, unquote, urlsplit
 
-from mdb.broker import ConnectionOptions
+from mdb.broker import Capabilities, ConnectionOptions, never
 from mdb.errors import ConfigurationError
 from mdb.redaction import check_userinfo, redact_url
 from mdb_stomp.activemq import ActiveMQDialect
@@ -15,6 +15,7 @@ from mdb_stomp.dialect import Dialect
 from mdb_stomp.heartbeats import Heartbeats
 from mdb_stomp.limits import HEADER_LIMITS
 from mdb_stomp.rabbitmq import RabbitMQDialect
+from mdb_stomp.subscription import holds_unsettled
 from mdb_stomp.wire import Wire
 
 # STOMP 1.2 does not escape CONNECT headers (login, passcode, host): these would inject one.
@@ -38,7 +39,10 @@ class StompBroker:
     virtual hosts, a missing port (a TLS port and a plaintext one differ: mdb does not guess),
     or a login, passcode or vhost that would inject a CONNECT header. User-info and the vhost
     are percent-decoded; the options' ``username``/``password`` take precedence over the URL's.
-    A ``queue_type`` the dialect does not know (any, on ActiveMQ) is refused too.
+    Of the ``adapter_options`` it knows ``queue_type`` (``Dialect.queue_types``: none on
+    ActiveMQ), and refuses any other.
+
+    ``capabilities`` are the dialect's (``capabilities_of``).
 
     ``connect`` opens one STOMP 1.2 connection with heart-beats planned from ``heartbeat_ms``
     (``mdb_stomp.heartbeats``), over TLS when ``options.tls`` says so. No ``client-id`` is
@@ -58,13 +62,17 @@ class StompBroker:
         dialect = DIALECTS.get(parts.scheme)
         if dialect is None:
             self._refuse(f"mdb_stomp serves {', '.join(sorted(DIALECTS))}")
-        if options.queue_type is not None and options.queue_type not in dialect.queue_types:
+        queue_type = options.adapter_options.get("queue_type")
+        for name in options.adapter_options.keys() - {"queue_type"}:
+            self._refuse(f"not a setting of {dialect.broker}", name)
+        if queue_type is not None and queue_type not in dialect.queue_types:
             self._refuse(f"{dialect.broker} has no queue types to choose from"
                          if not dialect.queue_types else
-                         f"{options.queue_type!r} is not one of "
+                         f"{queue_type!r} is not one of "
                          f"{', '.join(sorted(dialect.queue_types))}", "queue_type")
-        self._dialect = dialect(options.queue_type, options.broker)
+        self._dialect = dialect(queue_type, options.broker)
         self.system = dialect.broker.lower()  # messaging.system: activemq, rabbitmq
+        self.capabilities = capabilities_of(self._dialect)
         if not parts.hostname:
             self._refuse(f"must be written '{parts.scheme}://HOST:PORT'")
         if parts.query or options.url.endswith("?"):
@@ -122,4 +130,17 @@ class StompBroker:
         wire = Wire(self.options, self._host, self._port, self.vhost, asyncio.get_running_loop(),
                     heartbeats, dialect.explain, dialect.orphans_delivery)
         await wire.open(self.username, self.password)
-        return StompConnection(wire, self._dialect)
+        return StompConnection(wire, self._dialect, self.capabilities)
+
+
+def capabilities_of(dialect: Dialect) -> Capabilities:
+    """What ``dialect``'s broker can do, as its flags declare it, before connecting: whether
+    it holds a delayed send back is known only once connected where a probe finds it out
+    (``StompConnection.capabilities``)."""
+    return Capabilities(
+        atomic_transactions=dialect.atomic_transactions,
+        dead_letters=dialect.dead_letters,
+        closing_ends_connection=never if dialect.unsubscribe_releases_unacked
+        else holds_unsettled,
+        cannot_hold_delays="its scheduler is probed once connected" if dialect.probes_delay
+        else None)

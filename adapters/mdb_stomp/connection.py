@@ -15,15 +15,16 @@ An ack of a delivery from another generation, or from a closed subscription, is 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import anyio
 
 from mdb import clock
-from mdb.broker import Connection, Delivery, SubscriptionRequest
+from mdb.broker import Capabilities, Connection, Delivery, SubscriptionRequest
 from mdb.destinations import Destination
 from mdb.errors import BrokerError, SendOutcomeUnknown, SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp import scheduler
-from mdb_stomp.confirmed import ConfirmedTransaction
 from mdb_stomp.dialect import Dialect
 from mdb_stomp.frames import send_frame
 from mdb_stomp.receipts import ReceiptErrors
@@ -34,13 +35,15 @@ from mdb_stomp.wire import Wire
 
 
 class StompConnection(Connection):
-    """One STOMP 1.2 connection (one generation). Made by ``StompBroker.connect``."""
+    """One STOMP 1.2 connection (one generation) to a broker that can do what ``known`` says
+    before connecting. Made by ``StompBroker.connect``."""
 
-    def __init__(self, wire: Wire, dialect: Dialect) -> None:
+    def __init__(self, wire: Wire, dialect: Dialect, known: Capabilities) -> None:
         self._wire = wire
         self._dialect = dialect
+        self._known = known
         self._probing = anyio.Lock()
-        self._delays: tuple[str | None] | None = None  # the probe's answer, once asked
+        self._probed: Capabilities | None = None  # with the probe's answer, once asked
 
     @property
     def is_open(self) -> bool:
@@ -76,16 +79,10 @@ class StompConnection(Connection):
         return await StompTemporaryQueue.open(self._wire, self._dialect)
 
     async def begin(self) -> StompTransaction:
-        """BEGIN (no receipt: a refused BEGIN fails the COMMIT). ``ConnectionLost`` when down.
-        On a broker without atomic transactions, a ``ConfirmedTransaction``, which writes
-        nothing before its commit (``Dialect.atomic_transactions``)."""
-        if not self._dialect.atomic_transactions:
-            self._wire.check_alive()
-            return ConfirmedTransaction(self._wire, self._dialect, self._wire.next_id())
-        transaction = StompTransaction(self._wire, self._dialect, self._wire.next_id())
-        # Held: its first SEND or ACK, or its COMMIT or ABORT, takes it along.
-        self._wire.write("BEGIN", {"transaction": transaction.id}, held=True)
-        return transaction
+        """A transaction settled as the broker allows (``mdb_stomp.transaction``): a BEGIN,
+        held until its first frame (no receipt: a refused BEGIN fails the COMMIT), or nothing
+        written before the commit. ``ConnectionLost`` when down."""
+        return StompTransaction(self._wire, self._dialect, self._wire.next_id())
 
     async def ack(self, delivery: Delivery) -> None:
         """ACK outside a transaction, without a receipt.
@@ -103,9 +100,9 @@ class StompConnection(Connection):
     async def dead_letter(self, delivery: Delivery) -> None:
         """NACK with a receipt: the broker moves the message to its dead-letter queue (see
         ``Dialect.dead_letters``). Checked as ``ack`` checks, writing nothing on a failure;
-        ``BrokerError`` also for a delivery without ``can_dead_letter``, or when the broker
-        refused the NACK or did not answer in time."""
-        if not delivery.can_dead_letter:
+        ``BrokerError`` also for a delivery the dialect would not dead-letter, or when the
+        broker refused the NACK or did not answer in time."""
+        if not self._dialect.dead_letters(delivery):
             raise BrokerError(f"{self._dialect.broker} may drop message "
                               f"{delivery.headers.get('message-id')} if it is NACKed: not "
                               "dead-lettered")
@@ -136,19 +133,22 @@ class StompConnection(Connection):
             ),
         )
 
-    async def delay_unsupported(self) -> str | None:
-        """None where the broker holds delayed sends back: always on RabbitMQ (delay queues,
-        ``RabbitMQDialect.delayed``); on ActiveMQ when its scheduler is on, which the first
-        call probes (``mdb_stomp.scheduler``) and later ones remember for this connection.
-        Never while a test drives ``mdb.clock``: the broker's time would not follow it."""
+    async def capabilities(self) -> Capabilities:
+        """What the broker can do, whether it holds delayed sends back answered: always on
+        RabbitMQ (delay queues, ``RabbitMQDialect.delayed``); on ActiveMQ when its scheduler is
+        on, which the first call probes (``mdb_stomp.scheduler``) and later ones remember for
+        this connection. Never while a test drives ``mdb.clock``: the broker's time would not
+        follow it."""
         if clock.current() is not clock.SYSTEM:
-            return "mdb.clock is a test's clock, which the broker's own time does not follow"
+            return replace(self._known, cannot_hold_delays="mdb.clock is a test's clock, which "
+                           "the broker's own time does not follow")
         if not self._dialect.probes_delay:
-            return None
+            return self._known
         async with self._probing:
-            if self._delays is None:
-                self._delays = (await scheduler.probe(self._wire),)
-            return self._delays[0]
+            if self._probed is None:
+                self._probed = replace(self._known,
+                                       cannot_hold_delays=await scheduler.probe(self._wire))
+            return self._probed
 
     async def close(self) -> None:
         """DISCONNECT, wait briefly for its receipt, then close the socket. Never raises and

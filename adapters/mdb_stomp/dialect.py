@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mdb.broker import Problem, ProblemKind, SubscriptionRequest
+from mdb.broker import Delivery, Problem, ProblemKind, SubscriptionRequest
 from mdb.destinations import Destination
 from mdb.errors import SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
@@ -72,20 +72,21 @@ class Dialect(abc.ABC):
     has_vhosts: ClassVar[bool] = False
     #: True when an UNSUBSCRIBE hands the subscription's unacked deliveries back to the broker;
     #: False when they stay with the connection until it closes (RabbitMQ), so that closing a
-    #: subscription holding any also closes its connection (see ``StompSubscription.close``).
+    #: subscription holding any also closes its connection (``StompSubscription.close``,
+    #: ``Capabilities.closing_ends_connection``).
     unsubscribe_releases_unacked: ClassVar[bool] = True
     #: True when a ``/temp-queue/`` is created by subscribing to it (ActiveMQ); False when the
     #: broker creates it and subscribes the connection at the first SEND naming it in
     #: ``reply-to`` (RabbitMQ). See ``mdb_stomp.temporary``.
     subscribes_temporary_queues: ClassVar[bool] = True
     #: True when whether the broker holds a delayed send back depends on its configuration,
-    #: which a probe finds out (``mdb_stomp.scheduler``); False when it always does.
+    #: which a probe finds out (``mdb_stomp.scheduler``); False when it always does
+    #: (``Capabilities.cannot_hold_delays``).
     probes_delay: ClassVar[bool] = False
     #: True when the broker's STOMP transactions are atomic and durable, and it runs each
-    #: frame of one as it reads it (ActiveMQ): mdb's transactions are STOMP transactions
-    #: (``mdb_stomp.transaction``). False when they only batch frames, replayed at the COMMIT
-    #: with no promise (RabbitMQ): mdb settles with confirmed SENDs outside any transaction,
-    #: then the ACKs (``mdb_stomp.confirmed``).
+    #: frame of one as it reads it (ActiveMQ); False when they only batch frames, replayed at
+    #: the COMMIT with no promise (RabbitMQ). ``Capabilities.atomic_transactions``; how each
+    #: settles: ``mdb_stomp.transaction``.
     atomic_transactions: ClassVar[bool] = True
     #: The unit the broker counts heart-beat intervals in, and the shortest interval mdb may
     #: promise it so that mdb notices a silent link before the broker does (``heartbeats``).
@@ -173,10 +174,10 @@ class Dialect(abc.ABC):
         None by default."""
         return None
 
-    def dead_letters(self, headers: Mapping[str, str]) -> bool:
-        """True when a NACK of the MESSAGE frame with ``headers`` leaves its message on a
-        dead-letter queue the broker surely keeps it on (``Delivery.can_dead_letter``). False
-        by default: where a NACK may drop the message, mdb never sends one."""
+    def dead_letters(self, delivery: Delivery) -> bool:
+        """True when a NACK of ``delivery`` leaves its message on a dead-letter queue the
+        broker surely keeps it on (``Capabilities.dead_letters``). False by default: where a
+        NACK may drop the message, mdb never sends one."""
         return False
 
     @abc.abstractmethod

@@ -3,7 +3,7 @@
 Closing a subscription. Where an UNSUBSCRIBE leaves the unacked deliveries with the connection
 (RabbitMQ, ``Dialect.unsubscribe_releases_unacked``), closing a subscription that still holds
 any closes the whole connection, the only way to have them redelivered; see
-``StompSubscription.close``.
+``StompSubscription.close`` and ``holds_unsettled``.
 
 Staleness. A delivery's token names its subscription and through it its wire (connection
 generation), so an ack of a delivery from another generation, or from a closed subscription,
@@ -53,6 +53,13 @@ def ack_token(delivery: Delivery, wire: Wire) -> AckToken:
         )
     wire.check_alive()
     return token
+
+
+def holds_unsettled(subscription: Subscription) -> bool:
+    """Whether ``subscription`` holds a delivery not settled yet, received or not: closing it
+    then closes its connection where an UNSUBSCRIBE leaves unacked deliveries with it
+    (``Capabilities.closing_ends_connection`` of such a broker, ``StompSubscription.close``)."""
+    return isinstance(subscription, StompSubscription) and bool(subscription.unsettled)
 
 
 class StompSubscription(Subscription):
@@ -121,12 +128,6 @@ class StompSubscription(Subscription):
     @property
     def requeue_destination(self) -> Destination:
         return self._requeue
-
-    @property
-    def holding(self) -> bool:
-        """True while a delivery is unsettled; closing the subscription then closes its
-        connection where the broker keeps unacked deliveries with it (RabbitMQ: ``close``)."""
-        return bool(self.unsettled)
 
     @property
     def unsettled_count(self) -> int:
@@ -212,7 +213,6 @@ class StompSubscription(Subscription):
                 reply_to=reply_to,
                 correlation_id=correlation_id,
                 problem=self._dialect.problem(headers, content, damage),
-                can_dead_letter=self._dialect.dead_letters(headers),
             )
         )
 

@@ -35,13 +35,13 @@ from __future__ import annotations
 import enum
 import re
 import traceback
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import ClassVar, overload
 
 from mdb import codec
 from mdb import message as headers_
-from mdb.broker import Delivery, HeaderLimits, Problem, ProblemKind
+from mdb.broker import Delivery, HeaderLimits, Problem, ProblemKind, never
 from mdb.copies import ERROR_TYPE_LIMIT, bounded, error_text, with_failure
 from mdb.destinations import Destination
 from mdb.errors import error_type
@@ -144,9 +144,8 @@ class NotSelected:
 @dataclass(frozen=True, slots=True)
 class AckLost:
     """The broker flagged the delivery redelivered, and it is the very delivery whose earlier
-    settlement's copies the broker confirmed as stored, not its ack (``AcksUnconfirmed``,
-    ``mdb.delivery.strikes``): those copies carry the message on, so it is acked unseen,
-    neither handled nor struck again."""
+    settlement's copies were stored, not its ack (``Strikes.copied``): those copies carry the
+    message on, so it is acked unseen, neither handled nor struck again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +232,7 @@ class Stuck:
     """Settling the message failed ``strikes`` times outside the handler, by the broker's
     doing (it refused the copy, ``mdb.delivery.strikes``). The handler does not see it again.
     ``dead_letter``: the broker surely keeps it on its own dead-letter queue
-    (``Delivery.can_dead_letter``)."""
+    (``Capabilities.dead_letters``)."""
 
     strikes: int
     dead_letter: bool
@@ -270,14 +269,16 @@ IN_DOUBT = InDoubt()
 
 
 def classify(delivery: Delivery, *, selected: bool, strikes: int, copied: bool = False,
-             seen: Round = Round.NEW) -> Kind:
+             seen: Round = Round.NEW,
+             dead_letters: Callable[[Delivery], bool] = never) -> Kind:
     """What ``delivery`` is, whose message was struck ``strikes`` times
     (``mdb.delivery.strikes``) and is ``selected`` or not by the subscription's selector;
     ``copied``: the broker confirmed the copies of an earlier settlement of this very delivery,
     not its ack (``Strikes.came_back``); ``seen``: what the listener saw of its message's round
-    (``Strikes.round``). In this order: its ack lost, if it came back flagged redelivered after
-    such a settlement (whatever else it is: its copies carry it on); already processed, a copy
-    of a round settled or overtaken (carried on without it); stuck at ``MAX_STRIKES``;
+    (``Strikes.round``); ``dead_letters``: the broker's ``Capabilities.dead_letters``, asked
+    of a stuck delivery only. In this order: its ack lost, if it came back flagged redelivered
+    after such a settlement (whatever else it is: its copies carry it on); already processed, a
+    copy of a round settled or overtaken (carried on without it); stuck at ``MAX_STRIKES``;
     unreadable; not selected (settled unseen, see ``mdb.planning``); in doubt (the broker
     flagged it redelivered, or a copy of its round is with the handler or was: a second copy
     of one round); else fresh."""
@@ -286,7 +287,7 @@ def classify(delivery: Delivery, *, selected: bool, strikes: int, copied: bool =
     if seen is Round.DONE:
         return ALREADY_PROCESSED
     if strikes >= MAX_STRIKES:
-        return Stuck(strikes, delivery.can_dead_letter)
+        return Stuck(strikes, dead_letters(delivery))
     if delivery.problem is not None:
         return Unreadable(delivery.problem)
     if not selected:
@@ -319,7 +320,7 @@ class Redeliver:
     """Ack the delivery and, in the same transaction, send a copy of its body, delivery number
     ``delivery_count``, with ``headers`` to ``destination`` (the subscription's requeue
     destination), to be delivered ``delay`` seconds later: held back by the broker where it
-    can (``Connection.delay_unsupported``), else waited out before the transaction.
+    can (``Capabilities.cannot_hold_delays``), else waited out before the transaction.
     ``failure`` is why."""
 
     delay: float

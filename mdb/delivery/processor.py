@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mdb import clock, logs, telemetry
-from mdb.broker import Connection, Delivery, Subscription
+from mdb.broker import Capabilities, Connection, Delivery, Subscription
 from mdb.delivery.batch import (
     BatchFailure,
     Ready,
@@ -67,16 +67,18 @@ class Processor:
     them as the delivery contract says (docs/architecture.md, "Delivery contract"). Made once
     per pool slot; the connection and the subscription, which change at every reconnect, come
     with the deliveries. ``stopping()`` says when no further message may go to the handler.
-    ``stats`` and ``strikes`` are the listener's, shared by its slots. ``run`` is how a fresh
-    delivery runs (``mdb.delivery.runs``: the listener's guarantee), through ``invoker``."""
+    ``capabilities`` are the broker's, as known before connecting. ``stats`` and ``strikes``
+    are the listener's, shared by its slots. ``run`` is how a fresh delivery runs
+    (``mdb.delivery.runs``: the listener's guarantee), through ``invoker``."""
 
     def __init__(
         self, spec: ListenerSpec, planned: PlannedSubscription, system: str,
-        producer: Producer, stats: Stats, strikes: Strikes, invoker: Invoker, run: Run,
-        stopping: Callable[[], bool],
+        capabilities: Capabilities, producer: Producer, stats: Stats, strikes: Strikes,
+        invoker: Invoker, run: Run, stopping: Callable[[], bool],
     ) -> None:
         self._spec = spec
         self._system = system
+        self._dead_letters = capabilities.dead_letters
         self._selector = planned.selector
         self._producer = producer
         self._stats = stats
@@ -125,7 +127,8 @@ class Processor:
         selected = self._selector is None or self._selector(delivery.headers)
         recalled = self._strikes.recall(delivery, message)
         kind = classify(delivery, selected=selected, strikes=recalled.strikes,
-                        copied=recalled.copied, seen=recalled.seen)
+                        copied=recalled.copied, seen=recalled.seen,
+                        dead_letters=self._dead_letters)
         if isinstance(kind, Fresh):
             self._strikes.handing(message)
         return Step(delivery, message, kind)
@@ -298,7 +301,7 @@ class Processor:
     async def _wait_or_hold(self, delay: float, connection: Connection) -> float:
         """The delay the broker holds a copy for, freeing this slot at once; or, where it
         cannot, 0 once the delay was waited out here."""
-        if delay <= 0 or await connection.delay_unsupported() is None:
+        if delay <= 0 or (await connection.capabilities()).cannot_hold_delays is None:
             return delay
         await clock.current().sleep(delay)
         return 0.0

@@ -20,8 +20,8 @@ A connection lost otherwise strikes nothing: the other messages in flight on it,
 in doubt too, are innocent.
 
 The listener also remembers a settlement whose copies the broker all confirmed as stored, but
-not its ack (``AcksUnconfirmed``: RabbitMQ, whose connection closed between the two,
-``mdb_stomp.confirmed``), by the message's identity and the delivery's count (``copied``).
+not its ack (``AcksUnconfirmed``, ``Transaction.commit``), by the message's identity and the
+delivery's count (``copied``).
 The copies carry the message on (a retry copy as the next count, an error copy, a handler's
 sends); the delivery, should it come back in doubt, is that very delivery (``came_back``), and
 ``mdb.delivery.decision`` has it acked, neither handled nor struck again. A kept copy is not

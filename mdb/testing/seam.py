@@ -16,9 +16,13 @@ docstrings of ``mdb.broker``: a round trip keeps body and headers; a commit make
 sends take effect together, an abort discards the sends and leaves the delivery unsettled;
 a subscription that closes hands its unsettled deliveries back, flagged redelivered; prefetch
 bounds what is pushed; ``receive_nowait`` takes from the same stream as ``receive`` and never
-waits; the requeue destination reaches its subscription only; where the broker holds delayed
-sends back, a delayed send is held from its commit and then goes behind later ones; after
-``close`` every object of the connection is stale.
+waits; the requeue destination reaches its subscription only; after ``close`` every object of
+the connection is stale. What the adapter's ``Capabilities`` declare is checked as it says:
+a connection's are its broker's; a delivery ``dead_letters`` accepts is settled by
+``dead_letter``, another is refused and left unsettled; closing a subscription that holds a
+delivery closes its connection only where ``closing_ends_connection`` says so; where the
+broker holds delayed sends back, a delayed send is held from its commit and then goes behind
+later ones.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import anyio
 import pytest
 
 from mdb.broker import (
+    Broker,
     Connection,
     ConnectionOptions,
     Delivery,
@@ -42,17 +47,20 @@ from mdb.broker import (
     broker_for,
 )
 from mdb.destinations import Destination
-from mdb.errors import ConnectionLost, TransactionRolledBack
+from mdb.errors import BrokerError, ConnectionLost, TransactionRolledBack
 from mdb.message import ID, OutgoingMessage, new_id
 
 __all__ = [
     "test_a_closed_connection_makes_every_object_stale",
     "test_a_closed_subscription_hands_unsettled_deliveries_back_flagged",
+    "test_a_connection_can_do_what_its_broker_declares",
     "test_a_delayed_send_is_held_from_its_commit_then_goes_behind_later_ones",
     "test_a_round_trip_keeps_body_and_headers",
     "test_abort_discards_sends_and_leaves_the_delivery_unsettled",
     "test_an_aborted_ack_is_settled_by_a_later_transaction",
+    "test_closing_a_subscription_holding_a_delivery_ends_its_connection_only_where_declared",
     "test_commit_makes_acks_and_sends_take_effect_together",
+    "test_dead_letter_settles_only_a_delivery_the_capabilities_accept",
     "test_prefetch_bounds_the_unsettled_deliveries_pushed",
     "test_receive_nowait_takes_from_the_same_stream_and_never_waits",
     "test_the_requeue_destination_reaches_its_subscription_only",
@@ -61,11 +69,14 @@ __all__ = [
 WAIT = 15.0  # bound on one wait: a hang guard, not a timing
 
 
+def _broker(url: str) -> Broker:
+    return broker_for(ConnectionOptions(url=url, client_id=f"seam-{uuid.uuid4().hex[:8]}",
+                                        connect_timeout=WAIT, receipt_timeout=WAIT))
+
+
 @asynccontextmanager
-async def _connected(url: str) -> AsyncIterator[Connection]:
-    options = ConnectionOptions(url=url, client_id=f"seam-{uuid.uuid4().hex[:8]}",
-                                connect_timeout=WAIT, receipt_timeout=WAIT)
-    connection = await broker_for(options).connect()
+async def _connected(url: str, broker: Broker | None = None) -> AsyncIterator[Connection]:
+    connection = await (broker or _broker(url)).connect()
     try:
         yield connection
     finally:
@@ -266,13 +277,13 @@ async def test_the_requeue_destination_reaches_its_subscription_only(seam_url: s
 async def test_a_delayed_send_is_held_from_its_commit_then_goes_behind_later_ones(
     seam_url: str,
 ) -> None:
-    """Where the broker holds delayed sends back (``Connection.delay_unsupported``), a delayed
-    send in a transaction is held from the commit and an abort discards it; once due it joins
-    the back of the queue with its headers. The aborted one, held as long and sent first,
+    """Where the broker holds delayed sends back (``Capabilities.cannot_hold_delays``), a
+    delayed send in a transaction is held from the commit and an abort discards it; once due it
+    joins the back of the queue with its headers. The aborted one, held as long and sent first,
     would come first. Skipped where the broker cannot hold one."""
     queue = _queue()
     async with _connected(seam_url) as connection:
-        why = await connection.delay_unsupported()
+        why = (await connection.capabilities()).cannot_hold_delays
         if why is not None:
             pytest.skip(f"the broker cannot hold a delayed send: {why}")
         subscription = await connection.subscribe(_on(queue, prefetch=10))
@@ -317,5 +328,56 @@ async def test_a_closed_connection_makes_every_object_stale(seam_url: str) -> No
     async with _connected(seam_url) as reader:
         await reader.send(target, _message("marker"))
     assert (await _take_one(seam_url, target)).body == b"marker"
+    again = await _take_one(seam_url, queue)
+    assert (again.body, again.broker_redelivered) == (b"held", True)
+
+
+@pytest.mark.anyio
+async def test_a_connection_can_do_what_its_broker_declares(seam_url: str) -> None:
+    broker = _broker(seam_url)
+    async with _connected(seam_url, broker) as connection:
+        found = await connection.capabilities()
+    # Whether a delayed send is held back only a connection may know; the rest is declared.
+    assert dataclasses.replace(found, cannot_hold_delays=None) == dataclasses.replace(
+        broker.capabilities, cannot_hold_delays=None)
+
+
+@pytest.mark.anyio
+async def test_dead_letter_settles_only_a_delivery_the_capabilities_accept(
+        seam_url: str) -> None:
+    queue, broker = _queue(), _broker(seam_url)
+    async with _connected(seam_url, broker) as connection:
+        await connection.send(queue, _message("dead"))
+        subscription = await connection.subscribe(_on(queue))
+        delivery = await _receive(subscription)
+        accepted = broker.capabilities.dead_letters(delivery)
+        if accepted:
+            await connection.dead_letter(delivery)
+        else:
+            with pytest.raises(BrokerError):
+                await connection.dead_letter(delivery)
+        await subscription.close()  # may close the connection (closing_ends_connection)
+    async with _connected(seam_url) as connection:
+        await connection.send(queue, _message("marker"))
+    # Dead-lettered, it is gone from its queue; refused, it is back, flagged, before the marker.
+    first = await _take_one(seam_url, queue)
+    if accepted:
+        assert first.body == b"marker"
+    else:
+        assert (first.body, first.broker_redelivered) == (b"dead", True)
+        assert (await _take_one(seam_url, queue)).body == b"marker"
+
+
+@pytest.mark.anyio
+async def test_closing_a_subscription_holding_a_delivery_ends_its_connection_only_where_declared(
+        seam_url: str) -> None:
+    queue, broker = _queue(), _broker(seam_url)
+    async with _connected(seam_url, broker) as connection:
+        await connection.send(queue, _message("held"))
+        subscription = await connection.subscribe(_on(queue))
+        await _receive(subscription)  # unsettled
+        ends = broker.capabilities.closing_ends_connection(subscription)
+        await subscription.close()
+        assert connection.is_open is not ends
     again = await _take_one(seam_url, queue)
     assert (again.body, again.broker_redelivered) == (b"held", True)

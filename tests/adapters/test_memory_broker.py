@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import mdb_memory
-from mdb.broker import Connection, ConnectionOptions, Delivery, SubscriptionRequest
+from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest
 from mdb.destinations import Destination
 from mdb.errors import (
     BrokerError,
@@ -525,8 +525,7 @@ async def test_a_finished_transaction_ignores_work_and_refuses_to_commit(
 async def test_a_delayed_send_is_held_from_the_commit_then_goes_behind_later_messages(
     conn: MemoryConnection, state: BrokerState,
 ) -> None:
-    seam: Connection = conn  # the seam says why a broker cannot delay; this one can
-    assert await seam.delay_unsupported() is None
+    assert (await conn.capabilities()).cannot_hold_delays is None
     queue = d("queue:held")
     sub = await conn.subscribe(req("queue:held"))
     aborted = await conn.begin()
@@ -757,7 +756,7 @@ async def test_dead_letter_settles_and_keeps_the_message_on_the_dlq(
     sub = await conn.subscribe(req("queue:in"))
     await send_all(conn, "queue:in", "x")
     delivery = await receive(sub)
-    assert delivery.can_dead_letter
+    assert (await conn.capabilities()).dead_letters(delivery)
     await conn.dead_letter(delivery)
     assert sub.unsettled_count == 0
     [kept] = state.browse(f"queue:{mdb_memory.DEAD_LETTER_QUEUE}")

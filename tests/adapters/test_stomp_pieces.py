@@ -32,7 +32,7 @@ from mdb.errors import (
 )
 from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
 from mdb_stomp import ActiveMQDialect, Dialect, RabbitMQDialect
-from mdb_stomp.confirmed import ConfirmedTransaction
+from mdb_stomp.broker import capabilities_of
 from mdb_stomp.frames import encode, escape_name, send_frame, send_headers, text
 from mdb_stomp.heartbeats import Heartbeats, Silence
 from mdb_stomp.inbound import NO_SUBSCRIPTION, NUL_IN_HEADER, FrameReader
@@ -269,9 +269,28 @@ def test_an_empty_activemq_frame_without_content_length_is_an_unsupported_kind()
 def test_only_a_persistent_activemq_message_is_dead_lettered() -> None:
     # ActiveMQ drops a NACKed non-persistent message unless its broker says otherwise;
     # RabbitMQ drops a NACKed message unless its queue has a dead-letter exchange.
-    assert ActiveMQDialect().dead_letters(JAVA_BYTES)
-    assert not ActiveMQDialect().dead_letters(JAVA_TEXT)
-    assert not RabbitMQDialect().dead_letters(JAVA_BYTES)
+    persistent, plain = (Delivery(QUEUE, b"ab", headers, "ID:1", False, None)
+                         for headers in (JAVA_BYTES, JAVA_TEXT))
+    activemq, rabbitmq = (capabilities_of(dialect).dead_letters
+                          for dialect in (ActiveMQDialect(), RabbitMQDialect()))
+    assert activemq(persistent) and not activemq(plain)
+    assert not rabbitmq(persistent)
+
+
+def test_rabbitmq_declares_what_it_cannot_do_that_activemq_can() -> None:
+    activemq, rabbitmq = (capabilities_of(dialect) for dialect in (ActiveMQDialect(),
+                                                                   RabbitMQDialect()))
+    assert activemq.atomic_transactions and not rabbitmq.atomic_transactions
+    # RabbitMQ always holds a delayed send back (delay queues); ActiveMQ's scheduler is probed.
+    assert rabbitmq.cannot_hold_delays is None and activemq.cannot_hold_delays is not None
+    # An UNSUBSCRIBE leaves RabbitMQ's unacked deliveries with the connection.
+    wire = WrittenFrames()
+    kept = holding(1, wire, RabbitMQDialect(), cumulative=False, releases_unacked=False)
+    assert rabbitmq.closing_ends_connection(kept)
+    assert not rabbitmq.closing_ends_connection(
+        holding(0, wire, RabbitMQDialect(), cumulative=False, releases_unacked=False))
+    assert not activemq.closing_ends_connection(
+        holding(1, wire, ActiveMQDialect(), cumulative=True, releases_unacked=True))
 
 
 class Written:
@@ -655,7 +674,7 @@ def test_a_confirmed_commit_writes_every_send_before_awaiting_one_and_acks_after
     send was confirmed, none after a refused one (docs/architecture.md, "Delivery contract")."""
     wire = AwaitedReceipts(refused)
     subscription = holding(2, wire, RabbitMQDialect(), cumulative=False, releases_unacked=False)
-    transaction = ConfirmedTransaction(wire, RabbitMQDialect(), "t")  # type: ignore[arg-type]
+    transaction = StompTransaction(wire, RabbitMQDialect(), "t")  # type: ignore[arg-type]
 
     async def settle() -> None:
         for n in range(3):

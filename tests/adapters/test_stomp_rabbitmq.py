@@ -174,7 +174,7 @@ async def test_quorum_queues_take_sends_redelivery_copies_and_their_own_listener
     # A SEND to /queue/X declares X: without the quorum type it is refused by a quorum queue
     # (and the connection closed), which would break every redelivery's re-send.
     topic, queue = new_destination("topic"), new_destination("queue")
-    async with connected(rabbitmq.url, queue_type="quorum") as connection:
+    async with connected(rabbitmq.url, adapter_options={"queue_type": "quorum"}) as connection:
         subscription = await connection.subscribe(topic_request(topic, "quorate"))
         requeue = subscription.requeue_destination
         listener = await connection.subscribe(queue_request(queue))
@@ -201,12 +201,12 @@ async def test_a_queue_of_another_type_is_refused_with_the_way_out(rabbitmq: Rab
     async with connected(rabbitmq.url) as connection:
         await (await connection.subscribe(topic_request(topic, "classic"))).close()
         await connection.send(queue, message("a classic queue"))
-    async with connected(rabbitmq.url, queue_type="quorum") as connection:
+    async with connected(rabbitmq.url, adapter_options={"queue_type": "quorum"}) as connection:
         with pytest.raises(SubscriptionFailed,
                            match=r"inequivalent arg 'x-queue-type' for queue 'Consumer\.classic"
                                  r".*queue_type \(quorum\).*delete_queue"):
             await connection.subscribe(topic_request(topic, "classic"))
-    async with connected(rabbitmq.url, queue_type="quorum") as connection:
+    async with connected(rabbitmq.url, adapter_options={"queue_type": "quorum"}) as connection:
         # RabbitMQ answers a refused SEND with an ERROR naming no receipt, then closes.
         with pytest.raises(SendOutcomeUnknown,
                            match=f"for queue '{queue.name}'.*queue_type \\(quorum\\)"):

@@ -315,8 +315,9 @@ def test_a_run_ends_at_the_first_delivery_in_doubt_not_selected_struck_or_undeco
 def test_a_delivery_is_classified_once_stuck_first_then_unreadable_unselected_in_doubt(
 ) -> None:
     damaged = Problem(ProblemKind.DAMAGED, "cut at a NUL")
-    flagged = Delivery(ORDERS, b"", {}, "1", True, None, problem=damaged, can_dead_letter=True)
-    assert classify(flagged, selected=False, strikes=MAX_STRIKES) == Stuck(MAX_STRIKES, True)
+    flagged = Delivery(ORDERS, b"", {}, "1", True, None, problem=damaged)
+    assert classify(flagged, selected=False, strikes=MAX_STRIKES,
+                    dead_letters=lambda d: d is flagged) == Stuck(MAX_STRIKES, True)
     assert classify(flagged, selected=False, strikes=0) == Unreadable(damaged)
     plain = delivery({})
     assert classify(plain, selected=False, strikes=1) is NOT_SELECTED

@@ -42,7 +42,9 @@ OUTCOMES = ("settled", "repeat", "undone", "lost")
 
 def _options(node: RabbitMQ, queue_type: str | None) -> ConnectionOptions:
     return ConnectionOptions(url=str(node.url), heartbeat_ms=4000, connect_timeout=10.0,
-                             receipt_timeout=10.0, queue_type=queue_type)
+                             receipt_timeout=10.0,
+                             adapter_options={} if queue_type is None else
+                             {"queue_type": queue_type})
 
 
 def _request(queue: Destination) -> SubscriptionRequest:
