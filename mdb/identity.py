@@ -35,12 +35,18 @@ class Identity:
 def identity(delivery: Delivery) -> Identity:
     """The identity of ``delivery``'s message (see the module docstring). The broker's headers
     for this one delivery (``Delivery.protocol_headers``) are not part of a content digest."""
+    key = identity_key(delivery)
+    return Identity(key, not (delivery.headers.get(ID) or delivery.message_id))
+
+
+def identity_key(delivery: Delivery) -> str:
+    """``identity(delivery).key``, without the ``Identity``: asked of every delivery."""
     given = delivery.headers.get(ID) or delivery.message_id
     if given:
-        return Identity(given if len(given) <= MAX_ID else digest(given.encode()), False)
+        return given if len(given) <= MAX_ID else digest(given.encode())
     protocol = delivery.protocol_headers
     headers = sorted((k, v) for k, v in delivery.headers.items() if k not in protocol)
-    return Identity(digest(delivery.body, repr(headers).encode()), True)
+    return digest(delivery.body, repr(headers).encode())
 
 
 def digest(*parts: bytes) -> str:

@@ -17,7 +17,7 @@ from mdb.broker import Delivery, ProblemKind
 from mdb.brokers import Brokers
 from mdb.destinations import Destination
 from mdb.errors import ReplyTimeout, UnsupportedMessageKind
-from mdb.identity import identity
+from mdb.identity import identity_key
 from mdb.links import BrokerLink
 from mdb.message import ID, Message, OutgoingMessage, ReplyAddress, addressed
 from mdb.settings import Settings
@@ -166,7 +166,7 @@ def _reply(delivery: Delivery, request_id: str) -> Message:
         raise UnsupportedMessageKind(
             f"the reply to request {request_id} is a message mdb cannot read: "
             f"{delivery.problem.text}")
-    return Message(id=identity(delivery).key,
+    return Message(id=identity_key(delivery),
                    destination=delivery.destination, body=delivery.body,
                    headers=delivery.headers, redelivered=delivery.broker_redelivered,
                    delivery_count=1, reply_to=delivery.reply_to,

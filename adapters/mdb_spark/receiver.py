@@ -37,7 +37,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from mdb.broker import Connection, Delivery, Subscription, SubscriptionRequest
 from mdb.brokers import Brokers
 from mdb.errors import ConnectionLost, MdbError
-from mdb.identity import identity
+from mdb.identity import identity_key
 from mdb.links import backed_off
 from mdb.settings import Settings
 from mdb.topology import Member
@@ -51,7 +51,7 @@ _BACKPRESSURE_POLL = 0.05
 def record_of(delivery: Delivery) -> Record:
     stamp = delivery.headers.get("timestamp", "")
     timestamp_ms = int(stamp) if stamp.isdigit() else int(time.time() * 1000)
-    return Record(identity(delivery).key, delivery.body, dict(delivery.headers),
+    return Record(identity_key(delivery), delivery.body, dict(delivery.headers),
                   delivery.broker_redelivered, timestamp_ms)
 
 

@@ -45,7 +45,7 @@ from mdb.broker import Delivery, HeaderLimits, Problem, ProblemKind, never
 from mdb.copies import ERROR_TYPE_LIMIT, bounded, error_text, with_failure
 from mdb.destinations import Destination
 from mdb.errors import error_type
-from mdb.identity import identity
+from mdb.identity import identity_key
 from mdb.message import Message
 from mdb.options import Redelivery
 
@@ -68,7 +68,7 @@ def to_message(delivery: Delivery, destination: Destination) -> Message:
     h = delivery.headers
     count = _count(h.get(headers_.DELIVERY_COUNT))
     return Message(
-        id=identity(delivery).key,
+        id=identity_key(delivery),
         destination=destination,
         body=delivery.body,
         headers=h,
@@ -118,6 +118,10 @@ class Recalled:
     its ack."""
     seen: Round = Round.NEW
     """What the listener saw of its message's round."""
+
+
+NOTHING = Recalled()
+"""What a listener remembers of a message it never struck nor saw a copy of."""
 
 
 # -- what happened -----------------------------------------------------------------------------

@@ -51,7 +51,7 @@ from collections import OrderedDict
 from typing import TypeVar
 
 from mdb.broker import Delivery
-from mdb.delivery.decision import MoveToError, Outcome, Recalled, Round, carries_on
+from mdb.delivery.decision import NOTHING, MoveToError, Outcome, Recalled, Round, carries_on
 from mdb.errors import AcksUnconfirmed, BrokerError
 from mdb.message import Message
 
@@ -95,7 +95,7 @@ class Strikes:
         elif self._strikes:
             recalled = Recalled(self.count(message.id))
         else:
-            recalled = Recalled()
+            recalled = NOTHING  # the first delivery of a message never struck: the usual case
         if count > 1 or self._rounds:
             return Recalled(recalled.strikes, recalled.copied, self.round(message.id, count))
         return recalled
