@@ -302,6 +302,23 @@ async def translated(database: Database) -> AsyncIterator[None]:
                else str(exc) or type(exc).__name__)
         raise DatabaseUnavailable(
             f"database {database.name} ({database.shown}): {why}") from None
+    except InvalidRequestError as exc:
+        if not _checkout_gave_up(exc):
+            raise
+        raise DatabaseUnavailable(f"database {database.name} ({database.shown}): no connection "
+                                  "made lately survived its failures") from None
+
+
+def _checkout_gave_up(exc: InvalidRequestError) -> bool:
+    """Whether ``exc`` is the pool giving up a checkout: every connection it made in its
+    retries was retired as made before the database's last failure (``_checked_out``), which
+    other sessions kept meeting as a server restarted. SQLAlchemy says so with a plain
+    ``InvalidRequestError``, told from a misuse of a session by where it was raised."""
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    code = None if frame is None else frame.tb_frame.f_code
+    return code is not None and code.co_name == "_checkout" and "pool" in code.co_filename
 
 
 @asynccontextmanager

@@ -37,3 +37,24 @@ async def test_a_connection_being_made_when_the_database_failed_is_replaced(
     await database.close()
     assert len(made) == 2  # the first was replaced before it was used
     assert database.down is None  # and the session on the second ended the outage
+
+
+async def test_connections_made_while_the_database_keeps_failing_are_an_outage(
+    tmp_path: Path,
+) -> None:
+    """While a server restarts, other sessions keep failing as each new connection is made:
+    the pool retires each as made before the last failure, gives up after its retries and
+    says "This connection is closed". That is the database out of reach (the delivery held,
+    the upkeep trying again), not an error of mdb's to end the container with."""
+    database = Database("main", DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path}/eo.db"))
+
+    def connecting(_dialect: object, _record: ConnectionPoolEntry, *_args: object) -> None:
+        database.unavailable(DatabaseUnavailable("database main: every session ended"))
+
+    event.listen(database.engine.sync_engine, "do_connect", connecting)
+    try:
+        with pytest.raises(DatabaseUnavailable):
+            async with database.session() as session:
+                await session.execute(text("SELECT 1"))
+    finally:
+        await database.close()
