@@ -85,7 +85,7 @@ class Processor:
         self._strikes = strikes
         self._stopping = stopping
         self._invoker = invoker
-        self._runs = run
+        self._guarantee = run
         self._policy: Policy | None = None
         self._policy_of: Subscription | None = None
 
@@ -101,8 +101,8 @@ class Processor:
         if len(deliveries) == 1:  # the usual case
             return await self._process(connection, subscription, self._step(deliveries[0]))
         steps = [self._step(d) for d in deliveries]
-        runs = self._runs
-        if not isinstance(runs, Transacted):
+        guarantee = self._guarantee
+        if not isinstance(guarantee, Transacted):
             return await self._one_at_a_time(connection, subscription, steps)
         start = 0
         while start < len(steps):
@@ -116,7 +116,7 @@ class Processor:
             else:
                 # A run cut short by stopping leaves its tail unsettled; the check above
                 # then ends the loop.
-                if not await self._batch(connection, subscription, runs, run):
+                if not await self._batch(connection, subscription, guarantee, run):
                     return False
                 start += len(run)
         return True
@@ -143,10 +143,10 @@ class Processor:
         return True
 
     async def _batch(self, connection: Connection, subscription: Subscription,
-                     runs: Transacted, run: list[Ready]) -> bool:
+                     guarantee: Transacted, run: list[Ready]) -> bool:
         """One transaction for ``run`` (two or more); after a handler failure, the run again
         one message at a time."""
-        sends = runs.sends(connection)
+        sends = guarantee.sends(connection)
         try:
             done = await invoke_in_one_transaction(run, connection, sends, self._invoker,
                                                    self._stopping)
@@ -217,7 +217,7 @@ class Processor:
             body = self._invoker.decode(message.body)
         except DecodeError as exc:
             return Undecodable(str(exc)), None
-        return await self._runs(delivery, message, body, connection)
+        return await self._guarantee(delivery, message, body, connection)
 
     async def _carry_out(self, outcome: Outcome, step: Step, connection: Connection,
                          sends: TransactedSends | None, span: telemetry.Processing) -> None:
