@@ -10,6 +10,7 @@ import queue
 import subprocess
 import sys
 import threading
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ class ContainerProcess:
             environment["HANG_FIRST_DELIVERY"] = "1"
         self.server = server
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue() if lines is None else lines
+        # Its last lines of output, whatever they are: why a process that exited did.
+        self.tail: deque[str] = deque(maxlen=30)
         self.process = subprocess.Popen(
             [*prefix, sys.executable, "-m", "mdb.cli", "run", module, *args],
             cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -69,6 +72,7 @@ class ContainerProcess:
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
+            self.tail.append(line.rstrip("\n"))
             if line.startswith("{"):
                 self.lines.put(json.loads(line))
             elif line.startswith("mdb: ready"):

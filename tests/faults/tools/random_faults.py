@@ -369,7 +369,10 @@ class Pipeline:
             nonlocal mark
             if exited := {s: p.process.poll() for s, p in self.processes.items()
                           if p.process.poll() is not None}:
-                raise AssertionError(f"container processes exited: {exited}")
+                tails = "\n".join(f"{s}: {line}" for s in exited
+                                  for line in self.processes[s].tail)
+                raise AssertionError(f"container processes exited: {exited}; their last "
+                                     f"lines:\n{tails}")
             top, rows = self.stages.since(self.mark if mark is None else mark)
             if mark is None:
                 mark = top
