@@ -16,7 +16,8 @@ from functools import partial
 
 import anyio
 
-from mdb.broker import HeaderLimits, factory_for
+from mdb.adapters import factory_for
+from mdb.broker import HeaderLimits
 from mdb.broker_settings import BrokerSettings
 from mdb.destinations import Destination
 from mdb.errors import ConnectionFailed, ConnectionLost, CredentialsRefused

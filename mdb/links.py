@@ -28,7 +28,8 @@ from pathlib import Path
 
 import anyio
 
-from mdb.broker import Broker, Capabilities, Connection, ConnectionOptions, TlsOptions, broker_for
+from mdb.adapters import broker_for
+from mdb.broker import Broker, Capabilities, Connection, ConnectionOptions, TlsOptions
 from mdb.broker_settings import BrokerSettings
 from mdb.errors import ConnectionFailed, CredentialsRefused
 from mdb.events import BrokerEvent, EventKind, Events

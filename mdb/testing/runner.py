@@ -26,7 +26,8 @@ from dependency_injector import containers
 
 from mdb import clock as clocks
 from mdb import codec
-from mdb.broker import ConnectionOptions, SubscriptionRequest, broker_for
+from mdb.adapters import broker_for
+from mdb.broker import ConnectionOptions, SubscriptionRequest
 from mdb.broker_settings import BrokerSettings
 from mdb.container import Container
 from mdb.destinations import Destination, Kind

@@ -36,6 +36,7 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
+from mdb.adapters import broker_for
 from mdb.broker import (
     Broker,
     Connection,
@@ -44,7 +45,6 @@ from mdb.broker import (
     Subscription,
     SubscriptionRequest,
     Transaction,
-    broker_for,
 )
 from mdb.destinations import Destination
 from mdb.errors import BrokerError, ConnectionLost, TransactionRolledBack

@@ -113,7 +113,7 @@ async def test_url_names_the_shared_state(name: str) -> None:
 async def test_entry_point_finds_the_memory_broker(name: str) -> None:
     from importlib.metadata import entry_points
 
-    from mdb.broker import ENTRY_POINT_GROUP, broker_for
+    from mdb.adapters import ENTRY_POINT_GROUP, broker_for
 
     if "memory" not in {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}:
         pytest.skip("mdb is not installed, so its entry points are not registered")

@@ -16,7 +16,8 @@ from sqlalchemy import event, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import Context, Redelivery, listener
-from mdb.broker import ConnectionOptions, broker_for
+from mdb.adapters import broker_for
+from mdb.broker import ConnectionOptions
 from mdb.destinations import Destination
 from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database

@@ -10,7 +10,8 @@ import anyio
 from anyio.abc import TaskGroup
 
 from mdb import Container, Producer
-from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest, broker_for
+from mdb.adapters import broker_for
+from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest
 from mdb.destinations import Destination
 from mdb.message import ID, OutgoingMessage
 from tests.harness.in_process import WAIT, Calls, settings_for, unique

@@ -17,7 +17,8 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import Context, Redelivery, listener
-from mdb.broker import ConnectionOptions, broker_for
+from mdb.adapters import broker_for
+from mdb.broker import ConnectionOptions
 from mdb.database_settings import DatabaseSettings
 from mdb.destinations import Destination
 from mdb.errors import DatabaseUnavailable

@@ -16,7 +16,8 @@ import anyio
 import pytest
 
 from mdb import Container, Context, Producer, Redelivery, listener
-from mdb.broker import ConnectionOptions, SubscriptionRequest, broker_for
+from mdb.adapters import broker_for
+from mdb.broker import ConnectionOptions, SubscriptionRequest
 from mdb.copies import bounded
 from mdb.destinations import Destination
 from mdb.errors import BrokerError, EncodeError

@@ -33,7 +33,8 @@ APP = f'''
 from dependency_injector import containers, providers
 
 from mdb import listener
-from mdb.broker import ConnectionOptions, broker_for
+from mdb.adapters import broker_for
+from mdb.broker import ConnectionOptions
 from mdb.destinations import Destination
 from mdb.message import ID, OutgoingMessage
 

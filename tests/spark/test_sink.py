@@ -11,7 +11,8 @@ import anyio
 import pytest
 
 import mdb_spark
-from mdb.broker import ConnectionOptions, SubscriptionRequest, broker_for
+from mdb.adapters import broker_for
+from mdb.broker import ConnectionOptions, SubscriptionRequest
 from mdb.destinations import Destination
 
 pytestmark = [pytest.mark.spark, pytest.mark.activemq]

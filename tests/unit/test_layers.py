@@ -17,9 +17,9 @@ BROKER_LIBRARIES = {"stomp", "pyspark", "py4j"}
 # module or a package (all of its modules).
 LAYERS: list[tuple[str, set[str]]] = [
     ("models and the seam", {
-        "mdb.broker", "mdb.broker_settings", "mdb.clock", "mdb.codec", "mdb.context",
-        "mdb.copies", "mdb.database_settings", "mdb.destinations", "mdb.errors", "mdb.events",
-        "mdb.health", "mdb.identity", "mdb.jms_names", "mdb.listener", "mdb.logs",
+        "mdb.adapters", "mdb.broker", "mdb.broker_settings", "mdb.clock", "mdb.codec",
+        "mdb.context", "mdb.copies", "mdb.database_settings", "mdb.destinations", "mdb.errors",
+        "mdb.events", "mdb.health", "mdb.identity", "mdb.jms_names", "mdb.listener", "mdb.logs",
         "mdb.message", "mdb.options", "mdb.redaction", "mdb.selector", "mdb.selector_check",
         "mdb.settings", "mdb.telemetry", "mdb.topology",
     }),

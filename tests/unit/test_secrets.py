@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mdb.broker import ConnectionOptions, broker_for
+from mdb.adapters import broker_for
+from mdb.broker import ConnectionOptions
 from mdb.broker_settings import BrokerSettings
 from mdb.errors import ConfigurationError
 from mdb.listener import listener, spec_of
