@@ -92,7 +92,13 @@ class ContainerProcess:
         """The next ``count`` ledger entries of ``event`` (others are kept in ``seen``)."""
         taken: list[dict[str, Any]] = []
         while len(taken) < count:
-            entry = self.lines.get(timeout=WAIT)
+            try:
+                entry = self.lines.get(timeout=WAIT)
+            except queue.Empty:
+                raise AssertionError(
+                    f"{self.server}: no {event!r} in {WAIT} s (exit status "
+                    f"{self.process.poll()}); its last lines:\n" + "\n".join(self.tail)
+                ) from None
             self.seen.append(entry)
             if entry["event"] == event:
                 taken.append(entry)
