@@ -63,7 +63,9 @@ class ActiveMQDialect(Dialect):
     protocol_headers = PROTOCOL_HEADERS | SCHEDULER_HEADERS | {"browser"}
     probes_delay = True
     browsing = ("each message browsed is flagged redelivered on its next delivery (a browse "
-                "after it included); it stays where it was, with its id (measured on 5.17.2)")
+                "after it included); it stays where it was, with its id; a browse sees at most "
+                "the queue's maxBrowsePageSize messages, 400 unless the broker's config raises "
+                "it (measured on 5.17.2)")
 
     def send_path(self, destination: Destination) -> str:
         if destination.kind is Kind.QUEUE:

@@ -3,8 +3,9 @@
 * A broker with a queue browser (ActiveMQ, ``Dialect.browse_headers``): a SUBSCRIBE with
   ``browser:true`` and ``ack:auto``; the broker sends a copy of each message of the queue, in
   order, then a MESSAGE with ``browser:end`` and no body, and leaves each message where it
-  was, with its id, but flagged ``redelivered`` on its next delivery (measured on 5.17.2).
-  ``StompBrowser`` reads them.
+  was, with its id, but flagged ``redelivered`` on its next delivery, and shows at most the
+  queue's ``maxBrowsePageSize`` messages, 400 by default (the reference ``activemq.xml``
+  raises it; measured on 5.17.2). ``StompBrowser`` reads them.
 * A broker with none (RabbitMQ: its STOMP plugin has no browser, and ``basic.get`` is not
   reachable over STOMP): ``taken_and_returned`` takes every message with a client-ack
   subscription of unlimited prefetch, after sending a marker of its own to the back of the

@@ -13,11 +13,14 @@ from pathlib import Path
 import pytest
 
 from mdb import Redelivery, failed_command, listener
+from mdb.broker import Delivery
 from mdb.cli import _parser
+from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
-from mdb.failed import Selection
+from mdb.failed import Failed, Selection
 from mdb.settings import Settings, load_settings
 from mdb.testing import SyncRunner
+from mdb.topology import Member
 
 pytestmark = pytest.mark.anyio
 
@@ -188,3 +191,15 @@ def test_mdb_dlq_on_what_it_cannot_read_exits_2_in_one_line(
     assert result.returncode == 2
     assert result.stderr.startswith(f"mdb: configuration error: {said}")
     assert result.stderr.count("\n") == 1
+
+
+def test_what_is_shown_of_a_failure_masks_secrets_and_bounds_the_text() -> None:
+    delivery = Delivery(Destination.parse("queue:x.DLQ"), b"\x00\xff", {
+        "mdb_id": "m-1", "mdb_error_type": "OSError",
+        "mdb_error_message": "cannot reach postgresql://app:hunter2@db/x " + "y" * 300,
+        "mdb_failed_at": "2026-11-27T23:00:00.000+00:00"}, None, False, None)
+    failed = Failed.of(delivery, Member("default", delivery.destination))
+    shown = failed.summary()["error"]
+    assert isinstance(shown, str) and "hunter2" not in shown and len(shown) == 200
+    assert "hunter2" not in failed.shown_headers()["mdb_error_message"]
+    assert failed.shown_body() == "00ff"  # bytes that are not text, as hexadecimal
