@@ -15,7 +15,8 @@ import json
 import re
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
+from contextlib import aclosing
 from datetime import timedelta
 from pathlib import Path
 
@@ -39,13 +40,15 @@ async def list_command(args: argparse.Namespace, settings: Settings) -> int:
     counts: Counter[str] = Counter()
     if not args.json:
         print(_line(heading for heading, _, _ in _TABLE), flush=True)
-    async for failed in _listed(args, settings):
-        counts[failed.error_type] += 1
-        row = failed.summary()
-        if args.json:
-            print(json.dumps(row, ensure_ascii=False), flush=True)
-        else:
-            print(_line(_cell(row[name], name) for _, name, _ in _TABLE), flush=True)
+    # Closed here, not by the loop's finaliser, when the reader of stdout leaves (`| head`).
+    async with aclosing(_listed(args, settings)) as listed:
+        async for failed in listed:
+            counts[failed.error_type] += 1
+            row = failed.summary()
+            if args.json:
+                print(json.dumps(row, ensure_ascii=False), flush=True)
+            else:
+                print(_line(_cell(row[name], name) for _, name, _ in _TABLE), flush=True)
     if args.json:
         print(json.dumps({"counts": dict(counts), "total": sum(counts.values())}), flush=True)
     else:
@@ -145,11 +148,12 @@ async def purge_command(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def _listed(args: argparse.Namespace, settings: Settings) -> AsyncIterator[Failed]:
+async def _listed(args: argparse.Namespace, settings: Settings) -> AsyncGenerator[Failed, None]:
     selection = _selection(args)
     for destination in _destinations(args, settings):
-        async for failed in destination.list(selection):
-            yield failed
+        async with aclosing(destination.list(selection)) as listed:
+            async for failed in listed:
+                yield failed
 
 
 def _destinations(args: argparse.Namespace, settings: Settings) -> list[ErrorDestination]:

@@ -129,5 +129,7 @@ async def taken_and_returned(wire: Wire, dialect: Dialect,
             if found == marker:
                 return
     finally:
-        await subscription.close()
+        # The connection's end hands every message back; an UNSUBSCRIBE first would only have
+        # the broker answer the frames still on their way with errors.
         await wire.close()
+        await subscription.close()
