@@ -16,11 +16,12 @@ from mdb import Redelivery, failed_command, listener
 from mdb.broker import Delivery
 from mdb.cli import _parser
 from mdb.destinations import Destination
-from mdb.errors import ConfigurationError
+from mdb.errors import ConfigurationError, ConnectionLost
 from mdb.failed import Failed, Selection
 from mdb.settings import Settings, load_settings
 from mdb.testing import SyncRunner
 from mdb.topology import Member
+from mdb_memory.state import broker_state
 
 pytestmark = pytest.mark.anyio
 
@@ -203,3 +204,26 @@ def test_what_is_shown_of_a_failure_masks_secrets_and_bounds_the_text() -> None:
     assert isinstance(shown, str) and "hunter2" not in shown and len(shown) == 200
     assert "hunter2" not in failed.shown_headers()["mdb_error_message"]
     assert failed.shown_body() == "00ff"  # bytes that are not text, as hexadecimal
+
+
+async def test_a_replay_whose_broker_goes_away_mid_way_loses_and_doubles_nothing(
+        mdb_runner: SyncRunner) -> None:
+    async with mdb_runner.run(on_order) as app:
+        sent = [await app.send("queue:dlq_orders", f"bad {i}") for i in range(4)]
+        await app.idle(fail_fast=False)
+        errors = app.error_destination("queue:dlq_orders.DLQ")
+        broken["on"] = False
+        state = broker_state(mdb_runner.url.removeprefix("memory://"))
+
+        def drop_after_two(done: int, total: int) -> None:
+            if done == 2:
+                state.drop_connections()  # every connection of the broker, the replay's too
+
+        with pytest.raises(ConnectionLost):
+            await errors.replay(progress=drop_after_two)
+        assert (await errors.replay()).taken == 2
+        for message_id in sent:
+            await app.settled(message_id)
+        await app.idle(fail_fast=False)
+        assert sorted(processed) == [f"bad {i}" for i in range(4)]
+        assert [f async for f in errors.list()] == []
