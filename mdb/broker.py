@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -199,6 +199,10 @@ class Capabilities:
     delayed send may then go at once, and the container waits the delay out itself. The delay
     is on ``mdb.clock``'s time, which a broker's own time does not follow while a test drives
     it."""
+    browsing: str | None = None
+    """None when ``Connection.browse`` leaves every message of the queue where it was, as it
+    was; else what browsing changes, in words for an operator (a broker with no browser over
+    the adapter's protocol)."""
 
 
 class Subscription(abc.ABC):
@@ -323,6 +327,19 @@ class Connection(abc.ABC):
         ``destination`` may be the ``reply_to`` of a delivery from this broker. Raises
         ``SendOutcomeUnknown`` when no confirmation came, ``ConnectionLost`` when the message
         surely was not sent."""
+
+    @abc.abstractmethod
+    def browse(self, queue: Destination) -> AsyncGenerator[Delivery, None]:
+        """The messages of ``queue`` in the order its consumers would get them, from the
+        first to the last of those there when browsing began (one sent meanwhile may be
+        seen), leaving them there (``Capabilities.browsing`` says what it changes where it
+        cannot leave them untouched). A queue that does not exist is seen empty. Its
+        deliveries are not to be settled: settling one takes nothing off the queue.
+        Iterating raises ``ConnectionLost`` when the connection drops, ``SubscriptionFailed``
+        when the broker refuses to browse; closing
+        the iterator early (``aclose``) ends the browse. On a broker that cannot leave them
+        untouched the connection may be closed at the end, as its adapter's docstring
+        says: browse on a connection of its own."""
 
     @abc.abstractmethod
     async def capabilities(self) -> Capabilities:

@@ -20,7 +20,7 @@ from mdb.adapters import factory_for
 from mdb.broker import HeaderLimits
 from mdb.broker_settings import BrokerSettings
 from mdb.destinations import Destination
-from mdb.errors import ConnectionFailed, ConnectionLost, CredentialsRefused
+from mdb.errors import ConfigurationError, ConnectionFailed, ConnectionLost, CredentialsRefused
 from mdb.events import Events
 from mdb.links import BrokerLink, BrokerStatus, backed_off
 from mdb.settings import Settings
@@ -32,6 +32,17 @@ from mdb.topology import Member
 # 4 connections 3,000 msg/s, 16 connections 2,700 msg/s (docs/performance.md).
 SLOTS_PER_CONNECTION = 4
 MAX_CONNECTIONS = 8
+
+
+def refuse_embedded(settings: Settings, destination: Destination, command: str,
+                    instead: str) -> None:
+    """ConfigurationError when ``destination`` lives on an embedded broker, which the process
+    running ``command`` would make its own, empty: ``instead`` says what to do."""
+    for member in settings.topology().members(destination):
+        if settings.brokers[member.broker].embedded:
+            raise ConfigurationError(
+                f"{command}: broker {member.broker!r} is the embedded memory:// broker, which "
+                f"lives inside the process that runs it (`mdb run`), so {instead}")
 
 
 def connections_for(slots: int) -> int:

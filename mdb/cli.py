@@ -13,7 +13,9 @@ as every send is (``OTEL_*`` variables, as ``mdb run``); ``mdb status [--config
 FILE] [--url URL]`` asks a running container's health endpoint (setting ``health_port``) how it
 is; ``mdb asyncapi MODULE... [--config FILE] [--output FILE]`` writes the listeners' AsyncAPI 3.0
 document (``mdb.asyncapi``); ``mdb db upgrade [--config FILE]`` creates the tables of
-exactly-once listeners in every database of ``databases`` (docs/exactly-once.md). ``mdb run``
+exactly-once listeners in every database of ``databases`` (docs/exactly-once.md); ``mdb dlq
+list|show|replay|purge (DESTINATION | --module MODULE)`` lists, shows, replays or purges the
+messages on error destinations (``mdb.failed_command``). ``mdb run``
 re-applies the topology of its ``--config`` file when the file changes or on SIGHUP (with
 ``--workers N``, SIGHUP restarts the workers one at a time).
 
@@ -25,7 +27,8 @@ error: ...``, never a traceback):
   container stopped without a signal or a requested stop; ``mdb run --workers N``: a worker
   could not be kept up (its status, when 2 or 3, is the supervisor's);
 - 2: the configuration cannot be used: a bad setting or argument (argparse's usage errors too),
-  a listener module that does not import or raises at import, an invalid selector, a
+  a listener module that does not import or raises at import, an invalid selector, a message
+  ``mdb dlq show`` does not find, a purge not confirmed, a
   ``health_port`` that cannot be bound, a ``--file`` that cannot be read or holds over 64 MiB,
   ``mdb send`` to the embedded ``memory://`` broker (it lives inside ``mdb run``), a database
   whose mdb tables are missing, that cannot be reached or that refuses the login, a message
@@ -53,8 +56,8 @@ from pathlib import Path
 
 import anyio
 
-from mdb import asyncapi, codec, logs, telemetry
-from mdb.brokers import Brokers
+from mdb import asyncapi, codec, failed_command, logs, telemetry
+from mdb.brokers import Brokers, refuse_embedded
 from mdb.destinations import Destination, Kind
 from mdb.errors import BrokerError, ConfigurationError, EncodeError, sole
 from mdb.exactly_once import tables
@@ -114,7 +117,10 @@ async def send(args: argparse.Namespace, settings: Settings) -> None:
     producer = Producer(settings)  # connects on its first send
     message = addressed(codec.outgoing(body, headers, limits=producer.brokers.header_limits),
                         args.reply_to, args.correlation_id)
-    _refuse_embedded(settings, destination)
+    refuse_embedded(settings, destination, f"mdb send {destination}", "a message sent from "
+                    "here would reach no container; set brokers.<name>.url to a real broker "
+                    "(docs/activemq.md), or send from a handler (ctx.send) or a test "
+                    "(mdb.testing: docs/testing.md)")
     flush_telemetry = telemetry.configure(settings.app)
     try:
         async with producer:
@@ -122,19 +128,6 @@ async def send(args: argparse.Namespace, settings: Settings) -> None:
     finally:
         flush_telemetry()
     print(f"sent {message.headers[ID]} to {args.destination}")
-
-
-def _refuse_embedded(settings: Settings, destination: Destination) -> None:
-    """ConfigurationError when ``destination`` lives on an embedded broker: this process would
-    make its own, and the message would reach nothing."""
-    for member in settings.topology().members(destination):
-        if settings.brokers[member.broker].embedded:
-            raise ConfigurationError(
-                f"mdb send {destination}: broker {member.broker!r} is the embedded memory:// "
-                f"broker, which lives inside the process that runs it (`mdb run`), so a "
-                f"message sent from here would reach no container; set "
-                f"brokers.{member.broker}.url to a real broker (docs/activemq.md), or send "
-                f"from a handler (ctx.send) or a test (mdb.testing: docs/testing.md)")
 
 
 def _check_json(body: str | bytes) -> None:
@@ -336,6 +329,8 @@ def _parser() -> argparse.ArgumentParser:
     p_status.add_argument("--timeout", type=float, default=5.0,
                           help="seconds to wait for the answer (default: 5)")
     p_status.set_defaults(command=status, app=None, server=None)
+
+    failed_command.add_parser(sub, common)
 
     p_db = sub.add_parser("db", help="the databases of exactly-once listeners")
     db_sub = p_db.add_subparsers(required=True, metavar="ACTION")

@@ -11,6 +11,7 @@ do not fit are left out, not refused.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from mdb import message as m
 from mdb.broker import HeaderLimits
@@ -18,7 +19,8 @@ from mdb.broker import HeaderLimits
 # mdb's own headers, kept first (cut to the line limit if need be); a producer may set any of
 # them too, but there are only so many.
 OWN = frozenset({m.ID, m.DELIVERY_COUNT, m.REDELIVERY_OF, m.ORIGINAL_DESTINATION, m.ERROR_TYPE,
-                 m.ERROR_MESSAGE, m.ERROR_LISTENER, m.CONTENT_TYPE, m.CONTENT_TYPE_PROPERTY,
+                 m.ERROR_MESSAGE, m.ERROR_LISTENER, m.FAILED_AT, m.REPLAYS, m.CONTENT_TYPE,
+                 m.CONTENT_TYPE_PROPERTY,
                  "traceparent", "tracestate"})
 
 
@@ -66,7 +68,8 @@ def with_failure(headers: Mapping[str, str], error_type: str, text: str,
                  original_destination: str, listener: str | None = None) -> dict[str, str]:
     """``headers`` of a copy moved to an error destination, with what failed where:
     ``mdb_error_type`` and ``mdb_error_message`` (``error_text``, bounded),
-    ``mdb_original_destination`` and, for a listener's message, ``mdb_error_listener``."""
+    ``mdb_original_destination`` and, for a listener's message, ``mdb_error_listener``. When
+    is the sender's to say, as it sends (``failed_now``): this stays a pure function."""
     failed = dict(headers)
     failed.update({m.ERROR_TYPE: error_text(error_type, ERROR_TYPE_LIMIT),
                    m.ERROR_MESSAGE: error_text(text),
@@ -74,6 +77,14 @@ def with_failure(headers: Mapping[str, str], error_type: str, text: str,
     if listener is not None:
         failed[m.ERROR_LISTENER] = listener
     return failed
+
+
+def failed_now(headers: Mapping[str, str], limits: HeaderLimits) -> dict[str, str]:
+    """``headers`` of an error copy about to be sent, with ``mdb_failed_at`` (the wall clock
+    now, ISO 8601 UTC, for an operator's ``mdb dlq``), bounded again to ``limits`` (mdb's own
+    headers are kept first)."""
+    stamped = {**headers, m.FAILED_AT: datetime.now(UTC).isoformat(timespec="milliseconds")}
+    return bounded(stamped, limits)[0]
 
 
 def error_text(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:

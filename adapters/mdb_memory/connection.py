@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import AsyncGenerator
 
 import anyio.lowlevel
 
@@ -183,6 +184,16 @@ class MemoryConnection(Connection):
             )
         exchange.publish(target, frozen(message))
         exchange.notify()
+
+    async def browse(self, queue: Destination) -> AsyncGenerator[Delivery, None]:
+        """The ready messages of ``queue`` as they were when browsing began (those in flight
+        with a subscriber not among them), changing nothing (``BrokerState.browse``)."""
+        await _checkpoint()
+        self._session.check_open()
+        for delivery in self._state.browse(queue):
+            yield delivery
+            await _checkpoint()
+            self._session.check_open()
 
     async def capabilities(self) -> Capabilities:
         """``MemoryBroker.capabilities``: a connection learns nothing more."""

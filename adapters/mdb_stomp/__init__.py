@@ -6,9 +6,10 @@ are the seam's objects, which share one ``wire`` (the stomp.py connection bridge
 into anyio, with its ``receipts``); ``unsettled`` keeps cumulative acks safe; ``frames`` holds the
 pure header work; ``dialect`` holds what differs per broker (how each holds a delayed message
 back, too), with one module per broker, ``activemq`` and ``rabbitmq``; ``scheduler`` probes
-whether an ActiveMQ can; and ``activemq.xml`` (next to this file) is the reference ActiveMQ
-Classic configuration, ``activemq-shared-store.xml`` the same for a shared-store master/slave
-pair.
+whether an ActiveMQ can; ``browser`` reads a queue without taking it, through the broker's
+browser or by taking and handing back; and ``activemq.xml`` (next to this file) is the
+reference ActiveMQ Classic configuration, ``activemq-shared-store.xml`` the same for a
+shared-store master/slave pair.
 """
 
 try:

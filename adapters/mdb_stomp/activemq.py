@@ -60,8 +60,12 @@ class ActiveMQDialect(Dialect):
 
     scheme = "stomp+activemq"
     broker = "ActiveMQ"
-    protocol_headers = PROTOCOL_HEADERS | SCHEDULER_HEADERS
+    protocol_headers = PROTOCOL_HEADERS | SCHEDULER_HEADERS | {"browser"}
     probes_delay = True
+    browsing = ("each message browsed is flagged redelivered on its next delivery (a browse "
+                "after it included); it stays where it was, with its id; a browse sees at most "
+                "the queue's maxBrowsePageSize messages, 400 unless the broker's config raises "
+                "it (measured on 5.17.2)")
 
     def send_path(self, destination: Destination) -> str:
         if destination.kind is Kind.QUEUE:
@@ -148,6 +152,12 @@ class ActiveMQDialect(Dialect):
         reference config sets it, but mdb cannot know a broker's config: only a persistent
         message is NACKed."""
         return delivery.headers.get("persistent") == "true"
+
+    def browse_headers(self) -> dict[str, str]:
+        """A queue browser: ``browser:true`` (copies of the queue's messages, then a MESSAGE
+        with ``browser:end``; each message stays where it was, flagged redelivered on its next
+        delivery: ``browsing``, measured on 5.17.2), a hundred at a time."""
+        return {"browser": "true", "activemq.prefetchSize": "100"}
 
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:
         headers = {"activemq.prefetchSize": str(request.prefetch)}

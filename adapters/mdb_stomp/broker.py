@@ -143,4 +143,5 @@ def capabilities_of(dialect: Dialect) -> Capabilities:
         closing_ends_connection=never if dialect.unsubscribe_releases_unacked
         else holds_unsettled,
         cannot_hold_delays="its scheduler is probed once connected" if dialect.probes_delay
-        else None)
+        else None,
+        browsing=dialect.browsing)

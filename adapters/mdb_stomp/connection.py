@@ -15,6 +15,7 @@ An ack of a delivery from another generation, or from a closed subscription, is 
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from dataclasses import replace
 
 import anyio
@@ -25,6 +26,7 @@ from mdb.destinations import Destination
 from mdb.errors import BrokerError, SendOutcomeUnknown, SubscriptionFailed
 from mdb.message import OutgoingMessage, ReplyTo
 from mdb_stomp import scheduler
+from mdb_stomp.browser import browsed, taken_and_returned
 from mdb_stomp.dialect import Dialect
 from mdb_stomp.frames import send_frame
 from mdb_stomp.receipts import ReceiptErrors
@@ -132,6 +134,15 @@ class StompConnection(Connection):
                 consequence="the message may have been stored",
             ),
         )
+
+    def browse(self, queue: Destination) -> AsyncGenerator[Delivery, None]:
+        """Through the broker's queue browser where it has one, else by taking the messages
+        and handing them back, which closes this connection at the end (``mdb_stomp.browser``,
+        ``Capabilities.browsing``)."""
+        headers = self._dialect.browse_headers()
+        if headers is not None:
+            return browsed(self._wire, self._dialect, queue, headers)
+        return taken_and_returned(self._wire, self._dialect, queue)
 
     async def capabilities(self) -> Capabilities:
         """What the broker can do, whether it holds delayed sends back answered: always on

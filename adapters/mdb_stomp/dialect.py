@@ -92,6 +92,8 @@ class Dialect(abc.ABC):
     #: promise it so that mdb notices a silent link before the broker does (``heartbeats``).
     heartbeat_unit_ms: ClassVar[int] = 1
     min_heartbeat_ms: ClassVar[int] = 0
+    #: What a browse changes on this broker (``Capabilities.browsing``): None for nothing.
+    browsing: ClassVar[str | None] = None
     #: The values ``queue_type`` may take on this broker.
     queue_types: ClassVar[frozenset[str]] = frozenset()
     #: The headers of a MESSAGE frame that describe that delivery or frame, or instruct the
@@ -179,6 +181,11 @@ class Dialect(abc.ABC):
         broker surely keeps it on (``Capabilities.dead_letters``). False by default: where a
         NACK may drop the message, mdb never sends one."""
         return False
+
+    def browse_headers(self) -> dict[str, str] | None:
+        """The SUBSCRIBE headers of a queue browser; None where the broker has none over STOMP,
+        and a browse takes the messages and hands them back (``mdb_stomp.browser``)."""
+        return None
 
     @abc.abstractmethod
     def subscribe_spec(self, request: SubscriptionRequest) -> SubscribeSpec:

@@ -142,6 +142,9 @@ class RabbitMQDialect(Dialect):
     heartbeat_unit_ms = 1000
     min_heartbeat_ms = 4000
     queue_types = frozenset({"classic", "quorum"})
+    browsing = ("no browser over STOMP: each message is taken and put back where it was, "
+                "flagged redelivered, and the queue's consumers get none of it meanwhile "
+                "(mdb_stomp.browser)")
     protocol_headers = PROTOCOL_HEADERS | DEAD_LETTER_HEADERS | {"x-queue-type",
                                                                  "x-delivery-count"}
 

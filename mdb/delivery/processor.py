@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mdb import clock, logs, telemetry
 from mdb.broker import Capabilities, Connection, Delivery, Subscription
+from mdb.copies import failed_now
 from mdb.delivery.batch import (
     BatchFailure,
     Ready,
@@ -274,7 +275,8 @@ class Processor:
                         outcome.destination, failure.error_type, failure.text, kept)
             case MoveToError(failure=failure):
                 stacktrace = _failed(span, failure)
-                await self._copy(connection, step, outcome.destination, outcome.headers)
+                await self._copy(connection, step, outcome.destination,
+                                 failed_now(outcome.headers, self._producer.brokers.header_limits))
                 span.moved(outcome.destination)
                 self._stats.to_error_destination += 1
                 if isinstance(failure, Unreadable) and failure.damaged:

@@ -53,11 +53,19 @@ from typing import TypeVar
 from mdb.broker import Delivery
 from mdb.delivery.decision import NOTHING, MoveToError, Outcome, Recalled, Round, carries_on
 from mdb.errors import AcksUnconfirmed, BrokerError
-from mdb.message import Message
+from mdb.message import REPLAYS, Message
 
 CAPACITY = 10_000
 
 V = TypeVar("V")
+
+
+def round_key(message: Message) -> str:
+    """What the rounds of ``message`` are remembered by: its identity, and how many times it
+    was replayed from an error destination (``mdb_replays``, ``mdb.failed``): a replay starts
+    its count afresh, and its rounds are not the rounds it failed in."""
+    replays = message.headers.get(REPLAYS)
+    return message.id if replays is None else f"{message.id}\0replay {replays}"
 
 
 class Strikes:
@@ -97,13 +105,14 @@ class Strikes:
         else:
             recalled = NOTHING  # the first delivery of a message never struck: the usual case
         if count > 1 or self._rounds:
-            return Recalled(recalled.strikes, recalled.copied, self.round(message.id, count))
+            return Recalled(recalled.strikes, recalled.copied,
+                            self.round(round_key(message), count))
         return recalled
 
     def handing(self, message: Message) -> None:
         """``message`` goes to the handler: a copy's round is remembered as handed."""
         if message.delivery_count > 1:
-            self.handed(message.id, message.delivery_count)
+            self.handed(round_key(message), message.delivery_count)
 
     def keeping(self, message: Message) -> int:
         """``message`` is to be kept (``mdb.delivery.decision.Keep``): struck, so that the next
@@ -120,7 +129,7 @@ class Strikes:
         if isinstance(outcome, MoveToError):
             self.moved(message.id, count)
         if count > 1 and carries_on(outcome):
-            self.carried_on(message.id, count)
+            self.carried_on(round_key(message), count)
 
     def not_settled(self, message: Message, outcome: Outcome | None, error: BrokerError,
                     connection_open: bool) -> None:

@@ -25,7 +25,7 @@ import anyio
 from sqlalchemy import ColumnElement, Select, String, bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mdb.copies import bounded, with_failure
+from mdb.copies import failed_now, with_failure
 from mdb.destinations import Destination
 from mdb.errors import (
     BrokerError,
@@ -382,7 +382,7 @@ class Dispatcher:
         saying why."""
         headers = with_failure(message.headers, error_type(refusal), str(refusal),
                                str(row.target))
-        kept, _ = bounded(headers, self._producer.brokers.header_limits)
+        kept = failed_now(headers, self._producer.brokers.header_limits)
         copy = OutgoingMessage(message.body, kept, correlation_id=message.correlation_id)
         await self._producer.send_message(row.error_destination, copy)
         log.warning("outbox: message %s to %s refused (%s); moved to %s",

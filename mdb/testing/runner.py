@@ -34,6 +34,7 @@ from mdb.destinations import Destination, Kind
 from mdb.errors import ConfigurationError, sole
 from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database, translated
+from mdb.failed import ErrorDestination
 from mdb.listener import ListenerSpec
 from mdb.message import ID, OutgoingMessage
 from mdb.producer import Producer
@@ -99,6 +100,9 @@ class RunningApp:
     async def take(self, destination: str, count: int = 1, *,
                    timeout: float = WAIT) -> list[Received]:
         return await self.runner.take(destination, count, timeout=timeout)
+
+    def error_destination(self, destination: str) -> ErrorDestination:
+        return self.runner.error_destination(destination)
 
 
 class Runner:
@@ -294,6 +298,20 @@ class Runner:
         finally:
             await connection.close()
         return taken
+
+    def error_destination(self, destination: str) -> ErrorDestination:
+        """Error destination ``destination`` (``queue:NAME.DLQ``) on the runner's broker: what
+        reached it (``list``, ``show``), and ``replay`` or ``purge`` as ``mdb dlq`` does
+        (``mdb.failed``). The waits wait for a replayed message to be ended once more, as for
+        ``send_again``."""
+        tracker = self._running_tracker()
+
+        def replayed(message_id: str, target: Destination) -> None:
+            tracker.expect(message_id, str(target))
+            tracker.again(message_id)
+
+        return ErrorDestination(self._producer_of_the_test().brokers, destination,
+                                f"mdb-testing-{uuid.uuid4().hex[:8]}", replayed)
 
     # --- waiting ------------------------------------------------------------------------------
 

@@ -22,7 +22,8 @@ a connection's are its broker's; a delivery ``dead_letters`` accepts is settled 
 ``dead_letter``, another is refused and left unsettled; closing a subscription that holds a
 delivery closes its connection only where ``closing_ends_connection`` says so; where the
 broker holds delayed sends back, a delayed send is held from its commit and then goes behind
-later ones.
+later ones; a browse sees a queue's messages in order and leaves them there, in that order
+(where ``browsing`` declares a change, flagged redelivered at most).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ __all__ = [
     "test_a_round_trip_keeps_body_and_headers",
     "test_abort_discards_sends_and_leaves_the_delivery_unsettled",
     "test_an_aborted_ack_is_settled_by_a_later_transaction",
+    "test_browsing_sees_the_messages_in_order_and_leaves_them_there",
     "test_closing_a_subscription_holding_a_delivery_ends_its_connection_only_where_declared",
     "test_commit_makes_acks_and_sends_take_effect_together",
     "test_dead_letter_settles_only_a_delivery_the_capabilities_accept",
@@ -381,3 +383,23 @@ async def test_closing_a_subscription_holding_a_delivery_ends_its_connection_onl
         assert connection.is_open is not ends
     again = await _take_one(seam_url, queue)
     assert (again.body, again.broker_redelivered) == (b"held", True)
+
+
+@pytest.mark.anyio
+async def test_browsing_sees_the_messages_in_order_and_leaves_them_there(seam_url: str) -> None:
+    queue = _queue()
+    async with _connected(seam_url) as connection:
+        for body in ("one", "two", "three"):
+            await connection.send(queue, _message(body))
+        declared = (await connection.capabilities()).browsing
+    for _ in range(2):  # the second browse sees what the first left
+        async with _connected(seam_url) as connection:
+            with anyio.fail_after(WAIT):
+                seen = [d async for d in connection.browse(queue)]
+        assert [d.body for d in seen] == [b"one", b"two", b"three"]
+        assert declared is not None or not any(d.broker_redelivered for d in seen)
+    async with _connected(seam_url) as connection:
+        with anyio.fail_after(WAIT):
+            assert [d async for d in connection.browse(_queue())] == []
+    assert [(await _take_one(seam_url, queue)).body for _ in range(3)] == [
+        b"one", b"two", b"three"]

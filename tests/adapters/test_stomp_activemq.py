@@ -126,3 +126,22 @@ def test_urls_the_adapter_cannot_serve_are_configuration_errors() -> None:
     ):
         with pytest.raises(ConfigurationError):
             StompBroker(ConnectionOptions(url=url))
+
+
+# -- browsing --------------------------------------------------------------------------------
+
+
+async def test_a_browse_sees_past_the_400_messages_of_a_default_browser_page(
+    activemq: ActiveMQ,
+) -> None:
+    # ActiveMQ's browser stops at maxBrowsePageSize (400 by default, measured on 5.17.2); the
+    # reference config raises it so that mdb dlq sees an error destination whole.
+    queue = new_destination("queue")
+    async with connected(activemq.url) as connection:
+        transaction = await connection.begin()
+        for index in range(401):
+            await transaction.send(queue, message(str(index)))
+        await transaction.commit()
+    async with connected(activemq.url) as connection:
+        seen = [delivery.body async for delivery in connection.browse(queue)]
+    assert seen == [str(index).encode() for index in range(401)]

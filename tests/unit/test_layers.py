@@ -24,14 +24,14 @@ LAYERS: list[tuple[str, set[str]]] = [
         "mdb.settings", "mdb.telemetry", "mdb.topology",
     }),
     ("one path to a broker, and the plan", {
-        "mdb.brokers", "mdb.links", "mdb.producer", "mdb.planning",
+        "mdb.brokers", "mdb.links", "mdb.producer", "mdb.planning", "mdb.failed",
     }),
     ("delivery", {"mdb.delivery"}),
     ("exactly-once", {"mdb.exactly_once"}),
     ("the container", {"mdb.container", "mdb.slots", "mdb.wiring", "mdb.report"}),
     ("serving it", {"mdb.http", "mdb.testing"}),
     ("processes and the command", {
-        "mdb", "mdb.process", "mdb.cli", "mdb.asyncapi", "mdb.reference",
+        "mdb", "mdb.process", "mdb.cli", "mdb.failed_command", "mdb.asyncapi", "mdb.reference",
     }),
 ]
 CONTAINER_AND_ABOVE = set().union(*(names for _, names in LAYERS[4:])) - {"mdb"}
