@@ -25,6 +25,7 @@ import anyio
 from sqlalchemy import ColumnElement, Select, String, bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from mdb.context import SendFunction
 from mdb.copies import bounded, with_failure
 from mdb.destinations import Destination
 from mdb.errors import (
@@ -55,7 +56,7 @@ PENDING_POLL = 0.2
 """Seconds between two looks at rows a dispatch under way still holds, at most."""
 
 # Built once: a statement built per call costs its cache key again at every execution.
-_WRITE = outbox.insert()
+_WRITE = outbox.insert().returning(outbox.c.seq, sort_by_parameter_order=True)
 _FORGET = delete(outbox).where(outbox.c.seq == bindparam("seq"))
 _ENVELOPE = select(outbox.c.headers, outbox.c.reply_to, outbox.c.correlation_id).where(
     outbox.c.seq == bindparam("seq"))
@@ -88,29 +89,55 @@ class Row:
 
 
 class Writer:
-    """The sends of one transaction (a handler's run, or a producer's session): ``send`` (a
-    ``mdb.context.SendFunction``) writes a row leased to ``owner``, which dispatches it once
-    the transaction committed. ``broker`` is the delivery's (``Row.broker``); ``source`` the
-    inbox key of the delivery, if any."""
+    """The sends of one transaction (a handler's run, a batch's, or a producer's session),
+    written as rows leased to ``owner``, which dispatches them once the transaction committed.
+    ``broker`` is the delivery's (``Row.broker``). A handler's sends are held and written
+    together, in one statement, before mdb commits (``sends_for``, ``write``); a producer's
+    ``send`` writes its row at once, in a transaction mdb does not end."""
 
     def __init__(self, session: AsyncSession, owner: str, lease: float, *,
-                 error_destination: Destination | None, source: str | None = None,
-                 broker: str | None = None) -> None:
+                 error_destination: Destination | None, broker: str | None = None) -> None:
         self._session = session
         self._owner = owner
         self._lease = lease
         self._error_destination = error_destination
-        self._source = source
         self._broker = broker
+        # A held row: its values, and what its ``Row`` keeps of the send.
+        self._held: list[tuple[dict[str, Any], ReplyTo, str | None, OutgoingMessage,
+                               Destination]] = []
         self.rows: list[Row] = []
 
     async def send(self, target: ReplyTo, message: OutgoingMessage, key: str | None) -> None:
+        """Write a row for ``message`` now (a ``mdb.context.SendFunction``)."""
+        self._hold(target, message, key, None)
+        await self.write()
+
+    def sends_for(self, source: str) -> SendFunction:
+        """The sends of the delivery whose inbox key is ``source``: held until ``write``."""
+        async def send(target: ReplyTo, message: OutgoingMessage, key: str | None) -> None:
+            self._hold(target, message, key, source)
+        return send
+
+    async def write(self) -> None:
+        """Write the rows held, in one statement, in the order they were sent."""
+        held, self._held = self._held, []
+        if not held:
+            return
+        seqs = (await self._session.execute(_WRITE, [values for values, *_ in held])).scalars()
+        for seq, (values, target, key, message, errors) in zip(seqs, held, strict=True):
+            self.rows.append(Row(seq, target, self._broker, key, message, len(message.body),
+                                 errors, values["lease_until"]))
+
+    def _hold(self, target: ReplyTo, message: OutgoingMessage, key: str | None,
+              source: str | None) -> None:
+        """Check ``message`` (refused with ``EncodeError`` at the send, not at the commit) and
+        hold its row's values."""
         now = time.time()
         errors = self._error_destination or (
             target if isinstance(target, Destination) else REPLIES).error_queue
         reply = isinstance(target, ReplyAddress)
         values = {
-            "message_id": message.headers.get(ID, ""), "source": self._source,
+            "message_id": message.headers.get(ID, ""), "source": source,
             "destination": None if reply else str(target),
             "reply_broker": self._broker,
             "reply_address": str(target) if reply else None, "member_key": key,
@@ -126,10 +153,7 @@ class Writer:
             raise EncodeError(f"a body of {size} bytes, more than the {MAX_BODY_BYTES >> 20} MiB "
                               "an outbox row keeps: a broker refuses a larger message by "
                               "dropping the connection (docs/exactly-once.md)")
-        result = await self._session.execute(_WRITE, values)
-        seq = result.inserted_primary_key[0]  # type: ignore[attr-defined]
-        self.rows.append(Row(seq, target, self._broker, key, message, size, errors,
-                             now + self._lease))
+        self._held.append((values, target, key, message, errors))
 
 
 # The columns of a row that hold text of bounded length, and what a user calls each. A

@@ -297,9 +297,11 @@ async def test_a_copy_leaves_the_rows_a_dispatch_under_way_holds_to_it(database:
     source = "listener/queue:eo/m-1"
     async with database.session() as session:
         writer = Writer(session, "first-process", database.settings.outbox_lease,
-                        error_destination=None, source=source)
+                        error_destination=None)
+        sends = writer.sends_for(source)  # a handler's: held until the run writes them
         for n in range(2):
-            await writer.send(out, OutgoingMessage(f"m{n}".encode(), {ID: f"id-{n}"}), None)
+            await sends(out, OutgoingMessage(f"m{n}".encode(), {ID: f"id-{n}"}), None)
+        await writer.write()
     release, looked = anyio.Event(), Calls()
 
     def executing(_connection: object, _cursor: object, statement: str, *_: object) -> None:
