@@ -10,7 +10,9 @@ point leaves something the next attempt completes:
 * after the commit, before its rows were dispatched: the redelivered copy finds its inbox
   row, and its rows are dispatched (``Dispatcher.dispatch_pending``) before it is acked; a
   row whose process died is also taken by another process's sweep once its lease ran out;
-* after the dispatch, before the ack: the copy finds its row and nothing pending; it is acked.
+* after the dispatch, before the ack: the copy finds its row; it is acked once nothing of
+  its run is pending (a row sent is deleted by the next run's transaction: until then, a
+  sweep of another process sends it again, with its id, once its lease ran out).
 
 A batch (``run_all``) is one such run for several messages: their claims in one statement,
 the handler on each in the one session, their sends in one statement, one commit; each crash
@@ -30,7 +32,7 @@ from mdb.destinations import Destination
 from mdb.errors import BrokerError, DispatchPending, IdentityReused
 from mdb.exactly_once import inbox
 from mdb.exactly_once.database import Database, handing
-from mdb.exactly_once.outbox import Dispatcher, Writer
+from mdb.exactly_once.outbox import Dispatcher, Writer, forget
 from mdb.message import Message
 
 Run = Callable[[AsyncSession, SendFunction], Awaitable[None]]
@@ -90,8 +92,9 @@ class Guard:
         failure: Exception | None = None
         ran: list[bool | IdentityReused] = []
         try:
-            async with database.session() as session:
+            async with self._dispatcher.sent() as sent, database.session() as session:
                 with database.deadline():
+                    await forget(session, sent)  # the rows the last dispatches sent
                     taken = await inbox.claim_all(
                         session, self._listener, self._subscription,
                         {message.id: message.body for message, _ in messages}, time.time())

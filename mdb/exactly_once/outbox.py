@@ -1,5 +1,7 @@
 """The outbox: messages written in the same database transaction as the writes they stand for,
-dispatched once it committed, and deleted once a broker confirmed them.
+dispatched once it committed, and deleted once a broker confirmed them: by the next
+transaction of a run (``Dispatcher.sent``, a statement in it rather than a transaction of its
+own), or before the next sweep claims rows.
 
 Each row keeps the message's ``mdb_id``: a row dispatched twice (its process died after the
 send and before the delete) reaches its destination twice with one id, which a downstream
@@ -17,7 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +60,7 @@ PENDING_POLL = 0.2
 
 # Built once: a statement built per call costs its cache key again at every execution.
 _WRITE = outbox.insert().returning(outbox.c.seq, sort_by_parameter_order=True)
-_FORGET = delete(outbox).where(outbox.c.seq == bindparam("seq"))
+_FORGET = delete(outbox).where(outbox.c.seq.in_(bindparam("seqs", expanding=True)))
 _ENVELOPE = select(outbox.c.headers, outbox.c.reply_to, outbox.c.correlation_id).where(
     outbox.c.seq == bindparam("seq"))
 _MESSAGE = _ENVELOPE.add_columns(outbox.c.body)
@@ -178,6 +181,12 @@ def _refuse_too_long(values: Mapping[str, object]) -> None:
                               f"than the {limit} an outbox row keeps (docs/exactly-once.md)")
 
 
+async def forget(session: AsyncSession, seqs: Sequence[int]) -> None:
+    """Delete the rows ``seqs`` (sent: ``Dispatcher.sent``) in ``session``'s transaction."""
+    if seqs:
+        await session.execute(_FORGET, {"seqs": seqs})
+
+
 async def backlog(session: AsyncSession) -> tuple[int, float | None]:
     """How many rows wait in the outbox, and the ``created_at`` of the oldest (None: none)."""
     rows, oldest = (await session.execute(
@@ -206,14 +215,18 @@ class Dispatcher:
         self._owner = owner
         self._turn = anyio.Lock()  # one claim-and-send of waiting rows at a time: no row twice
         self._sending: set[int] = set()  # rows being sent by this process now
+        # Rows sent and not deleted yet: the next run's transaction deletes them (``sent``),
+        # or the next sweep; those of a transaction under way wait in ``_forgetting``.
+        self._sent: set[int] = set()
+        self._forgetting: set[int] = set()
         # Destinations with rows waiting in the outbox, older than a fresh run's; None until
         # the first sweep: rows an earlier process left may wait for any destination.
         self._behind: set[str] | None = None
 
     async def dispatch(self, rows: Sequence[Row]) -> None:
         """Send ``rows`` (committed, leased to this process) in order, after the rows of
-        their destinations that wait in the outbox, deleting each once its broker confirmed
-        it (or once a refused one was moved to its error destination). Raises the
+        their destinations that wait in the outbox, each to be deleted (``sent``) once its
+        broker confirmed it (or once a refused one was moved to its error destination). Raises the
         ``BrokerError`` of the first that could not be sent: it and those after it stay,
         their lease ended so that the next sweep takes them."""
         if self._behind is None or any(str(r.target) in self._behind for r in rows):
@@ -240,7 +253,8 @@ class Dispatcher:
         while True:
             async with database.session() as session:
                 with database.deadline():
-                    rows = (await session.execute(pending)).all()
+                    rows = [r for r in (await session.execute(pending)).all()
+                            if r.seq not in self._sent and r.seq not in self._forgetting]
             now = time.time()
             free = [r.seq for r in rows if r.seq not in self._sending and (
                 r.lease_until < now or r.owner == self._owner)]
@@ -264,9 +278,11 @@ class Dispatcher:
         commit. How many were sent; raises as ``dispatch``."""
         sent = 0
         async with self._turn:
+            await self.forget_sent()  # before any claim: a row sent is never claimed again
             while rows := await self._claim(
                     (outbox.c.owner == self._owner) | (outbox.c.lease_until < time.time())):
                 await self._send_in_order(rows)
+                await self.forget_sent()  # before the next claim, which would take them
                 sent += len(rows)
             self._behind = set()
         return sent
@@ -275,15 +291,17 @@ class Dispatcher:
         """Take the rows whose lease ran out and dispatch them in the order they were
         written; how many were sent. Stops at the first that cannot be sent (order)."""
         async with self._turn:
+            await self.forget_sent()  # before the claim: a row sent is never claimed again
             rows = await self._claim(outbox.c.lease_until < time.time())
             if rows:
                 await self._send_in_order(rows)
+                await self.forget_sent()  # a sweep is no run's: no transaction follows
             else:
                 self._behind = set()
             return len(rows)
 
     async def _send_in_order(self, rows: Sequence[Row]) -> None:
-        """Send ``rows`` (leased to this process) in order, deleting each once sent. Their
+        """Send ``rows`` (leased to this process) in order, each to be deleted once sent. Their
         lease is kept while they are sent, however long that takes (a broker that takes its
         time, thousands of rows): no sweep, of this process or another, takes them meanwhile.
         A row another process took all the same (the lease ran out while the database did not
@@ -308,7 +326,7 @@ class Dispatcher:
                         await self._release(rows[index:], exc)
                         raise
                     if sent:
-                        await self._forget(row.seq)
+                        self._sent.add(row.seq)
                     self._sending.discard(row.seq)
                 renewals.cancel_scope.cancel()
         except BaseExceptionGroup as group:
@@ -412,12 +430,34 @@ class Dispatcher:
         log.warning("outbox: message %s to %s refused (%s); moved to %s",
                     message.headers.get(ID), row.target, refusal, row.error_destination)
 
-    async def _forget(self, seq: int) -> None:
-        # A connection, not a session: an ORM session costs more than the delete.
+    @asynccontextmanager
+    async def sent(self) -> AsyncIterator[list[int]]:
+        """The rows sent since the last ``sent``, for the transaction made in this block to
+        delete (``forget``): a run's, so that a sent row costs no transaction of its own.
+        They are deleted again by the next one unless the block ends without an exception
+        (its transaction committed)."""
+        seqs = list(self._sent)
+        self._sent.clear()
+        self._forgetting.update(seqs)
+        try:
+            yield seqs
+        except BaseException:
+            self._sent.update(seqs)
+            raise
+        finally:
+            self._forgetting.difference_update(seqs)
+
+    async def forget_sent(self) -> None:
+        """Delete the rows sent since the last run's transaction, committed as it runs:
+        before a sweep claims rows (a row sent must not be taken again once its lease ran
+        out) and at a stop."""
         database = self._database
-        async with database.autocommitted() as connection:
-            with database.deadline():
-                await connection.execute(_FORGET, {"seq": seq})
+        async with self.sent() as seqs:
+            if seqs:
+                # A connection, not a session: an ORM session costs more than the delete.
+                async with database.autocommitted() as connection:
+                    with database.deadline():
+                        await connection.execute(_FORGET, {"seqs": seqs})
 
     async def _release(self, rows: Sequence[Row], failure: BrokerError) -> None:
         """End the lease of rows that could not be sent, so that the next sweep takes them
