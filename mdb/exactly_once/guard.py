@@ -94,7 +94,6 @@ class Guard:
         try:
             async with self._dispatcher.sent() as sent, database.session() as session:
                 with database.deadline():
-                    await forget(session, sent)  # the rows the last dispatches sent
                     taken = await inbox.claim_all(
                         session, self._listener, self._subscription,
                         {message.id: message.body for message, _ in messages}, time.time())
@@ -107,6 +106,9 @@ class Guard:
                             await _handled(handler(index, session,
                                                    writer.sends_for(self._source(message))))
                 with database.deadline():
+                    # Last, so that the rows the last dispatches sent are locked only until
+                    # the commit, not while the handler runs: a sweep skips locked rows.
+                    await forget(session, sent)
                     await writer.write()
         except _Raised as raised:
             failure = raised.exception

@@ -366,7 +366,11 @@ class Dispatcher:
         process, in one statement: a row another process leased meanwhile no longer matches
         ``which`` when the update reaches it, and stays with that process."""
         database = self._database
-        oldest = select(outbox.c.seq).where(which).order_by(outbox.c.seq).limit(SWEEP_BATCH)
+        # Skipping the rows another transaction locked: a run deleting rows its process sent,
+        # or another sweep claiming them; waiting for either would hold this sweep up for as
+        # long as that transaction lasts, a process stopped in it included.
+        oldest = (select(outbox.c.seq).where(which).order_by(outbox.c.seq).limit(SWEEP_BATCH)
+                  .with_for_update(skip_locked=True))
         claim = (update(outbox).where(outbox.c.seq.in_(oldest.scalar_subquery()), which)
                  .values(owner=self._owner,
                          lease_until=time.time() + database.settings.outbox_lease)

@@ -64,7 +64,8 @@ class ExactlyOnce:
         the database is out of reach the batch is held until it answers (at a stop,
         ``DatabaseUnavailable`` leaves it unsettled), and then run one message at a time,
         as after a failure: ``BatchFailure`` at its end. ``DispatchPending`` leaves the batch
-        unsettled."""
+        unsettled. A stop does not cut a batch short (its claims commit together: a message
+        left out of the run would be taken for processed)."""
         failed: list[BatchFailure] = []
 
         async def handler(index: int, session: AsyncSession, send: SendFunction) -> None:

@@ -179,9 +179,9 @@ async def test_two_copies_processed_at_once_run_the_handler_once(
 async def test_a_run_costs_one_transaction_and_nothing_after_the_dispatch(
     postgres_database: Database, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """What reaches PostgreSQL for one delivery: the run's transaction (the delete of the row
-    the last run dispatched, the claim, the handler's write, the outbox row), nothing after
-    its dispatch. No ping of a connection in steady use, no statement of its own for the
+    """What reaches PostgreSQL for one delivery: the run's transaction (the claim, the
+    handler's write, the delete of the row the last run dispatched, the outbox row), nothing
+    after its dispatch. No ping of a connection in steady use, no statement of its own for the
     delete: each would be round trips of their own (docs/performance.md, "Exactly-once
     listeners")."""
     monkeypatch.setattr(database_module, "IDLE_PING", 3600.0)  # however loaded the machine
@@ -224,8 +224,8 @@ async def test_a_run_costs_one_transaction_and_nothing_after_the_dispatch(
         await anyio.lowlevel.checkpoint()
     await database.close()
     assert queries == ["BEGIN", "COMMIT"]
-    assert statements == ["DELETE FROM mdb_outbox", "INSERT INTO mdb_inbox",
-                          "INSERT INTO orders", "INSERT INTO mdb_outbox"]
+    assert statements == ["INSERT INTO mdb_inbox", "INSERT INTO orders",
+                          "DELETE FROM mdb_outbox", "INSERT INTO mdb_outbox"]
 
 
 @pytest.mark.postgresql
@@ -329,6 +329,24 @@ async def test_a_row_sent_is_deleted_by_the_next_run_or_sweep_and_never_sent_aga
     sent = await read(broker, str(out), 1)
     assert [d.headers[ID] for d in sent] == ["id-1"]
     await assert_drained(broker, str(out))
+
+
+@pytest.mark.postgresql
+async def test_a_sweep_skips_the_rows_a_run_is_deleting(postgres_database: Database) -> None:
+    """A run deletes the rows its process sent in its own transaction: a sweep of another
+    process skips them rather than wait for that transaction, however long it lasts (a
+    process stopped in it)."""
+    database = postgres_database
+    async with database.session() as session:  # sent by a process, its lease run out
+        writer = Writer(session, "this-process", lease=0.0, error_destination=None)
+        await writer.send(Destination.parse("queue:eo.out"),
+                          OutgoingMessage(b"o-1", {ID: "id-1"}), None)
+    # That process's next run, not committed yet, and another process's sweep.
+    async with Producer(settings_for(f"memory://{unique('m')}")) as producer, \
+            database.session() as run:
+        await run.execute(tables.outbox.delete())
+        assert await Dispatcher(database, producer, "another-process").sweep() == 0
+    assert await count(database, tables.outbox) == 0
 
 
 @pytest.mark.postgresql

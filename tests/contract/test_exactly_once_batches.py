@@ -215,7 +215,8 @@ async def test_a_batch_costs_one_claim_one_outbox_statement_and_one_commit(
     # SQLite's RETURNING keeps no order SQLAlchemy relies on: its outbox rows are written one
     # statement each, in order (in the process: no round trip).
     outbox_writes = 1 if database.engine.dialect.name == "postgresql" else 3
-    assert statements == ["DELETE FROM mdb_outbox",  # the row the last run dispatched
-                          "INSERT INTO mdb_inbox", "INSERT INTO orders", "INSERT INTO orders",
-                          "INSERT INTO orders", *["INSERT INTO mdb_outbox"] * outbox_writes]
+    assert statements == ["INSERT INTO mdb_inbox", "INSERT INTO orders", "INSERT INTO orders",
+                          "INSERT INTO orders",
+                          "DELETE FROM mdb_outbox",  # the row the last run dispatched
+                          *["INSERT INTO mdb_outbox"] * outbox_writes]
     assert len(commits) == 1
