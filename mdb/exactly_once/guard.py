@@ -101,7 +101,7 @@ class Guard:
                                 error_destination=self._error_destination, broker=self._broker)
                 with handing(self._listener):
                     for index, (message, by_content) in enumerate(messages):
-                        ran.append(self._reused(message, by_content, taken[message.id]))
+                        ran.append(self._fate(message, by_content, taken[message.id]))
                         if ran[-1] is True:
                             await _handled(handler(index, session,
                                                    writer.sends_for(self._source(message))))
@@ -131,7 +131,7 @@ class Guard:
         """The inbox key of ``message``, which its outbox rows keep."""
         return f"{self._listener}/{self._subscription}/{message.id}"
 
-    def _reused(self, message: Message, by_content: bool,
+    def _fate(self, message: Message, by_content: bool,
                 taken: inbox.Taken | None) -> bool | IdentityReused:
         """Whether ``message``, claimed now (``taken`` None) or before, runs; False for a copy
         already processed; the ``IdentityReused`` it is when it is not a copy."""
