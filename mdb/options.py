@@ -119,7 +119,8 @@ class ListenerOptions(BaseModel):
     (one-copy-per-server only; WebLogic's option of the same name). ActiveMQ cannot delete
     them over STOMP: the failure is logged, see docs/distribution.md"""
     max_messages_per_transaction: int = Field(default=1, ge=1, le=1000)
-    """most messages one pool slot processes in one transaction (transacted listeners only);
+    """most messages one pool slot processes in one transaction (transacted listeners: the
+    broker's; exactly-once listeners: the database's, docs/exactly-once.md#batches);
     `prefetch` is at least this. A batch is what has already arrived, never waited for; if a
     handler raises, the batch is processed again one message at a time"""
     prefetch: int = Field(default=1, ge=1, le=1000)
@@ -143,7 +144,8 @@ class ListenerOptions(BaseModel):
     """the name of a database (a key of `databases`): the handler's writes through its
     injected `AsyncSession`, its sends and the message commit together, and a copy already
     processed is settled without running it again; each message runs in a database
-    transaction of its own (`max_messages_per_transaction` does not apply; docs/exactly-once.md)"""
+    transaction of its own, or each batch with `max_messages_per_transaction`
+    (docs/exactly-once.md)"""
 
     @field_validator("error_destination")
     @classmethod

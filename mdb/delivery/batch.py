@@ -2,8 +2,9 @@
 
 Batches (``max_messages_per_transaction`` > 1). A slot hands over what its subscription already
 holds, in dispatch order. Consecutive deliveries that can go to the handler together (fresh and
-never struck, ``mdb.delivery.decision.classify``, and decoded: the others are processed on
-their own, in their turn) run in one
+never struck, ``mdb.delivery.decision.classify``, decoded, and each of an identity the run does
+not hold yet: the others are processed on their own, in their turn, a copy thus after the
+transaction that may have processed it) run in one
 transaction: the handler is invoked once per message, in order, its sends join the
 transaction, and only once every invocation succeeded are the deliveries acked in it, in
 order, and committed. So a transaction that is aborted holds no ack, and after an abort every
@@ -16,7 +17,10 @@ with its own count, and those after it run as fresh deliveries. Each is settled 
 next, so every ack settles the oldest unsettled delivery of the subscription and nothing else.
 
 ``ready_run`` and ``fall_back`` are pure; ``invoke_in_one_transaction`` runs the handler in the
-transaction, which the processor settles as it settles a single delivery.
+transaction, which the processor settles as it settles a single delivery. An exactly-once
+listener's batch commits in its database's transaction instead
+(``mdb.delivery.runs.OwnTransaction``), the same way: the handler once per message in order,
+all or nothing, the same fall-back; then each delivery is settled by a plain ack, in order.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mdb.broker import Connection, Delivery
-from mdb.delivery.decision import FRESH, Kind, Raised
+from mdb.delivery.decision import FRESH, AlreadyProcessed, Kind, Raised, Reused
 from mdb.delivery.invoker import Invoker
 from mdb.delivery.sends import TransactedSends
 from mdb.errors import ConnectionLost, DecodeError
@@ -54,20 +58,25 @@ class BatchFailure:
 @dataclass(frozen=True, slots=True)
 class Step:
     """One delivery to process: ``message`` as the handler sees it this time, and ``kind``,
-    what it is (``classify``) or the failure the handler already raised on it in a batch."""
+    what it is (``classify``), or what a batch already made of it: the failure the handler
+    raised on it, or, in a batch with a transaction of its own, a copy already processed or a
+    reused identity."""
 
     delivery: Delivery
     message: Message
-    kind: Kind | Raised
+    kind: Kind | Raised | AlreadyProcessed | Reused
 
 
 def ready_run(steps: Sequence[Step], decode: Callable[[bytes], Any]) -> list[Ready]:
     """The leading ``steps`` that can go to the handler together, decoded: the first that is
-    not fresh, was struck or does not decode ends the run (it is processed on its own)."""
+    not fresh, was struck, does not decode or has the identity of one before it ends the run
+    (it is processed on its own)."""
     run: list[Ready] = []
+    identities: set[str] = set()
     for step in steps:
-        if step.kind != FRESH:
+        if step.kind != FRESH or step.message.id in identities:
             break
+        identities.add(step.message.id)
         try:
             body = decode(step.message.body)
         except DecodeError:

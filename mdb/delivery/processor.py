@@ -43,7 +43,7 @@ from mdb.delivery.decision import (
     to_message,
 )
 from mdb.delivery.invoker import Invoker
-from mdb.delivery.runs import Run, Transacted
+from mdb.delivery.runs import OwnTransaction, Run, Transacted
 from mdb.delivery.sends import TransactedSends, commit
 from mdb.delivery.strikes import Strikes
 from mdb.destinations import Destination
@@ -102,8 +102,7 @@ class Processor:
         if len(deliveries) == 1:  # the usual case
             return await self._process(connection, subscription, self._step(deliveries[0]))
         steps = [self._step(d) for d in deliveries]
-        guarantee = self._guarantee
-        if not isinstance(guarantee, Transacted):
+        if not self._guarantee.batches:
             return await self._one_at_a_time(connection, subscription, steps)
         start = 0
         while start < len(steps):
@@ -117,7 +116,7 @@ class Processor:
             else:
                 # A run cut short by stopping leaves its tail unsettled; the check above
                 # then ends the loop.
-                if not await self._batch(connection, subscription, guarantee, run):
+                if not await self._batch(connection, subscription, run):
                     return False
                 start += len(run)
         return True
@@ -144,9 +143,14 @@ class Processor:
         return True
 
     async def _batch(self, connection: Connection, subscription: Subscription,
-                     guarantee: Transacted, run: list[Ready]) -> bool:
-        """One transaction for ``run`` (two or more); after a handler failure, the run again
-        one message at a time."""
+                     run: list[Ready]) -> bool:
+        """One transaction for ``run`` (two or more): the broker's, or the run's own
+        (``OwnTransaction``); after a handler failure, the run again one message at a
+        time."""
+        guarantee = self._guarantee
+        if isinstance(guarantee, OwnTransaction):
+            return await self._batch_apart(connection, subscription, guarantee, run)
+        assert isinstance(guarantee, Transacted)
         sends = guarantee.sends(connection)
         try:
             done = await invoke_in_one_transaction(run, connection, sends, self._invoker,
@@ -159,7 +163,39 @@ class Processor:
         except BrokerError as exc:
             return self._not_settled(f"a batch of {len(run)} from message {run[0].message.id}",
                                      exc, connection)
-        failed = done
+        return await self._fall_back(connection, subscription, run, done)
+
+    async def _batch_apart(self, connection: Connection, subscription: Subscription,
+                           guarantee: OwnTransaction, run: list[Ready]) -> bool:
+        """``run`` committed in the guarantee's own transaction, then each delivery settled
+        in order, as one processed alone would be: a success by a plain ack, a copy already
+        processed or a reused identity through ``_process``."""
+        try:
+            ran = await guarantee.in_one_transaction(run)
+        except DatabaseUnavailable as exc:  # the database logs its outage once
+            return self._not_settled(f"a batch of {len(run)} from message {run[0].message.id}",
+                                     exc, connection, logging.DEBUG)
+        except DispatchPending as exc:  # not the messages' doing
+            return self._not_settled(f"a batch of {len(run)} from message {run[0].message.id}",
+                                     exc, connection)
+        if isinstance(ran, BatchFailure):
+            return await self._fall_back(connection, subscription, run, ran)
+        for item, happened in zip(run, ran, strict=True):
+            if not isinstance(happened, Succeeded):
+                step = Step(item.delivery, item.message, happened)
+                if not await self._process(connection, subscription, step):
+                    return False
+                continue
+            try:
+                await self._settle([item.delivery], None, connection)
+            except BrokerError as exc:
+                self._strikes.not_settled(item.message, SETTLE, exc, connection.is_open)
+                return self._not_settled(f"message {item.message.id}", exc, connection)
+            self._strikes.settled(item.message, SETTLE)
+        return True
+
+    async def _fall_back(self, connection: Connection, subscription: Subscription,
+                         run: list[Ready], failed: BatchFailure) -> bool:
         log.info("listener %s: the batch of %d from message %s failed at message %d (%s: %s); "
                  "processing it one message at a time", self._spec.name, len(run),
                  run[0].message.id, failed.at + 1, failed.failure.error_type,

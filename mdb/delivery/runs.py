@@ -7,7 +7,8 @@ built (``mdb.slots``), so that the processor carries out what happened whichever
 * ``Transacted`` (the default): the handler's sends join a broker transaction that acks the
   delivery; several deliveries may run in one (``batches``, ``mdb.delivery.batch``);
 * exactly once (``exactly_once="NAME"``): the handler's database writes, its sends and the
-  message commit in one database transaction (``mdb.exactly_once.run``).
+  message commit in one database transaction (``mdb.exactly_once.run``), several messages in
+  one where they may (``OwnTransaction``), each then settled by a plain ack.
 
 A run is called with a decoded message and returns what happened to it and the transacted
 sends to settle it with (None: a plain ack). A run that failed sent nothing in a transaction.
@@ -15,9 +16,11 @@ sends to settle it with (None: a plain ack). A run that failed sent nothing in a
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from collections.abc import Sequence
+from typing import ClassVar, Protocol, runtime_checkable
 
 from mdb.broker import Connection, Delivery
+from mdb.delivery.batch import BatchFailure, Ready
 from mdb.delivery.decision import SUCCEEDED, AlreadyProcessed, Raised, Reused, Succeeded
 from mdb.delivery.invoker import Invoker
 from mdb.delivery.sends import DirectSends, TransactedSends
@@ -36,6 +39,18 @@ class Run(Protocol):
                        connection: Connection) -> tuple[Ran, TransactedSends | None]:
         """Run the handler on ``message`` (``delivery`` as the handler sees it, its body
         decoded) from ``connection``: what happened, and the sends to settle it with."""
+        ...
+
+
+@runtime_checkable
+class OwnTransaction(Protocol):
+    """A run whose batches commit in a transaction of their own (a database's), not the
+    broker's: each delivery of a batch is then settled by a plain ack."""
+
+    async def in_one_transaction(self, run: Sequence[Ready]) -> Sequence[Ran] | BatchFailure:
+        """Run the handler on each of ``run`` (two or more, in order) in one transaction:
+        what became of each, once committed (to settle, in order); or, when the handler
+        raised on one, where and why, nothing of the run kept (``mdb.delivery.batch``)."""
         ...
 
 

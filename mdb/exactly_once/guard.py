@@ -10,13 +10,19 @@ point leaves something the next attempt completes:
 * after the commit, before its rows were dispatched: the redelivered copy finds its inbox
   row, and its rows are dispatched (``Dispatcher.dispatch_pending``) before it is acked; a
   row whose process died is also taken by another process's sweep once its lease ran out;
-* after the dispatch, before the ack: the copy finds its row and nothing pending; it is acked.
+* after the dispatch, before the ack: the copy finds its row; it is acked once nothing of
+  its run is pending (a row sent is deleted by the next run's transaction: until then, a
+  sweep of another process sends it again, with its id, once its lease ran out).
+
+A batch (``run_all``) is one such run for several messages: their claims in one statement,
+the handler on each in the one session, their sends in one statement, one commit; each crash
+point leaves every message of it as it leaves one.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -26,11 +32,13 @@ from mdb.destinations import Destination
 from mdb.errors import BrokerError, DispatchPending, IdentityReused
 from mdb.exactly_once import inbox
 from mdb.exactly_once.database import Database, handing
-from mdb.exactly_once.outbox import Dispatcher, Writer
+from mdb.exactly_once.outbox import Dispatcher, Writer, forget
 from mdb.message import Message
 
 Run = Callable[[AsyncSession, SendFunction], Awaitable[None]]
 """The handler's run: called with the transaction's session and the outbox's send."""
+RunAt = Callable[[int, AsyncSession, SendFunction], Awaitable[None]]
+"""The handler's run on the message at an index of a batch."""
 
 
 class Guard:
@@ -63,42 +71,82 @@ class Guard:
         its claim finds out whether it committed), and ``DispatchPending`` when a send could
         not be dispatched: the delivery must then stay unsettled (its effects are committed;
         its redelivery completes the dispatch)."""
+        async def one(_index: int, session: AsyncSession, send: SendFunction) -> None:
+            await handler(session, send)
+
+        (ran,) = await self.run_all(((message, by_content),), one)
+        if isinstance(ran, IdentityReused):
+            raise ran
+        return ran
+
+    async def run_all(self, messages: Sequence[tuple[Message, bool]],
+                      handler: RunAt) -> list[bool | IdentityReused]:
+        """``run`` of several messages (each with its ``by_content``; no identity twice) in
+        one transaction: one claim statement, ``handler`` called with the index of each
+        message claimed now, in order, on the one session, their sends written in one
+        statement, one commit, then their dispatch. What became of each: True (run), False
+        (a copy already processed) or the ``IdentityReused`` it is. What the handler raises on
+        one is raised, and nothing of the batch is kept; ``DatabaseUnavailable`` and
+        ``DispatchPending`` as ``run``'s (for every message of the batch)."""
         database = self.database
-        source = f"{self._listener}/{self._subscription}/{message.id}"
         failure: Exception | None = None
+        ran: list[bool | IdentityReused] = []
         try:
-            async with database.session() as session:
+            async with self._dispatcher.sent() as sent, database.session() as session:
                 with database.deadline():
-                    taken = await inbox.claim(session, self._listener, self._subscription,
-                                              message.id, message.body, time.time())
-                if taken is None:
-                    writer = Writer(session, self._owner, database.settings.outbox_lease,
-                                    error_destination=self._error_destination, source=source,
-                                    broker=self._broker)
-                    with handing(self._listener):
-                        await _handled(handler(session, writer.send))
+                    taken = await inbox.claim_all(
+                        session, self._listener, self._subscription,
+                        {message.id: message.body for message, _ in messages}, time.time())
+                writer = Writer(session, self._owner, database.settings.outbox_lease,
+                                error_destination=self._error_destination, broker=self._broker)
+                with handing(self._listener):
+                    for index, (message, by_content) in enumerate(messages):
+                        ran.append(self._fate(message, by_content, taken[message.id]))
+                        if ran[-1] is True:
+                            await _handled(handler(index, session,
+                                                   writer.sends_for(self._source(message))))
+                with database.deadline():
+                    # Last, so that the rows the last dispatches sent are locked only until
+                    # the commit, not while the handler runs: a sweep skips locked rows.
+                    await forget(session, sent)
+                    await writer.write()
         except _Raised as raised:
             failure = raised.exception
         if failure is not None:
             raise failure  # outside the except block: its own cause and context, unchanged
-        if taken is not None and not taken.same_body:
-            raise IdentityReused(
+        try:
+            if True in ran:
+                await self._dispatcher.dispatch(writer.rows)
+            for (message, _), done in zip(messages, ran, strict=True):
+                if done is False:
+                    await self._dispatcher.dispatch_pending(self._source(message))
+        except BrokerError as exc:
+            raise DispatchPending(f"sends of message {messages[0][0].id}"
+                                  f"{' and the rest of its batch' if len(messages) > 1 else ''}"
+                                  f" wait in the outbox of database {database.name}: "
+                                  f"{exc}") from exc
+        return ran
+
+    def _source(self, message: Message) -> str:
+        """The inbox key of ``message``, which its outbox rows keep."""
+        return f"{self._listener}/{self._subscription}/{message.id}"
+
+    def _fate(self, message: Message, by_content: bool,
+                taken: inbox.Taken | None) -> bool | IdentityReused:
+        """Whether ``message``, claimed now (``taken`` None) or before, runs; False for a copy
+        already processed; the ``IdentityReused`` it is when it is not a copy."""
+        if taken is None:
+            return True
+        if not taken.same_body:
+            return IdentityReused(
                 f"message {message.id}: listener {self._listener} processed another message "
                 "with this id and another body; this one is not a copy of it")
-        if taken is not None and by_content and not message.redelivered:
-            raise IdentityReused(
+        if by_content and not message.redelivered:
+            return IdentityReused(
                 f"message {message.id}: it came without an id, not flagged redelivered, with "
                 f"the content of a message listener {self._listener} processed: a second "
                 "message of that content cannot be told from a copy (give messages an id)")
-        try:
-            if taken is not None:
-                await self._dispatcher.dispatch_pending(source)
-                return False
-            await self._dispatcher.dispatch(writer.rows)
-        except BrokerError as exc:
-            raise DispatchPending(f"sends of message {message.id} wait in the outbox of "
-                                  f"database {database.name}: {exc}") from exc
-        return True
+        return False
 
 
 class _Raised(Exception):

@@ -17,6 +17,7 @@ writes once; the price is that the second copy's pool slot waits for the first.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import Executable, delete, select
@@ -29,6 +30,12 @@ from mdb.exactly_once.tables import inbox
 _CLAIMS: dict[str, Executable] = {
     "postgresql": postgresql.insert(inbox).on_conflict_do_nothing(),
     "sqlite": sqlite.insert(inbox).on_conflict_do_nothing(),
+}
+# A batch's claims in one statement, which returns the identities it claimed now.
+_BATCH_CLAIMS: dict[str, Executable] = {
+    "postgresql": postgresql.insert(inbox).on_conflict_do_nothing().returning(
+        inbox.c.message_id),
+    "sqlite": sqlite.insert(inbox).on_conflict_do_nothing().returning(inbox.c.message_id),
 }
 
 
@@ -60,6 +67,40 @@ async def claim(session: AsyncSession, listener: str, subscription: str, message
     # A database without the clause: its primary key refuses a second claim.
     await session.execute(inbox.insert(), values)
     return None
+
+
+async def claim_all(session: AsyncSession, listener: str, subscription: str,
+                    bodies: Mapping[str, bytes], now: float) -> dict[str, Taken | None]:
+    """``claim`` of several messages (each identity with its body) in one transaction: in one
+    statement where the database has the clause, else one claim after the other."""
+    statement = _BATCH_CLAIMS.get(session.get_bind().dialect.name)
+    if statement is None:
+        return {message_id: await claim(session, listener, subscription, message_id, body, now)
+                for message_id, body in sorted(bodies.items())}
+    digests = {message_id: hashlib.sha256(body).hexdigest()
+               for message_id, body in bodies.items()}
+    # In the order of the key, as every batch claims: two batches that claim the same
+    # identities in two orders would each wait for the other.
+    values = [{"listener": listener, "subscription": subscription, "message_id": message_id,
+               "digest": digest, "processed_at": now}
+              for message_id, digest in sorted(digests.items())]
+    claimed = set((await session.execute(statement, values)).scalars())
+    if len(claimed) == len(digests):
+        return dict.fromkeys(digests)
+    taken = [message_id for message_id in digests if message_id not in claimed]
+    kept = dict((await session.execute(select(inbox.c.message_id, inbox.c.digest).where(
+        inbox.c.listener == listener, inbox.c.subscription == subscription,
+        inbox.c.message_id.in_(taken)))).all())
+    found: dict[str, Taken | None] = {}
+    for message_id, digest in digests.items():
+        if message_id in claimed:
+            found[message_id] = None
+        elif message_id in kept:
+            found[message_id] = Taken(kept[message_id] in (None, digest))
+        else:  # purged since the insert met it: claimed as one
+            found[message_id] = await claim(session, listener, subscription, message_id,
+                                            bodies[message_id], now)
+    return found
 
 
 async def purge(session: AsyncSession, older_than: float, batch: int) -> int:

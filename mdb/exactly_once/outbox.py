@@ -1,5 +1,7 @@
 """The outbox: messages written in the same database transaction as the writes they stand for,
-dispatched once it committed, and deleted once a broker confirmed them.
+dispatched once it committed, and deleted once a broker confirmed them: by the next
+transaction of a run (``Dispatcher.sent``, a statement in it rather than a transaction of its
+own), or before the next sweep claims rows.
 
 Each row keeps the message's ``mdb_id``: a row dispatched twice (its process died after the
 send and before the delete) reaches its destination twice with one id, which a downstream
@@ -17,7 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +28,7 @@ import anyio
 from sqlalchemy import ColumnElement, Select, String, bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from mdb.context import SendFunction
 from mdb.copies import failed_now, with_failure
 from mdb.destinations import Destination
 from mdb.errors import (
@@ -55,8 +59,8 @@ PENDING_POLL = 0.2
 """Seconds between two looks at rows a dispatch under way still holds, at most."""
 
 # Built once: a statement built per call costs its cache key again at every execution.
-_WRITE = outbox.insert()
-_FORGET = delete(outbox).where(outbox.c.seq == bindparam("seq"))
+_WRITE = outbox.insert().returning(outbox.c.seq, sort_by_parameter_order=True)
+_FORGET = delete(outbox).where(outbox.c.seq.in_(bindparam("seqs", expanding=True)))
 _ENVELOPE = select(outbox.c.headers, outbox.c.reply_to, outbox.c.correlation_id).where(
     outbox.c.seq == bindparam("seq"))
 _MESSAGE = _ENVELOPE.add_columns(outbox.c.body)
@@ -88,29 +92,55 @@ class Row:
 
 
 class Writer:
-    """The sends of one transaction (a handler's run, or a producer's session): ``send`` (a
-    ``mdb.context.SendFunction``) writes a row leased to ``owner``, which dispatches it once
-    the transaction committed. ``broker`` is the delivery's (``Row.broker``); ``source`` the
-    inbox key of the delivery, if any."""
+    """The sends of one transaction (a handler's run, a batch's, or a producer's session),
+    written as rows leased to ``owner``, which dispatches them once the transaction committed.
+    ``broker`` is the delivery's (``Row.broker``). A handler's sends are held and written
+    together, in one statement, before mdb commits (``sends_for``, ``write``); a producer's
+    ``send`` writes its row at once, in a transaction mdb does not end."""
 
     def __init__(self, session: AsyncSession, owner: str, lease: float, *,
-                 error_destination: Destination | None, source: str | None = None,
-                 broker: str | None = None) -> None:
+                 error_destination: Destination | None, broker: str | None = None) -> None:
         self._session = session
         self._owner = owner
         self._lease = lease
         self._error_destination = error_destination
-        self._source = source
         self._broker = broker
+        # A held row: its values, and what its ``Row`` keeps of the send.
+        self._held: list[tuple[dict[str, Any], ReplyTo, str | None, OutgoingMessage,
+                               Destination]] = []
         self.rows: list[Row] = []
 
     async def send(self, target: ReplyTo, message: OutgoingMessage, key: str | None) -> None:
+        """Write a row for ``message`` now (a ``mdb.context.SendFunction``)."""
+        self._hold(target, message, key, None)
+        await self.write()
+
+    def sends_for(self, source: str) -> SendFunction:
+        """The sends of the delivery whose inbox key is ``source``: held until ``write``."""
+        async def send(target: ReplyTo, message: OutgoingMessage, key: str | None) -> None:
+            self._hold(target, message, key, source)
+        return send
+
+    async def write(self) -> None:
+        """Write the rows held, in one statement, in the order they were sent."""
+        held, self._held = self._held, []
+        if not held:
+            return
+        seqs = (await self._session.execute(_WRITE, [values for values, *_ in held])).scalars()
+        for seq, (values, target, key, message, errors) in zip(seqs, held, strict=True):
+            self.rows.append(Row(seq, target, self._broker, key, message, len(message.body),
+                                 errors, values["lease_until"]))
+
+    def _hold(self, target: ReplyTo, message: OutgoingMessage, key: str | None,
+              source: str | None) -> None:
+        """Check ``message`` (refused with ``EncodeError`` at the send, not at the commit) and
+        hold its row's values."""
         now = time.time()
         errors = self._error_destination or (
             target if isinstance(target, Destination) else REPLIES).error_queue
         reply = isinstance(target, ReplyAddress)
         values = {
-            "message_id": message.headers.get(ID, ""), "source": self._source,
+            "message_id": message.headers.get(ID, ""), "source": source,
             "destination": None if reply else str(target),
             "reply_broker": self._broker,
             "reply_address": str(target) if reply else None, "member_key": key,
@@ -126,10 +156,7 @@ class Writer:
             raise EncodeError(f"a body of {size} bytes, more than the {MAX_BODY_BYTES >> 20} MiB "
                               "an outbox row keeps: a broker refuses a larger message by "
                               "dropping the connection (docs/exactly-once.md)")
-        result = await self._session.execute(_WRITE, values)
-        seq = result.inserted_primary_key[0]  # type: ignore[attr-defined]
-        self.rows.append(Row(seq, target, self._broker, key, message, size, errors,
-                             now + self._lease))
+        self._held.append((values, target, key, message, errors))
 
 
 # The columns of a row that hold text of bounded length, and what a user calls each. A
@@ -152,6 +179,12 @@ def _refuse_too_long(values: Mapping[str, object]) -> None:
         if isinstance(value, str) and len(value) > limit:
             raise EncodeError(f"{_CALLED.get(column, column)}: {len(value)} characters, more "
                               f"than the {limit} an outbox row keeps (docs/exactly-once.md)")
+
+
+async def forget(session: AsyncSession, seqs: Sequence[int]) -> None:
+    """Delete the rows ``seqs`` (sent: ``Dispatcher.sent``) in ``session``'s transaction."""
+    if seqs:
+        await session.execute(_FORGET, {"seqs": seqs})
 
 
 async def backlog(session: AsyncSession) -> tuple[int, float | None]:
@@ -182,14 +215,18 @@ class Dispatcher:
         self._owner = owner
         self._turn = anyio.Lock()  # one claim-and-send of waiting rows at a time: no row twice
         self._sending: set[int] = set()  # rows being sent by this process now
+        # Rows sent and not deleted yet: the next run's transaction deletes them (``sent``),
+        # or the next sweep; those of a transaction under way wait in ``_forgetting``.
+        self._sent: set[int] = set()
+        self._forgetting: set[int] = set()
         # Destinations with rows waiting in the outbox, older than a fresh run's; None until
         # the first sweep: rows an earlier process left may wait for any destination.
         self._behind: set[str] | None = None
 
     async def dispatch(self, rows: Sequence[Row]) -> None:
         """Send ``rows`` (committed, leased to this process) in order, after the rows of
-        their destinations that wait in the outbox, deleting each once its broker confirmed
-        it (or once a refused one was moved to its error destination). Raises the
+        their destinations that wait in the outbox, each to be deleted (``sent``) once its
+        broker confirmed it (or once a refused one was moved to its error destination). Raises the
         ``BrokerError`` of the first that could not be sent: it and those after it stay,
         their lease ended so that the next sweep takes them."""
         if self._behind is None or any(str(r.target) in self._behind for r in rows):
@@ -216,7 +253,8 @@ class Dispatcher:
         while True:
             async with database.session() as session:
                 with database.deadline():
-                    rows = (await session.execute(pending)).all()
+                    rows = [r for r in (await session.execute(pending)).all()
+                            if r.seq not in self._sent and r.seq not in self._forgetting]
             now = time.time()
             free = [r.seq for r in rows if r.seq not in self._sending and (
                 r.lease_until < now or r.owner == self._owner)]
@@ -240,9 +278,11 @@ class Dispatcher:
         commit. How many were sent; raises as ``dispatch``."""
         sent = 0
         async with self._turn:
+            await self.forget_sent()  # before any claim: a row sent is never claimed again
             while rows := await self._claim(
                     (outbox.c.owner == self._owner) | (outbox.c.lease_until < time.time())):
                 await self._send_in_order(rows)
+                await self.forget_sent()  # before the next claim, which would take them
                 sent += len(rows)
             self._behind = set()
         return sent
@@ -251,15 +291,17 @@ class Dispatcher:
         """Take the rows whose lease ran out and dispatch them in the order they were
         written; how many were sent. Stops at the first that cannot be sent (order)."""
         async with self._turn:
+            await self.forget_sent()  # before the claim: a row sent is never claimed again
             rows = await self._claim(outbox.c.lease_until < time.time())
             if rows:
                 await self._send_in_order(rows)
+                await self.forget_sent()  # a sweep is no run's: no transaction follows
             else:
                 self._behind = set()
             return len(rows)
 
     async def _send_in_order(self, rows: Sequence[Row]) -> None:
-        """Send ``rows`` (leased to this process) in order, deleting each once sent. Their
+        """Send ``rows`` (leased to this process) in order, each to be deleted once sent. Their
         lease is kept while they are sent, however long that takes (a broker that takes its
         time, thousands of rows): no sweep, of this process or another, takes them meanwhile.
         A row another process took all the same (the lease ran out while the database did not
@@ -284,7 +326,7 @@ class Dispatcher:
                         await self._release(rows[index:], exc)
                         raise
                     if sent:
-                        await self._forget(row.seq)
+                        self._sent.add(row.seq)
                     self._sending.discard(row.seq)
                 renewals.cancel_scope.cancel()
         except BaseExceptionGroup as group:
@@ -324,7 +366,11 @@ class Dispatcher:
         process, in one statement: a row another process leased meanwhile no longer matches
         ``which`` when the update reaches it, and stays with that process."""
         database = self._database
-        oldest = select(outbox.c.seq).where(which).order_by(outbox.c.seq).limit(SWEEP_BATCH)
+        # Skipping the rows another transaction locked: a run deleting rows its process sent,
+        # or another sweep claiming them; waiting for either would hold this sweep up for as
+        # long as that transaction lasts, a process stopped in it included.
+        oldest = (select(outbox.c.seq).where(which).order_by(outbox.c.seq).limit(SWEEP_BATCH)
+                  .with_for_update(skip_locked=True))
         claim = (update(outbox).where(outbox.c.seq.in_(oldest.scalar_subquery()), which)
                  .values(owner=self._owner,
                          lease_until=time.time() + database.settings.outbox_lease)
@@ -388,12 +434,34 @@ class Dispatcher:
         log.warning("outbox: message %s to %s refused (%s); moved to %s",
                     message.headers.get(ID), row.target, refusal, row.error_destination)
 
-    async def _forget(self, seq: int) -> None:
-        # A connection, not a session: an ORM session costs more than the delete.
+    @asynccontextmanager
+    async def sent(self) -> AsyncIterator[list[int]]:
+        """The rows sent since the last ``sent``, for the transaction made in this block to
+        delete (``forget``): a run's, so that a sent row costs no transaction of its own.
+        They are deleted again by the next one unless the block ends without an exception
+        (its transaction committed)."""
+        seqs = list(self._sent)
+        self._sent.clear()
+        self._forgetting.update(seqs)
+        try:
+            yield seqs
+        except BaseException:
+            self._sent.update(seqs)
+            raise
+        finally:
+            self._forgetting.difference_update(seqs)
+
+    async def forget_sent(self) -> None:
+        """Delete the rows sent since the last run's transaction, committed as it runs:
+        before a sweep claims rows (a row sent must not be taken again once its lease ran
+        out) and at a stop."""
         database = self._database
-        async with database.autocommitted() as connection:
-            with database.deadline():
-                await connection.execute(_FORGET, {"seq": seq})
+        async with self.sent() as seqs:
+            if seqs:
+                # A connection, not a session: an ORM session costs more than the delete.
+                async with database.autocommitted() as connection:
+                    with database.deadline():
+                        await connection.execute(_FORGET, {"seqs": seqs})
 
     async def _release(self, rows: Sequence[Row], failure: BrokerError) -> None:
         """End the lease of rows that could not be sent, so that the next sweep takes them

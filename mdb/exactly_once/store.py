@@ -107,6 +107,13 @@ class Store:
                 self._backlog = await backlog(session)
 
     async def close(self) -> None:
+        """Delete the rows sent since the last run (else another process would send them
+        again once their lease ran out), then close the database."""
+        try:
+            await self.dispatcher.forget_sent()
+        except DatabaseUnavailable:
+            log.debug("database %s: rows sent left in the outbox: its sweeps send them again",
+                      self.database.name)
         await self.database.close()
 
 

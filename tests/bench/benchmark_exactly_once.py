@@ -1,26 +1,34 @@
 """Benchmark: exactly-once listeners against the same work done at least once, one run.
 
     .venv/bin/python -m tests.bench.benchmark_exactly_once [--messages 2000] [--database URL]
+        [--postgresql] [--batch 20] [--runs 3]
     .venv/bin/python -m tests.bench.benchmark_exactly_once --profile [--messages 200]
+        [--batch 20]
 
 The database is SQLite in a temporary folder unless ``--database`` names another (a SQLAlchemy
 async URL such as ``postgresql+asyncpg://user:pw@host/db``; the hand-written loop reaches it
 with SQLAlchemy's default synchronous driver of that database, psycopg (3) for PostgreSQL, or
-``--sync-database URL``). Its tables are made first, as ``mdb db upgrade`` would. Prints a
-table, with the consumer's CPU per message (user + system time of this process, the broker's
-and the database's excluded):
+``--sync-database URL``); ``--postgresql`` starts a private PostgreSQL server
+(``tests.harness.postgresql``) and uses a database of its own. Its tables are made first, as
+``mdb db upgrade`` would. Prints a table, with the consumer's CPU per message (user + system
+time of this process, the broker's and the database's excluded):
 
 * E1, on a private ActiveMQ: a handler that inserts one row and sends one message. mdb with
-  ``exactly_once`` (pool 1 and 4) against a hand-written at-least-once stomp.py loop doing the
-  same work per message: a database transaction with the insert, SEND, COMMIT, ACK;
+  ``exactly_once`` (pool 1 and 4; ``max_messages_per_transaction`` 1 and ``--batch``) against
+  a hand-written at-least-once stomp.py loop doing the same work per message: a database
+  transaction with the insert, SEND, COMMIT, ACK. With ``--runs 3``, each run measures the
+  loop and every mdb row again, and the table shows each row's median (of the rate, the CPU,
+  and the ratio to the run's own loop); E2 is then left out;
 * E2, on the memory broker: the cost of exactly-once: that handler with ``exactly_once``
   against the same handler without it (its insert in a transaction of its own, its send in
   the broker transaction).
 
 ``--profile`` measures nothing by the clock: it runs E2's handler's work one message after
-another under cProfile, through the exactly-once guard and without it, and prints the Python
-calls per message on the event loop's thread (the database driver's own thread is not
-counted), which do not depend on the machine's load.
+another under cProfile, through the exactly-once guard (one message per transaction, and
+``--batch`` per transaction) and without it, and prints the Python calls per message on the
+event loop's thread (the database driver's own thread is not counted) and the statements per
+message sent to the database (BEGIN and COMMIT included: on PostgreSQL each is a round trip),
+which do not depend on the machine's load.
 
 Not a test: CI never times anything.
 """
@@ -28,9 +36,11 @@ Not a test: CI never times anything.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import os
 import pstats
+import statistics
 import tempfile
 import time
 import uuid
@@ -53,23 +63,25 @@ from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database
 from mdb.exactly_once.store import Store
 from mdb.listener import ListenerSpec, spec_of
-from mdb.message import ID, OutgoingMessage
+from mdb.message import ID, Message, OutgoingMessage
 from mdb.producer import Producer
 from mdb.settings import Settings
 from tests.bench.loops import Measured, consume, print_table, queue_of
 from tests.harness.activemq import ActiveMQ
+from tests.harness.postgresql import PostgreSQL
 
 user_tables = MetaData()
 rows = Table("bench_rows", user_tables, Column("id", String(200), primary_key=True),
              Column("body", LargeBinary, nullable=False))
 
 
-def handler(queue: str, pool: int, exactly_once: bool,
-             database: Database) -> ListenerSpec:
+def handler(queue: str, pool: int, exactly_once: bool, database: Database,
+            batch: int = 1) -> ListenerSpec:
     """E1's and E2's handler: insert one row, send one message."""
     out = f"queue:{queue}.out"
     if exactly_once:
-        @listener(f"queue:{queue}", pool=pool, exactly_once="main", name="bench")
+        @listener(f"queue:{queue}", pool=pool, exactly_once="main", name="bench",
+                  max_messages_per_transaction=batch)
         async def guarded(body: bytes, ctx: Context, session: AsyncSession) -> None:
             await session.execute(rows.insert().values(id=ctx.id, body=body))
             await ctx.send(out, body)
@@ -91,6 +103,8 @@ async def made(url: str) -> None:
     try:
         await tables.upgrade(database.engine)
         async with database.engine.begin() as connection:
+            for table in (tables.inbox, tables.outbox):
+                await connection.execute(table.delete())
             await connection.run_sync(user_tables.drop_all)
             await connection.run_sync(user_tables.create_all)
     finally:
@@ -99,13 +113,13 @@ async def made(url: str) -> None:
 
 async def container_rate(broker_url: str, database_url: str, queue: str, count: int,
                          pool: int, exactly_once: bool, preload_memory: bool = False,
-                         ) -> Measured:
+                         batch: int = 1) -> Measured:
     """``count`` messages of ``queue`` (preloaded, or sent here on a memory broker) through
     the handler in a container."""
     settings = Settings(app="bench", server="s1", brokers={"default": BrokerSettings(
         url=broker_url)}, databases={"main": DatabaseSettings(url=database_url)})
     database = Database("main", settings.databases["main"])
-    container = Container(settings, [handler(queue, pool, exactly_once, database)])
+    container = Container(settings, [handler(queue, pool, exactly_once, database, batch)])
     try:
         if preload_memory:
             async with Producer(settings) as producer:
@@ -161,41 +175,69 @@ def sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-async def calls_per_message(database_url: str, count: int, exactly_once: bool,
-                            ) -> tuple[float, str]:
-    """Python calls per message of the handler's work, one message after another in one
-    task: through ``Guard.run`` (the inbox claim, the insert and the outbox row, the commit,
-    the dispatch and its delete), or without it (a transaction with the insert, then a send
+async def calls_per_message(database_url: str, count: int, exactly_once: bool, batch: int = 1,
+                            ) -> tuple[float, float, str]:
+    """Python calls and database statements (BEGIN and COMMIT included) per message of the
+    handler's work, one message (or ``batch``) after another in one task: through the guard
+    (the deletes of the rows dispatched before, the inbox claim, the insert and the outbox
+    row, the commit, the dispatch), or without it (a transaction with the insert, then a send
     through the producer); and the most called functions."""
     settings = Settings(brokers={"default": BrokerSettings(
         url=f"memory://calls-{uuid.uuid4().hex[:6]}")},
         databases={"main": DatabaseSettings(url=database_url)})
     database = Database("main", settings.databases["main"])
     out = Destination.parse("queue:calls.out")
+    statements, counting = 0, False
+
+    def counted(*_: object) -> None:
+        nonlocal statements
+        statements += counting
+
+    engine = database.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", counted)
+    if engine.dialect.name == "postgresql":  # BEGIN and COMMIT as they reach the server
+        event.listen(engine, "connect", lambda connection, _: (
+            connection.driver_connection.add_query_logger(counted)))
+    else:
+        for name in ("begin", "commit"):
+            event.listen(engine, name, counted)
     profile = cProfile.Profile()
     async with Producer(settings) as producer:
         guard = Store(database, producer, "calls").guard(
             listener="calls", subscription="calls", broker="default",
             error_destination=Destination.parse("queue:calls.DLQ"))
 
+        def message(n: int) -> Message:
+            return Message(f"m-{n}", Destination.parse("queue:calls"), b"body", {},
+                           redelivered=False, delivery_count=1)
+
         async def work(session: AsyncSession, send: SendFunction, n: int) -> None:
             await session.execute(rows.insert().values(id=f"m-{n}", body=b"body"))
             await send(out, OutgoingMessage(b"body", {ID: f"m-{n}"}), None)
 
-        async def one(n: int) -> None:
-            if exactly_once:
-                await guard.run(f"m-{n}", lambda session, send: work(session, send, n))
+        async def some(first: int) -> None:
+            if exactly_once and batch > 1:
+                await guard.run_all(
+                    [(message(n), False) for n in range(first, first + batch)],
+                    lambda index, session, send: work(session, send, first + index))
+            elif exactly_once:
+                await guard.run(message(first), lambda session, send: work(session, send, first),
+                                by_content=False)
             else:
                 async with database.session() as session:
-                    await session.execute(rows.insert().values(id=f"m-{n}", body=b"body"))
-                await producer.send_message(out, OutgoingMessage(b"body", {ID: f"m-{n}"}))
+                    await session.execute(rows.insert().values(id=f"m-{first}", body=b"body"))
+                await producer.send_message(out, OutgoingMessage(b"body", {ID: f"m-{first}"}))
 
-        for n in range(20):  # warm: connections made, statements compiled and cached
-            await one(n)
+        step = batch if exactly_once else 1
+        for n in range(0, 20 * step, step):  # warm: connections made, statements cached
+            await some(n)
+        counting = True
         profile.enable()
-        for n in range(20, 20 + count):
-            await one(n)
+        for n in range(20 * step, 20 * step + count, step):
+            await some(n)
         profile.disable()
+        await anyio.sleep(0.1)  # asyncpg tells its query loggers soon, not at once
+        counting = False
     await database.close()
     stats = pstats.Stats(profile)
     total: int = stats.total_calls  # type: ignore[attr-defined]
@@ -203,7 +245,40 @@ async def calls_per_message(database_url: str, count: int, exactly_once: bool,
     heaviest = [f"  {calls / count:8.1f}  {Path(path).name}:{line} {name}"
                 for (path, line, name), (_, calls, _, _, _) in sorted(
                     entries.items(), key=lambda item: -item[1][1])[:12]]
-    return total / count, "\n".join(heaviest)
+    return total / count, statements / count, "\n".join(heaviest)
+
+
+def e1(broker: ActiveMQ, url: str, sync: str, n: int, batch: int,
+       ) -> list[tuple[str, Measured, float | None]]:
+    """One run of E1: the hand-written loop, then mdb at pool 1 and 4, one message and
+    ``batch`` per transaction; each row with its rate's ratio to the loop's."""
+    run: Callable[..., Measured] = anyio.run
+    anyio.run(made, url)
+    hand = hand_written(broker, queue_of(broker, "e1h", n), n, sync)
+    found: list[tuple[str, Measured, float | None]] = [
+        ("hand-written: DB BEGIN/INSERT, SEND, DB COMMIT, ACK", hand, None)]
+    for pool in (1, 4):
+        for size in (1, batch):
+            anyio.run(made, url)
+            rate = run(container_rate, broker.url, url, queue_of(broker, f"e1m{pool}b{size}", n),
+                       n, pool, True, False, size)
+            found.append((f"mdb pool={pool}, exactly_once, max_messages_per_transaction={size}",
+                          rate, rate[0] / hand[0]))
+    return found
+
+
+def medians(runs: list[list[tuple[str, Measured, float | None]]],
+            ) -> list[tuple[str, Measured, float | None]]:
+    """Each row's median rate, CPU and ratio over ``runs`` (the same rows in each)."""
+    rows = []
+    for index, (name, _, ratio) in enumerate(runs[0]):
+        rates = [r[index][1][0] for r in runs]
+        cpus = [r[index][1][1] for r in runs]
+        ratios = [r[index][2] for r in runs]
+        rows.append((name, (statistics.median(rates), statistics.median(cpus)),
+                     None if ratio is None else statistics.median(
+                         x for x in ratios if x is not None)))
+    return rows
 
 
 def main() -> None:
@@ -211,21 +286,37 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--database", help="a SQLAlchemy async URL (default: SQLite)")
     parser.add_argument("--sync-database", help="the hand-written loop's URL of it")
+    parser.add_argument("--postgresql", action="store_true",
+                        help="a private PostgreSQL server's database (tests.harness.postgresql)")
+    parser.add_argument("--batch", type=int, default=20,
+                        help="max_messages_per_transaction of the batched rows")
+    parser.add_argument("--runs", type=int, default=1, help="runs of E1; medians shown")
     parser.add_argument("--profile", action="store_true",
                         help="print Python calls per message instead of timing")
     args = parser.parse_args()
-    n = args.messages
-    with tempfile.TemporaryDirectory() as folder:
+    with contextlib.ExitStack() as stack:
+        folder = stack.enter_context(tempfile.TemporaryDirectory())
         url = args.database or f"sqlite+aiosqlite:///{folder}/bench.sqlite3"
-        if args.profile:
-            for exactly_once in (False, True):
-                anyio.run(made, url)
-                calls, heaviest = anyio.run(calls_per_message, url, n, exactly_once)
-                print(f"{'exactly_once' if exactly_once else 'without exactly_once'}: "
-                      f"{calls:,.0f} calls per message; the most called:\n{heaviest}")
-            return
-        measured: list[tuple[str, str, Measured, str]] = []
-        run: Callable[..., Measured] = anyio.run
+        if args.postgresql:
+            url = stack.enter_context(PostgreSQL()).create_database("bench")
+        measure(args, url)
+
+
+def measure(args: argparse.Namespace, url: str) -> None:
+    n = args.messages
+    if args.profile:
+        for exactly_once, batch in ((False, 1), (True, 1), (True, args.batch)):
+            anyio.run(made, url)
+            calls, statements, heaviest = anyio.run(calls_per_message, url, n, exactly_once,
+                                                    batch)
+            what = (f"exactly_once, {batch} per transaction" if exactly_once
+                    else "without exactly_once")
+            print(f"{what}: {calls:,.0f} calls and {statements:.2f} statements (BEGIN and "
+                  f"COMMIT included) per message; the most called:\n{heaviest}")
+        return
+    measured: list[tuple[str, str, Measured, str]] = []
+    run: Callable[..., Measured] = anyio.run
+    if args.runs == 1:
         e2 = "E2 memory broker: insert 1 row, send 1 message"
         run(made, url)
         plain = run(container_rate, f"memory://{uuid.uuid4().hex[:6]}", url, "e2p", n, 1,
@@ -237,27 +328,18 @@ def main() -> None:
         measured.append((e2, "mdb pool=1, exactly_once", guarded,
                          f"{guarded[0] / plain[0]:.2f}x the rate, {guarded[1] / plain[1]:.2f}x "
                          "the CPU"))
-        with ActiveMQ(heap_mb=1024) as broker:
-
-            def queue(kind: str) -> str:
-                return queue_of(broker, kind, n)
-
-            e1 = "E1 ActiveMQ: insert 1 row, send 1 message"
-            run(made, url)
-            hand = hand_written(broker, queue("e1h"), n,
-                                args.sync_database or sync_url(url))
-            measured.append((e1, "hand-written: DB BEGIN/INSERT, SEND, DB COMMIT, ACK", hand,
-                             ""))
-            for pool in (1, 4):
-                run(made, url)
-                rate = run(container_rate, broker.url, url, queue(f"e1m{pool}"), n, pool,
-                           True)
-                measured.append((e1, f"mdb pool={pool}, exactly_once", rate,
-                                 f"{rate[0] / hand[0]:.2f}x the rate, {rate[1] / hand[1]:.2f}x "
-                                 "the CPU of the hand-written loop"))
+    with ActiveMQ(heap_mb=1024) as broker:
+        sync = args.sync_database or sync_url(url)
+        runs = [e1(broker, url, sync, n, args.batch) for _ in range(args.runs)]
+    title = ("E1 ActiveMQ: insert 1 row, send 1 message" if args.runs == 1 else
+             f"E1 ActiveMQ: insert 1 row, send 1 message (medians of {args.runs} runs)")
+    for name, rate, ratio in medians(runs):
+        measured.append((title, name, rate, "baseline" if ratio is None else
+                         f"{ratio:.2f}x the rate of the hand-written loop"))
     print()
     print(f"{make_url(url).get_backend_name()} database, {n} messages per run, "
-          f"stomp.py {stomp.__version__}, {os.cpu_count()} cores shared with the broker")
+          f"stomp.py {stomp.__version__}, {os.cpu_count()} cores shared with the broker, "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
     print_table(measured)
 
 

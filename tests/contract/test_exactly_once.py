@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import event, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mdb import ConfigurationError, Container, Context, DatabaseUnavailable, Redelivery, listener
+from mdb import ConfigurationError, Container, Context, Redelivery, listener
 from mdb.context import SendFunction
 from mdb.database_settings import DatabaseSettings
 from mdb.destinations import Destination
@@ -29,7 +29,7 @@ from mdb.producer import Producer
 from mdb_memory.state import BrokerState, broker_state
 from tests.harness.databases import count, database_url, orders, prepared, with_database
 from tests.harness.in_process import WAIT, Calls, running, settings_for, specs, unique
-from tests.harness.messages import read, send_bodies, send_copies
+from tests.harness.messages import assert_drained, read, send_bodies, send_copies
 from tests.harness.postgresql import PostgreSQL
 
 pytestmark = pytest.mark.anyio
@@ -176,13 +176,14 @@ async def test_two_copies_processed_at_once_run_the_handler_once(
 
 
 @pytest.mark.postgresql
-async def test_a_run_costs_one_transaction_and_one_statement_after_the_dispatch(
+async def test_a_run_costs_one_transaction_and_nothing_after_the_dispatch(
     postgres_database: Database, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """What reaches PostgreSQL for one delivery: the run's transaction (the claim, the
-    handler's write, the outbox row) and the delete of the dispatched row, committed as it
-    runs. No ping of a connection in steady use, no transaction around the delete: each
-    would be round trips of their own (docs/performance.md, "Exactly-once listeners")."""
+    handler's write, the delete of the row the last run dispatched, the outbox row), nothing
+    after its dispatch. No ping of a connection in steady use, no statement of its own for the
+    delete: each would be round trips of their own (docs/performance.md, "Exactly-once
+    listeners")."""
     monkeypatch.setattr(database_module, "IDLE_PING", 3600.0)  # however loaded the machine
     database = Database("main", postgres_database.settings)  # its pool: connections made here
     queries: list[str] = []  # simple queries: BEGIN, COMMIT, a ping
@@ -224,7 +225,7 @@ async def test_a_run_costs_one_transaction_and_one_statement_after_the_dispatch(
     await database.close()
     assert queries == ["BEGIN", "COMMIT"]
     assert statements == ["INSERT INTO mdb_inbox", "INSERT INTO orders",
-                          "INSERT INTO mdb_outbox", "DELETE FROM mdb_outbox"]
+                          "DELETE FROM mdb_outbox", "INSERT INTO mdb_outbox"]
 
 
 @pytest.mark.postgresql
@@ -305,33 +306,47 @@ async def terminate_backends(database: Database) -> None:
                 await anyio.sleep(0.01)
 
 
-@pytest.mark.postgresql
-async def test_a_dead_connection_met_by_the_delete_after_a_dispatch_starts_an_outage(
-    postgres_database: Database, monkeypatch: pytest.MonkeyPatch,
+async def test_a_row_sent_is_deleted_by_the_next_run_or_sweep_and_never_sent_again(
+    database: Database,
 ) -> None:
-    """The first statement to meet a terminated backend may be the delete after a dispatch:
-    that is an outage as any other (the container unready, the connections made before it
-    retired), so that the held delivery's next run is not handed another dead connection,
-    which the pool would not ping (used a moment ago), and sent back to the broker."""
-    monkeypatch.setattr(database_module, "IDLE_PING", 3600.0)  # however loaded the machine
-    database = Database("main", postgres_database.settings)  # its pool: connections made here
-    async with Producer(settings_for(f"memory://{unique('m')}")) as producer:
+    """A dispatch sends its rows and leaves their delete to the next run's transaction; a
+    sweep, whose claim would take them again once their lease ran out, deletes them first,
+    and so does a stop."""
+    broker = f"memory://{unique('m')}"
+    out = Destination.parse(f"queue:{unique('eo_out')}")
+    async with Producer(settings_for(broker)) as producer:
         dispatcher = Dispatcher(database, producer, "this-process")
         await dispatcher.sweep()  # nothing left by an earlier process: a dispatch sends at once
-        async with database.session() as session, database.session() as other:
-            await other.execute(text("SELECT 1"))  # two connections in the pool
-            writer = Writer(session, "this-process", lease=60.0, error_destination=None)
-            await writer.send(Destination.parse("queue:eo.out"),
-                              OutgoingMessage(b"o-1", {ID: "id-1"}), None)
-        await terminate_backends(postgres_database)
-        with pytest.raises(DatabaseUnavailable):
-            await dispatcher.dispatch(writer.rows)  # sent; its delete meets a dead connection
-        assert database.down is not None
         async with database.session() as session:
-            assert (await session.execute(text("SELECT count(*) FROM mdb_outbox"))
-                    ).scalar_one() == 1  # sent, not deleted: the next run sends it again
-        assert database.down is None
-    await database.close()
+            writer = Writer(session, "this-process", lease=60.0, error_destination=None)
+            await writer.send(out, OutgoingMessage(b"o-1", {ID: "id-1"}), None)
+        await dispatcher.dispatch(writer.rows)
+        async with database.session() as session:  # sent; and its lease ran out
+            await session.execute(tables.outbox.update().values(lease_until=0.0))
+        assert await count(database, tables.outbox) == 1
+        assert await dispatcher.sweep() == 0
+        assert await count(database, tables.outbox) == 0
+    sent = await read(broker, str(out), 1)
+    assert [d.headers[ID] for d in sent] == ["id-1"]
+    await assert_drained(broker, str(out))
+
+
+@pytest.mark.postgresql
+async def test_a_sweep_skips_the_rows_a_run_is_deleting(postgres_database: Database) -> None:
+    """A run deletes the rows its process sent in its own transaction: a sweep of another
+    process skips them rather than wait for that transaction, however long it lasts (a
+    process stopped in it)."""
+    database = postgres_database
+    async with database.session() as session:  # sent by a process, its lease run out
+        writer = Writer(session, "this-process", lease=0.0, error_destination=None)
+        await writer.send(Destination.parse("queue:eo.out"),
+                          OutgoingMessage(b"o-1", {ID: "id-1"}), None)
+    # That process's next run, not committed yet, and another process's sweep.
+    async with Producer(settings_for(f"memory://{unique('m')}")) as producer, \
+            database.session() as run:
+        await run.execute(tables.outbox.delete())
+        assert await Dispatcher(database, producer, "another-process").sweep() == 0
+    assert await count(database, tables.outbox) == 0
 
 
 @pytest.mark.postgresql

@@ -275,13 +275,15 @@ async def test_a_dispatch_that_outlives_its_lease_keeps_its_rows(url: str) -> No
             return await send(destination, message, key=key, prefer=prefer)
 
         producer.send_message = slow_first  # type: ignore[method-assign]
+        dispatcher = Dispatcher(database, producer, "this-process")
         async with anyio.create_task_group() as tg:
-            tg.start_soon(Dispatcher(database, producer, "this-process").dispatch, writer.rows)
+            tg.start_soon(dispatcher.dispatch, writer.rows)
             with anyio.fail_after(30):
                 while time.time() <= written_until:
                     await anyio.sleep(0.05)  # the lease ends by the clock, no event says so
             release.set()  # a sweep that takes the rows sends them (once) from here
             assert await Dispatcher(database, producer, "another-process").sweep() == 0
+        await dispatcher.forget_sent()  # as the next run's transaction, or the upkeep, does
     sent = await read(broker, str(out), 3)
     assert sorted(d.headers[ID] for d in sent) == ["id-0", "id-1", "id-2"]
     assert broker_state(broker.removeprefix("memory://")).queue_depth(out) == 0
@@ -298,9 +300,11 @@ async def test_a_copy_leaves_the_rows_a_dispatch_under_way_holds_to_it(database:
     source = "listener/queue:eo/m-1"
     async with database.session() as session:
         writer = Writer(session, "first-process", database.settings.outbox_lease,
-                        error_destination=None, source=source)
+                        error_destination=None)
+        sends = writer.sends_for(source)  # a handler's: held until the run writes them
         for n in range(2):
-            await writer.send(out, OutgoingMessage(f"m{n}".encode(), {ID: f"id-{n}"}), None)
+            await sends(out, OutgoingMessage(f"m{n}".encode(), {ID: f"id-{n}"}), None)
+        await writer.write()
     release, looked = anyio.Event(), Calls()
 
     def executing(_connection: object, _cursor: object, statement: str, *_: object) -> None:
@@ -319,8 +323,14 @@ async def test_a_copy_leaves_the_rows_a_dispatch_under_way_holds_to_it(database:
             return await send(destination, message, key=key, prefer=prefer)
 
         producer.send_message = held  # type: ignore[method-assign]
+        first = Dispatcher(database, producer, "first-process")
+
+        async def dispatched() -> None:
+            await first.dispatch(writer.rows)
+            await first.forget_sent()  # as the first process's next run, or its upkeep, does
+
         async with anyio.create_task_group() as tg:
-            tg.start_soon(Dispatcher(database, producer, "first-process").dispatch, writer.rows)
+            tg.start_soon(dispatched)
             await looked.wait(lambda c: len(c.of("sending")) == 1)
             tg.start_soon(Dispatcher(database, producer, "copy-process").dispatch_pending, source)
             # The copy looked at the rows twice, or took one and is sending it too.

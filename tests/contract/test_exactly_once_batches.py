@@ -1,0 +1,222 @@
+"""Exactly-once listeners with ``max_messages_per_transaction`` (docs/exactly-once.md,
+"Batches"): a slot's batch runs in one database transaction, with one claim statement and one
+outbox statement; a failure of one message keeps nothing of the batch and runs it again one
+message at a time; copies and reused identities in a batch are told apart as alone.
+
+A slot's batch is what its subscription already holds: the slot is kept busy with a gate
+message while a batch's messages are sent (as in ``test_batches``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from sqlalchemy import event, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from mdb import Context, Redelivery, listener
+from mdb.context import SendFunction
+from mdb.destinations import Destination
+from mdb.exactly_once import tables
+from mdb.exactly_once.database import Database
+from mdb.exactly_once.store import Store
+from mdb.message import ID, Message, OutgoingMessage
+from mdb.producer import Producer
+from tests.harness.databases import count, database_url, orders, prepared, with_database
+from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.messages import assert_drained, read, send_all, send_bodies, send_copies
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    """A database of the test's own, SQLite or PostgreSQL, with mdb's tables and the test's."""
+    db = await prepared(await database_url(request, tmp_path))
+    yield db
+    await db.close()
+
+
+async def after_the_gate(url: str, calls: Calls, release: anyio.Event) -> None:
+    """Once the slot is blocked on the gate, and what was sent meanwhile reached it: release
+    it, so that its next batch holds all of that."""
+    probe = f"queue:{unique('probe')}"
+    await send_all(url, probe, ["probe"])
+    await read(url, probe, 1)
+    release.set()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Once ``condition()`` holds: a listener's counts tell no one when they change."""
+    with anyio.fail_after(WAIT):
+        while not condition():
+            await anyio.sleep(0.02)
+
+
+async def effects(database: Database) -> list[str]:
+    """Each order's message, once per row written (a row's id is ``<body>/<a count>``)."""
+    async with database.session() as session:
+        ids = (await session.execute(select(orders.c.id))).scalars().all()
+    return sorted(i.split("/")[0] for i in ids)
+
+
+async def test_a_batch_runs_in_one_transaction_and_each_message_once(
+    broker_url: str, database: Database,
+) -> None:
+    queue, out = f"queue:{unique('eo')}", f"queue:{unique('eo_out')}"
+    calls, release = Calls(), anyio.Event()
+    bodies = [f"o-{n}" for n in range(6)]
+
+    @listener(queue, exactly_once="main", max_messages_per_transaction=10)
+    async def handler(body: str, ctx: Context, session: AsyncSession) -> None:
+        if body == "gate":
+            calls.add("gate", body)
+            await release.wait()
+            return
+        calls.add("transaction", session.info.setdefault("transaction", unique("t")))
+        calls.add("ran", body)
+        await session.execute(orders.insert().values(id=f"{body}/1", quantity=1))
+        await ctx.send(out, f"invoice for {body}")
+
+    async with running(with_database(broker_url, database), handler) as container:
+        await send_bodies(broker_url, queue, ["gate"])
+        await calls.wait(lambda c: bool(c.of("gate")))
+        await send_bodies(broker_url, queue, bodies)
+        await after_the_gate(broker_url, calls, release)
+        sent = await read(broker_url, out, len(bodies))
+        await until(lambda: container.deployed[0].stats.processed == len(bodies) + 1)
+    assert calls.of("ran") == bodies
+    assert len(set(calls.of("transaction"))) == 1  # one session: one transaction
+    assert [d.body for d in sent] == [f"invoice for {b}".encode() for b in bodies]
+    assert await effects(database) == bodies
+    assert await count(database, tables.inbox) == len(bodies) + 1
+    assert await count(database, tables.outbox) == 0
+    await assert_drained(broker_url, out)
+
+
+async def test_a_failure_in_a_batch_keeps_nothing_of_it_and_each_message_runs_once_more_alone(
+    broker_url: str, database: Database,
+) -> None:
+    queue, out = f"queue:{unique('eo')}", f"queue:{unique('eo_out')}"
+    calls, release = Calls(), anyio.Event()
+    bodies = [f"o-{n}" for n in range(5)]
+
+    @listener(queue, exactly_once="main", max_messages_per_transaction=10,
+              redelivery=Redelivery(limit=2, delay=0))
+    async def handler(body: str, ctx: Context, session: AsyncSession) -> None:
+        if body == "gate":
+            calls.add("gate", body)
+            await release.wait()
+            return
+        calls.add("ran", (body, ctx.redelivered, ctx.delivery_count))
+        await session.execute(orders.insert().values(id=f"{body}/{len(calls.seen)}",
+                                                     quantity=1))
+        await ctx.send(out, f"invoice for {body}")
+        if body == "o-2" and ctx.delivery_count == 1:
+            raise ValueError("the third message of the batch fails once")
+
+    async with running(with_database(broker_url, database), handler) as container:
+        await send_bodies(broker_url, queue, ["gate"])
+        await calls.wait(lambda c: bool(c.of("gate")))
+        await send_bodies(broker_url, queue, bodies)
+        await after_the_gate(broker_url, calls, release)
+        sent = await read(broker_url, out, len(bodies))
+        await until(lambda: container.deployed[0].stats.processed == len(bodies) + 1)
+    ran = calls.of("ran")
+    # The batch up to the failure; then alone: those before it flagged, one count higher,
+    # the failing one redelivered as its count says, those after it as they came.
+    assert ran[:3] == [("o-0", False, 1), ("o-1", False, 1), ("o-2", False, 1)]
+    assert sorted(ran[3:], key=repr) == [("o-0", True, 2), ("o-1", True, 2), ("o-2", True, 2),
+                               ("o-3", False, 1), ("o-4", False, 1)]
+    assert sorted(d.body for d in sent) == sorted(f"invoice for {b}".encode() for b in bodies)
+    assert await effects(database) == bodies  # the batch's writes rolled back, once each
+    assert container.deployed[0].stats.redelivered == 1
+    await assert_drained(broker_url, out)
+
+
+async def test_copies_and_reused_identities_in_a_batch_are_told_apart_as_alone(
+    broker_url: str, database: Database,
+) -> None:
+    queue, errors = f"queue:{unique('eo')}", f"queue:{unique('eo_errors')}"
+    calls, release = Calls(), anyio.Event()
+
+    @listener(queue, exactly_once="main", max_messages_per_transaction=10,
+              error_destination=errors)
+    async def handler(body: str, session: AsyncSession) -> None:
+        if body == "gate":
+            calls.add("gate", body)
+            await release.wait()
+            return
+        calls.add("ran", body)
+        await session.execute(orders.insert().values(id=f"{body}/{len(calls.seen)}",
+                                                     quantity=1))
+
+    async with running(with_database(broker_url, database), handler) as container:
+        await send_bodies(broker_url, queue, ["o-0", "o-1"])
+        await calls.wait(lambda c: c.of("ran") == ["o-0", "o-1"])
+        await send_bodies(broker_url, queue, ["gate"])
+        await calls.wait(lambda c: bool(c.of("gate")))
+        await send_copies(broker_url, queue, b"o-1", "id-o-1", copies=1)  # processed before
+        await send_bodies(broker_url, queue, ["o-2"])
+        await send_copies(broker_url, queue, b"not o-0", "id-o-0", copies=1)  # reused
+        await send_copies(broker_url, queue, b"o-2", "id-o-2", copies=1)  # a copy in the batch
+        await send_bodies(broker_url, queue, ["o-3"])
+        await after_the_gate(broker_url, calls, release)
+        moved = await read(broker_url, errors, 1)
+        await calls.wait(lambda c: "o-3" in c.of("ran"))
+        stats = container.deployed[0].stats
+        await until(lambda: stats.already_processed == 2)
+    assert calls.of("ran") == ["o-0", "o-1", "o-2", "o-3"]
+    assert await effects(database) == ["o-0", "o-1", "o-2", "o-3"]
+    assert [m.body for m in moved] == [b"not o-0"]
+    assert stats.to_error_destination == 1
+    await assert_drained(broker_url, queue)
+
+
+async def test_a_batch_costs_one_claim_one_outbox_statement_and_one_commit(
+    database: Database,
+) -> None:
+    """What reaches the database for a batch of three: the delete of the rows dispatched
+    before, one claim, the handler's writes, one statement for every send of the batch (on
+    PostgreSQL), one commit, nothing after the dispatch (docs/performance.md, "Exactly-once
+    listeners")."""
+    statements: list[str] = []
+    commits: list[object] = []
+
+    def executing(_connection: object, _cursor: object, statement: str,
+                  *_rest: object) -> None:
+        if not statement.startswith("BEGIN"):  # SQLite's own, in its transaction
+            statements.append(" ".join(statement.split(" ")[:3]))
+
+    async with Producer(settings_for(f"memory://{unique('m')}")) as producer:
+        guard = Store(database, producer, "this-process").guard(
+            listener="l", subscription="s", broker="default",
+            error_destination=Destination.parse("queue:eo.DLQ"))
+
+        def message(body: str) -> Message:
+            return Message(f"id-{body}", Destination.parse("queue:eo"), body.encode(), {},
+                           redelivered=False, delivery_count=1)
+
+        async def batch(*bodies: str) -> list[Any]:
+            async def handler(index: int, session: AsyncSession, send: SendFunction) -> None:
+                await session.execute(orders.insert().values(id=bodies[index], quantity=1))
+                await send(Destination.parse("queue:eo.out"), OutgoingMessage(
+                    bodies[index].encode(), {ID: bodies[index]}), None)
+            return await guard.run_all([(message(b), False) for b in bodies], handler)
+
+        assert await batch("o-0") == [True]  # the first dispatch sweeps what was left before
+        event.listen(database.engine.sync_engine, "before_cursor_execute", executing)
+        event.listen(database.engine.sync_engine, "commit", commits.append)
+        assert await batch("o-1", "o-2", "o-3") == [True, True, True]
+    # SQLite's RETURNING keeps no order SQLAlchemy relies on: its outbox rows are written one
+    # statement each, in order (in the process: no round trip).
+    outbox_writes = 1 if database.engine.dialect.name == "postgresql" else 3
+    assert statements == ["INSERT INTO mdb_inbox", "INSERT INTO orders", "INSERT INTO orders",
+                          "INSERT INTO orders",
+                          "DELETE FROM mdb_outbox",  # the row the last run dispatched
+                          *["INSERT INTO mdb_outbox"] * outbox_writes]
+    assert len(commits) == 1
