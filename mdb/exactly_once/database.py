@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -290,6 +291,8 @@ async def translated(database: Database) -> AsyncIterator[None]:
     try:
         yield
     except (OperationalError, DisconnectionError, PoolTimeout) as exc:
+        if isinstance(exc, OperationalError) and _refused_by_mysql(exc):
+            raise
         raise DatabaseUnavailable(
             f"database {database.name} ({database.shown}): {_first_line(exc)}") from None
     except DBAPIError as exc:
@@ -383,13 +386,29 @@ def _unavailable_state(exc: DBAPIError) -> bool:
     return isinstance(state, str) and state.startswith(_UNAVAILABLE_STATES)
 
 
+# MariaDB's and MySQL's own errors that say the server cannot take the statement now: too many
+# connections, shutting down, the connection killed, the statement interrupted by a shutdown.
+_MYSQL_UNAVAILABLE = frozenset({1040, 1053, 1927, 1317})
+
+
+def _refused_by_mysql(exc: OperationalError) -> bool:
+    """Whether ``exc`` is MariaDB's or MySQL's refusal of a statement (a deadlock, a lock
+    wait or a statement past its time, an error its driver has no class for), the handler's
+    failure as on PostgreSQL: their drivers raise ``OperationalError`` for any server error
+    number they do not know. The client's own numbers (2000 to 2999: no connection, the
+    connection lost) say the server is out of reach; the server's are the others, from 1000."""
+    code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
+    return (isinstance(code, int) and code >= 1000 and not 2000 <= code < 3000
+            and code not in _MYSQL_UNAVAILABLE and not exc.connection_invalidated)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(getattr(exc, "orig", None) or exc)
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 # The extra of mdb that installs a driver (pyproject.toml); SQLite's comes with mdb.
-_DRIVER_EXTRAS = {"asyncpg": "mdb[postgres]"}
+_DRIVER_EXTRAS = {"asyncpg": "mdb[postgres]", "asyncmy": "mdb[mysql]"}
 
 
 def database_url(settings: DatabaseSettings) -> URL:
@@ -423,6 +442,20 @@ def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
         if url.get_driver_name() == "asyncpg":
             options["connect_args"] = {"timeout": settings.timeout,
                                        "command_timeout": settings.timeout}
+        elif url.get_backend_name() in ("mysql", "mariadb"):
+            # READ COMMITTED, PostgreSQL's: a locking read (the outbox sweep's) locks the rows
+            # it reads, not the gaps between them where handlers insert.
+            options["isolation_level"] = "READ COMMITTED"
+            # A statement ends on the server a second after ``timeout``: a handler's own with
+            # an error that is its failure (asyncpg's command_timeout on PostgreSQL), one mdb
+            # stopped waiting for at ``timeout`` (its connection dropped: the server notices
+            # only when it answers) with its locks, the inbox row's among them. A lock wait
+            # on MariaDB and MySQL, any statement on MariaDB (``/*M!``: MySQL skips it).
+            bound = math.ceil(settings.timeout) + 1
+            options["connect_args"] = {
+                "connect_timeout": settings.timeout,
+                "init_command": f"SET SESSION innodb_lock_wait_timeout = {bound} "
+                                f"/*M! , SESSION max_statement_time = {bound} */"}
     setting = f"setting databases.{name}.url: {redact_url(settings.url)!r}"
     try:
         engine = create_async_engine(url, **options)

@@ -20,8 +20,9 @@ from mdb.context import SendFunction
 from mdb.database_settings import DatabaseSettings
 from mdb.destinations import Destination
 from mdb.exactly_once import database as database_module
-from mdb.exactly_once import tables
+from mdb.exactly_once import inbox, tables
 from mdb.exactly_once.database import Database
+from mdb.exactly_once.inbox import Taken
 from mdb.exactly_once.outbox import Dispatcher, Writer
 from mdb.exactly_once.store import Store
 from mdb.message import ID, Message, OutgoingMessage
@@ -35,10 +36,11 @@ from tests.harness.postgresql import PostgreSQL
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql),
+                        pytest.param("mariadb", marks=pytest.mark.mariadb)])
 async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    """A database of the test's own, SQLite or PostgreSQL, with mdb's tables (``mdb db
-    upgrade``) and the test's."""
+    """A database of the test's own, SQLite, PostgreSQL or MariaDB, with mdb's tables (``mdb
+    db upgrade``) and the test's."""
     db = await prepared(await database_url(request, tmp_path))
     yield db
     await db.close()
@@ -52,12 +54,31 @@ async def postgres_database(postgres: PostgreSQL) -> AsyncIterator[Database]:
     await db.close()
 
 
+@pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgresql),
+                        pytest.param("mariadb", marks=pytest.mark.mariadb)])
+async def server_database(request: pytest.FixtureRequest,
+                          tmp_path: Path) -> AsyncIterator[Database]:
+    """A database of the test's own on a server (PostgreSQL or MariaDB), with mdb's tables
+    and the test's."""
+    db = await prepared(await database_url(request, tmp_path))
+    yield db
+    await db.close()
+
+
+# Per database: how many of the database's sessions wait for a lock another transaction holds.
+_LOCK_WAITS = {
+    "postgresql": "SELECT count(*) FROM pg_stat_activity "
+                  "WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    "mysql": "SELECT count(*) FROM information_schema.innodb_trx "
+             "WHERE trx_state = 'LOCK WAIT'",
+}
+
+
 async def lock_waits(database: Database) -> int:
     """How many of ``database``'s sessions wait for a lock another transaction holds."""
     async with database.engine.connect() as connection:
-        return int((await connection.execute(text(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND wait_event_type = 'Lock'"))).scalar_one())
+        return int((await connection.execute(
+            text(_LOCK_WAITS[connection.dialect.name]))).scalar_one())
 
 
 async def test_a_copy_of_a_processed_message_is_settled_without_running_the_handler(
@@ -146,11 +167,10 @@ async def test_a_handlers_own_timeout_error_is_its_failure_not_the_databases(
     assert await count(database, orders) == 0
 
 
-@pytest.mark.postgresql
 async def test_two_copies_processed_at_once_run_the_handler_once(
-    postgres_database: Database,
+    server_database: Database,
 ) -> None:
-    database, url = postgres_database, f"memory://{unique('m')}"
+    database, url = server_database, f"memory://{unique('m')}"
     queue = f"queue:{unique('eo')}"
     calls = Calls()
     release = anyio.Event()
@@ -166,7 +186,7 @@ async def test_two_copies_processed_at_once_run_the_handler_once(
         await calls.wait(lambda c: bool(c.of("ran")))
         with anyio.fail_after(WAIT):  # the second copy's claim waits on the inbox's key
             while await lock_waits(database) == 0:
-                await anyio.sleep(0.02)  # PostgreSQL tells only when asked
+                await anyio.sleep(0.02)  # the database tells only when asked
         release.set()
     stats = container.deployed[0].stats
     assert calls.of("ran") == ["o-4"]
@@ -439,6 +459,18 @@ async def test_a_statement_of_the_handler_that_never_ends_in_time_is_bounded_by_
     # exception the handler raises (not an outage): one run per delivery, limit + 1 of them.
     assert len(calls.of("ran")) == 2
     assert await count(postgres_database, tables.inbox) == 0
+
+
+async def test_ids_that_differ_in_case_or_trailing_spaces_are_two_messages(
+    database: Database,
+) -> None:
+    # MariaDB's usual collations would take them for one: the inbox compares bytes.
+    async with database.session() as session:
+        for message_id in ("m-1", "M-1", "m-1 "):
+            assert await inbox.claim(session, "l", "queue:q", message_id, b"1", 1.0) is None
+    async with database.session() as session:
+        assert await inbox.claim(session, "l", "queue:q", "M-1", b"1", 2.0) == Taken(True)
+    assert await count(database, tables.inbox) == 3
 
 
 async def test_the_status_shows_each_databases_outbox(database: Database) -> None:
