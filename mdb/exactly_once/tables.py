@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.schema import CreateColumn
 
 from mdb.errors import ConfigurationError
+from mdb.message import MAX_BODY_BYTES
 
 _MYSQL = ("mysql", "mariadb")  # SQLAlchemy's names of the dialect: the server's, its driver's
 
@@ -78,6 +79,10 @@ _TIME = Float().with_variant(DOUBLE(asdecimal=False), *_MYSQL)
 # InnoDB and utf8mb4 whatever the server's defaults; ignored by the other databases.
 _MYSQL_TABLE: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4",
                                 "mysql_collate": "utf8mb4_bin"}
+
+# The largest statement mdb may send MariaDB/MySQL: an outbox row with the largest body mdb
+# sends, each of its bytes perhaps escaped to two, and headers of up to MEDIUMTEXT's 16 MiB.
+MYSQL_PACKET = 2 * MAX_BODY_BYTES + (16 << 20)
 
 metadata = MetaData()
 
@@ -142,14 +147,25 @@ async def upgrade(engine: AsyncEngine) -> list[str]:
 
 async def check(engine: AsyncEngine, database: str) -> None:
     """``ConfigurationError`` naming the tables and columns ``mdb db upgrade`` must make
-    first."""
+    first, or (MariaDB/MySQL) the server setting too small for an outbox row."""
+    packet = None
     async with engine.connect() as connection:
         missing = [_name(m) for m in await connection.run_sync(_missing)]
+        if connection.dialect.name in _MYSQL:
+            packet = (await connection.execute(text("SELECT @@max_allowed_packet"))).scalar()
     if missing:
         raise ConfigurationError(
             f"database {database}: {', '.join(missing)} missing; create "
             f"{'them' if len(missing) > 1 else 'it'} with `mdb db upgrade --config FILE` (mdb "
             "never changes tables on its own)")
+    if packet is not None and int(packet) < MYSQL_PACKET:
+        # A larger statement is not refused: the server drops the connection, an outage
+        # that every run of the message would meet again.
+        raise ConfigurationError(
+            f"database {database}: the server's max_allowed_packet is {int(packet) >> 20} "
+            f"MiB, less than the {MYSQL_PACKET >> 20} MiB an outbox row of the largest body "
+            f"mdb sends ({MAX_BODY_BYTES >> 20} MiB) may take; set max_allowed_packet = 256M "
+            "in the server's configuration (docs/exactly-once.md)")
 
 
 def _missing(connection: Connection) -> list[Table | Column[object]]:

@@ -30,6 +30,7 @@ from mdb.producer import Producer
 from mdb_memory.state import BrokerState, broker_state
 from tests.harness.databases import count, database_url, orders, prepared, with_database
 from tests.harness.in_process import WAIT, Calls, running, settings_for, specs, unique
+from tests.harness.mariadb import MariaDB
 from tests.harness.messages import read, send_bodies, send_copies
 from tests.harness.postgresql import PostgreSQL
 
@@ -247,14 +248,22 @@ async def test_a_run_costs_one_transaction_and_one_statement_after_the_dispatch(
                           "INSERT INTO mdb_outbox", "DELETE FROM mdb_outbox"]
 
 
-@pytest.mark.postgresql
-@pytest.mark.parametrize(("fault", "recovery"), [("stop_immediately", "start"),
-                                                 ("pause", "resume")],
-                         ids=["stopped_and_started", "hung_and_resumed"])
-async def test_an_outage_of_postgresql_holds_deliveries_and_the_container_unready(
-    postgres: PostgreSQL, caplog: pytest.LogCaptureFixture, fault: str, recovery: str,
+@pytest.mark.parametrize(("server", "fault", "recovery"), [
+    pytest.param("postgres", "stop_immediately", "start", marks=pytest.mark.postgresql,
+                 id="postgresql_stopped_and_started"),
+    pytest.param("postgres", "pause", "resume", marks=pytest.mark.postgresql,
+                 id="postgresql_hung_and_resumed"),
+    pytest.param("mariadb", "crash", "start", marks=pytest.mark.mariadb,
+                 id="mariadb_killed_and_started"),
+    pytest.param("mariadb", "pause", "resume", marks=pytest.mark.mariadb,
+                 id="mariadb_hung_and_resumed"),
+])
+async def test_an_outage_of_the_database_holds_deliveries_and_the_container_unready(
+    request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture, server: str, fault: str,
+    recovery: str,
 ) -> None:
-    url = await anyio.to_thread.run_sync(postgres.create_database, unique("eo"))
+    database_server: PostgreSQL | MariaDB = request.getfixturevalue(server)
+    url = await anyio.to_thread.run_sync(database_server.create_database, unique("eo"))
     # A short lease: the upkeep, which notices the outage's end, runs every half second.
     database = await prepared(url, timeout=3.0, outbox_lease=1.5)
     name = unique("m")
@@ -279,13 +288,13 @@ async def test_an_outage_of_postgresql_holds_deliveries_and_the_container_unread
         await send_bodies(broker, queue, [f"o-{n}" for n in range(10)])
         with anyio.fail_after(WAIT):
             await state.wait_until(settled(10))
-        await anyio.to_thread.run_sync(getattr(postgres, fault))
+        await anyio.to_thread.run_sync(getattr(database_server, fault))
         try:
             await send_bodies(broker, queue, [f"o-{n}" for n in range(10, 20)])
             await until(lambda: not container.health().ready)
             assert container.health().unready()["databases_down"] == ["main"]
         finally:
-            await anyio.to_thread.run_sync(getattr(postgres, recovery))
+            await anyio.to_thread.run_sync(getattr(database_server, recovery))
         await until(lambda: container.health().ready)
         with anyio.fail_after(WAIT):
             await state.wait_until(settled(20))
@@ -530,6 +539,39 @@ async def test_a_container_whose_database_lacks_the_tables_says_so(
     container = Container(settings_for(broker_url, databases={"main": empty}), specs(handler))
     with pytest.raises(ConfigurationError, match="mdb db upgrade"):
         await container.run()
+
+
+@pytest.mark.mariadb
+async def test_a_mariadb_that_would_drop_a_large_outbox_row_is_refused_at_startup(
+    mariadb: MariaDB,
+) -> None:
+    # The server drops the connection of a statement past max_allowed_packet (16 MiB by
+    # default): a large send would be an outage at every run of its message.
+    database = await prepared(await anyio.to_thread.run_sync(mariadb.create_database,
+                                                              unique("eo")))
+    async with database.engine.connect() as connection:
+        configured = (await connection.execute(text("SELECT @@max_allowed_packet"))).scalar()
+        await connection.execute(text("SET GLOBAL max_allowed_packet = 16777216"))
+    try:
+        await database.engine.dispose()  # a connection reads the global value as it starts
+        with pytest.raises(ConfigurationError, match=r"max_allowed_packet is 16 MiB, less "
+                                                     r"than the 144 MiB"):
+            await tables.check(database.engine, "main")
+    finally:
+        async with database.engine.connect() as connection:
+            await connection.execute(text(f"SET GLOBAL max_allowed_packet = {configured}"))
+        await database.close()
+    # What it accepts, a body of 20 MiB included (its bytes escaped: twice as long at most).
+    database = await prepared(database.settings.url)
+    try:
+        await tables.check(database.engine, "main")
+        async with database.session() as session:
+            writer = Writer(session, "this-process", 30.0, error_destination=None)
+            await writer.send(Destination.parse("queue:q"), OutgoingMessage(
+                b"\0" * (20 << 20), {ID: "m-1"}), None)
+        assert await count(database, tables.outbox) == 1
+    finally:
+        await database.close()
 
 
 def test_an_exactly_once_listener_names_a_configured_database() -> None:

@@ -114,6 +114,7 @@ class MariaDB(ChildProcess):
                  f"--pid-file={self.base_dir / 'mariadbd.pid'}",
                  f"--log-error={self.console_path}", "--skip-name-resolve",
                  "--max-connections=200", "--innodb-buffer-pool-size=64M",
+                 "--max-allowed-packet=256M",  # what mdb asks for (docs/exactly-once.md)
                  # The tests kill the server, never the machine: a commit written to the OS's
                  # cache survives them, so flushing it to the disk would only slow them.
                  "--innodb-flush-log-at-trx-commit=2", "--innodb-doublewrite=0",
