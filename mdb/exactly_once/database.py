@@ -47,7 +47,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.orm import Session
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
 from mdb.database_settings import URL_EXAMPLES, DatabaseSettings
 from mdb.errors import ConfigurationError, DatabaseUnavailable, SessionMisuse
@@ -80,9 +80,11 @@ class Database:
         # For a statement in a transaction of its own (``autocommitted``): on PostgreSQL
         # committed as it runs, without the BEGIN and COMMIT round trips; SQLite's transaction
         # costs less than switching its connection to autocommit and back through aiosqlite's
-        # thread.
-        self._single: AsyncEngine = writing if self._sqlite else self.engine.execution_options(
-            isolation_level="AUTOCOMMIT")
+        # thread, and so does MariaDB's (no BEGIN is sent; the switch is a SET each way, the
+        # isolation level set again and a COMMIT).
+        self._single: AsyncEngine = (
+            self.engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.engine.dialect.name == "postgresql" else writing)
         self.down: DatabaseUnavailable | None = None
         """Why the last session could not reach the database; None once one did."""
         # Not a ping each time a connection leaves the pool (three round trips on asyncpg,
@@ -456,6 +458,7 @@ def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
                 "connect_timeout": settings.timeout,
                 "init_command": f"SET SESSION innodb_lock_wait_timeout = {bound} "
                                 f"/*M! , SESSION max_statement_time = {bound} */"}
+            options["pool_reset_on_return"] = None  # ``_reset_if_open`` instead
     setting = f"setting databases.{name}.url: {redact_url(settings.url)!r}"
     try:
         engine = create_async_engine(url, **options)
@@ -479,7 +482,25 @@ def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
         # aiosqlite logs each call at DEBUG with its arguments, a statement's parameters among
         # them (docs/security.md, "Secrets"); its other lines say nothing mdb does not.
         logging.getLogger("aiosqlite").setLevel(logging.INFO)
+    elif options.get("pool_reset_on_return", "rollback") is None:
+        event.listen(engine.sync_engine, "reset", _reset_if_open)
     return engine
+
+
+_IN_TRANSACTION = 1  # SERVER_STATUS_IN_TRANS, in the status of MariaDB's and MySQL's answers
+
+
+def _reset_if_open(dbapi_connection: Any, _record: ConnectionPoolEntry,
+                   state: PoolResetState) -> None:
+    """Roll back a MariaDB/MySQL connection the pool takes back only if its server said a
+    transaction is open. The pool's own reset rolls back every connection whose transaction
+    was committed before it came back: a round trip each on these drivers (asyncpg knows
+    there is nothing to roll back), two a delivery."""
+    if not state.asyncio_safe or state.transaction_was_reset:
+        return
+    if getattr(dbapi_connection.driver_connection, "server_status", _IN_TRANSACTION) \
+            & _IN_TRANSACTION:
+        dbapi_connection.rollback()
 
 
 def _making(_dialect: Any, record: ConnectionPoolEntry, _args: Any, _params: Any) -> None:

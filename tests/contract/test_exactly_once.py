@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 from sqlalchemy import event, select, text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from mdb import ConfigurationError, Container, Context, DatabaseUnavailable, Redelivery, listener
 from mdb.context import SendFunction
@@ -246,6 +246,58 @@ async def test_a_run_costs_one_transaction_and_one_statement_after_the_dispatch(
     assert queries == ["BEGIN", "COMMIT"]
     assert statements == ["INSERT INTO mdb_inbox", "INSERT INTO orders",
                           "INSERT INTO mdb_outbox", "DELETE FROM mdb_outbox"]
+
+
+_COUNTED = ("Questions", "Com_insert", "Com_delete", "Com_commit", "Com_rollback",
+            "Com_set_option", "Com_select")
+
+
+async def statements_so_far(connection: AsyncConnection) -> dict[str, int]:
+    """MariaDB's counts of the statements its clients sent, since it started."""
+    rows = await connection.execute(text("SHOW GLOBAL STATUS WHERE Variable_name IN "
+                                         f"({', '.join(repr(c) for c in _COUNTED)})"))
+    return {name: int(value) for name, value in rows}
+
+
+@pytest.mark.mariadb
+async def test_a_run_on_mariadb_costs_its_statements_and_two_commits(
+    mariadb: MariaDB, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What reaches MariaDB for one delivery: the run's three inserts and its COMMIT (no
+    BEGIN is sent), the delete of the dispatched row and its COMMIT. Not the pool's rollback
+    of each connection it takes back after a commit, nor a switch to autocommit and back for
+    the delete (a SET each way, the isolation level set again, a COMMIT): eight round trips."""
+    monkeypatch.setattr(database_module, "IDLE_PING", 3600.0)  # however loaded the machine
+    database = await prepared(await anyio.to_thread.run_sync(mariadb.create_database,
+                                                              unique("eo")))
+    async with Producer(settings_for(f"memory://{unique('m')}")) as producer, \
+            database.engine.connect() as observer:
+        await observer.execution_options(isolation_level="AUTOCOMMIT")
+        guard = Store(database, producer, "this-process").guard(
+            listener="l", subscription="s", broker="default",
+            error_destination=Destination.parse("queue:eo.DLQ"))
+
+        async def handler(session: AsyncSession, send: SendFunction, body: str) -> None:
+            await session.execute(orders.insert().values(id=body, quantity=1))
+            await send(Destination.parse("queue:eo.out"), OutgoingMessage(body.encode(), {
+                ID: body}), None)
+
+        def message(body: str) -> Message:
+            return Message(f"id-{body}", Destination.parse("queue:eo"), body.encode(), {},
+                           redelivered=False, delivery_count=1)
+
+        # The first dispatch sweeps what an earlier process may have left.
+        assert await guard.run(message("o-1"), lambda session, send: handler(session, send, "o-1"),
+                               by_content=False)
+        before = await statements_so_far(observer)
+        assert await guard.run(message("o-2"), lambda session, send: handler(session, send, "o-2"),
+                               by_content=False)
+        after = await statements_so_far(observer)
+    await database.close()
+    sent = {name: after[name] - before[name] for name in _COUNTED}
+    sent["Questions"] -= 1  # the second SHOW STATUS, counted as it runs
+    assert sent == {"Questions": 6, "Com_insert": 3, "Com_delete": 1, "Com_commit": 2,
+                    "Com_rollback": 0, "Com_set_option": 0, "Com_select": 0}
 
 
 @pytest.mark.parametrize(("server", "fault", "recovery"), [
