@@ -102,11 +102,12 @@ class Database:
         event.listen(self.engine.sync_engine, "checkout", self._checked_out)
         # A connection dropped while its statement ran (its caller was cancelled: a
         # ``handler_timeout``, a stop, a deadline of mdb's) leaves the statement running on
-        # PostgreSQL with its transaction's locks, the inbox row's among them, which the
-        # message's redelivery would wait for: the server notices a client gone only when it
-        # next writes to it, and the driver's own cancel request is dropped with the
-        # connection. Its backend is ended as the session or statement it served ends
-        # (``_reaching``). SQLite's connections interrupt their statement as they close.
+        # PostgreSQL (on MariaDB up to a second past ``timeout``) with its transaction's
+        # locks, the inbox row's among them, which the message's redelivery would wait for:
+        # the server notices a client gone only when it next writes to it, and the driver's
+        # own cancel request is dropped with the connection. Its backend (thread) is ended as
+        # the session or statement it served ends (``_reaching``). SQLite's connections
+        # interrupt their statement as they close.
         self._orphans: set[int] = set()
         if not self._sqlite:
             event.listen(self.engine.sync_engine, "invalidate", self._invalidated)
@@ -159,9 +160,10 @@ class Database:
     def _invalidated(self, dbapi_connection: Any, _record: ConnectionPoolEntry,
                      exception: BaseException | None) -> None:
         if isinstance(exception, asyncio.CancelledError) and dbapi_connection is not None:
-            # asyncpg's connection knows its backend's pid, without a round trip; another
-            # driver's backend is left to end on its own.
-            pid = getattr(dbapi_connection.driver_connection, "get_server_pid", None)
+            # asyncpg's connection knows its backend's pid, asyncmy's its thread's id,
+            # without a round trip; another driver's backend is left to end on its own.
+            driver = dbapi_connection.driver_connection
+            pid = getattr(driver, "get_server_pid", None) or getattr(driver, "thread_id", None)
             if pid is not None:
                 self._orphans.add(pid())
 
@@ -173,8 +175,15 @@ class Database:
                                deadline=anyio.current_time() + self.settings.timeout):
             try:
                 async with self._single.connect() as connection:
+                    terminate = _TERMINATE[connection.dialect.name]
                     for pid in ended:
-                        await connection.execute(_TERMINATE, {"pid": pid})
+                        try:
+                            await connection.execute(terminate, {"pid": pid})
+                        except DBAPIError as exc:  # MariaDB: a thread that ended meanwhile
+                            if exc.connection_invalidated:
+                                raise
+                            log.debug("database %s: backend %s not ended: %s", self.name,
+                                      pid, _first_line(exc))
             except (SQLAlchemyError, OSError) as exc:  # the database is out of reach: so are they
                 log.debug("database %s: backends %s not ended: %s", self.name, sorted(ended),
                           _first_line(exc))
@@ -242,7 +251,9 @@ class Database:
                 await self._connections.ended(self.settings.timeout)
 
 
-_TERMINATE = text("SELECT pg_terminate_backend(:pid)")
+# Ends a backend (PostgreSQL) or a connection's thread (MariaDB/MySQL) from another session.
+_TERMINATE = {"postgresql": text("SELECT pg_terminate_backend(:pid)"),
+              "mysql": text("KILL :pid"), "mariadb": text("KILL :pid")}
 
 _HANDLER: ContextVar[str | None] = ContextVar("mdb_handler", default=None)
 
