@@ -311,7 +311,7 @@ class Dispatcher:
         lease = database.settings.outbox_lease
         renewed = min(r.lease_until for r in rows) - lease  # rows written long ago: at once
         while True:
-            await anyio.sleep(renewed + lease / 3 - time.time())
+            await anyio.sleep(max(0.0, renewed + lease / 3 - time.time()))  # late: at once
             renewed = time.time()
             remaining = [r.seq for r in rows if r.seq in self._sending and r.seq not in lost]
             try:

@@ -579,6 +579,24 @@ async def test_rows_a_dead_process_left_are_dispatched_once_their_lease_ran_out(
     assert await count(database, tables.outbox) == 0
 
 
+async def test_a_dispatch_that_begins_late_renews_the_rows_lease_at_once(
+    database: Database,
+) -> None:
+    # Its run committed more than a third of the lease after writing them (a loaded
+    # machine, a database out of reach meanwhile): the renewal is due at once. It was a
+    # negative wait, which ended the container.
+    url, out = f"memory://{unique('m')}", f"queue:{unique('eo_out')}"
+    async with Producer(settings_for(url)) as producer:
+        dispatcher = Dispatcher(database, producer, "this-process")
+        await dispatcher.sweep()  # nothing left by an earlier process: a dispatch sends at once
+        async with database.session() as session:
+            writer = Writer(session, "this-process", lease=0.0, error_destination=None)
+            await writer.send(Destination.parse(out), OutgoingMessage(b"m", {ID: "id-m"}), None)
+        await dispatcher.dispatch(writer.rows)
+    assert [d.body for d in await read(url, out, 1)] == [b"m"]
+    assert await count(database, tables.outbox) == 0
+
+
 async def test_a_container_whose_database_lacks_the_tables_says_so(
     broker_url: str, tmp_path: Path,
 ) -> None:
