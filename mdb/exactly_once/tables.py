@@ -48,21 +48,24 @@ class _Utf8(TypeDecorator[str]):
     byte, as PostgreSQL and SQLite compare it (the server's usual collations ignore case and
     trailing spaces, so that two message ids would be one), and bounded in bytes, which is
     what InnoDB bounds a key in (3072 bytes: a primary key of three ``VARCHAR`` columns in
-    ``utf8mb4`` would pass it). A longer value is refused before it reaches the server."""
+    ``utf8mb4`` would pass it). A value longer than ``characters`` (as PostgreSQL refuses
+    it) or ``size`` bytes is refused before it reaches the server."""
 
     impl = VARBINARY
     cache_ok = True
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, characters: int, size: int) -> None:
         super().__init__(size)
+        self.characters = characters
         self.size = size
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
         if value is None:
             return None
         data = value.encode()
-        if len(data) > self.size:
-            raise ValueError(f"{len(data)} bytes in UTF-8, more than the {self.size} this "
+        if len(value) > self.characters or len(data) > self.size:
+            raise ValueError(f"{len(value)} characters, {len(data)} bytes in UTF-8: more than "
+                             f"the {self.characters} characters or {self.size} bytes this "
                              "column keeps on MariaDB/MySQL")
         return data
 
@@ -72,7 +75,7 @@ class _Utf8(TypeDecorator[str]):
 
 def _key(characters: int, size: int) -> String:
     """A key column: ``characters`` long, ``size`` bytes of UTF-8 on MariaDB/MySQL."""
-    return String(characters).with_variant(_Utf8(size), *_MYSQL)
+    return String(characters).with_variant(_Utf8(characters, size), *_MYSQL)
 
 
 _TIME = Float().with_variant(DOUBLE(asdecimal=False), *_MYSQL)
