@@ -13,7 +13,8 @@ from mdb.broker_settings import one_password
 
 HOUR = 3_600.0
 DAY = 24 * HOUR
-URL_EXAMPLES = "'sqlite+aiosqlite:///mdb.sqlite3' or 'postgresql+asyncpg://host:5432/db'"
+URL_EXAMPLES = ("'sqlite+aiosqlite:///mdb.sqlite3', 'postgresql+asyncpg://host:5432/db' or "
+                "'mysql+asyncmy://host:3306/db'")
 
 
 class DatabaseSettings(BaseModel):
@@ -23,16 +24,16 @@ class DatabaseSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     url: str = Field("sqlite+aiosqlite:///mdb.sqlite3", description=(
-        "SQLAlchemy async URL: `sqlite+aiosqlite:///PATH` (embedded, the default) or "
-        "`postgresql+asyncpg://HOST:PORT/DB`; a password is better given in `password` or "
-        "`password_file`"))
+        "SQLAlchemy async URL: `sqlite+aiosqlite:///PATH` (embedded, the default), "
+        "`postgresql+asyncpg://HOST:PORT/DB` or `mysql+asyncmy://HOST:PORT/DB` (MariaDB or "
+        "MySQL); a password is better given in `password` or `password_file`"))
     username: str | None = Field(None, description="login, if the database wants one")
     password: SecretStr | None = Field(None, description="never printed or logged")
     password_file: Path | None = Field(
         None, description="read the password from this file at startup (a container secret)")
     pool_size: Annotated[int, Field(ge=1, le=200)] = Field(
-        5, description="connections kept open (PostgreSQL); a pool slot of an exactly-once "
-                       "listener holds one while its handler runs")
+        5, description="connections kept open (PostgreSQL, MariaDB/MySQL); a pool slot of an "
+                       "exactly-once listener holds one while its handler runs")
     timeout: Annotated[float, Field(gt=0, le=DAY)] = Field(
         10.0, description="seconds mdb's own statements (the inbox claim, the commit, the "
                           "outbox dispatch) may take before the database counts as "

@@ -1,6 +1,6 @@
-"""Fixtures shared by every test: the anyio backend, the real brokers and PostgreSQL.
+"""Fixtures shared by every test: the anyio backend, the real brokers, PostgreSQL and MariaDB.
 
-Broker (and PostgreSQL) tests may skip when one is absent on a developer's machine, never in CI
+Broker (and database server) tests may skip when one is absent on a developer's machine, never in CI
 (``CI=true``): there the missing broker is a failure (``tests.harness.brokers``).
 """
 
@@ -18,6 +18,7 @@ from tests.harness.process import BrokerProcess
 if TYPE_CHECKING:
     from tests.harness.activemq import ActiveMQ
     from tests.harness.certificates import Certificates
+    from tests.harness.mariadb import MariaDB
     from tests.harness.postgresql import PostgreSQL
     from tests.harness.rabbitmq import RabbitMQ
 
@@ -55,6 +56,18 @@ def postgres() -> Iterator[PostgreSQL]:
     if not postgresql_available():
         missing("PostgreSQL")
     with PostgreSQL() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[MariaDB]:
+    """A private MariaDB server (``tests.harness.mariadb``): a test makes a database of its
+    own on it (``create_database``)."""
+    from tests.harness.mariadb import MariaDB, mariadb_available
+
+    if not mariadb_available():
+        missing("MariaDB")
+    with MariaDB() as server:
         yield server
 
 

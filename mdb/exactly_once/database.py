@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -46,7 +47,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.orm import Session
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
 from mdb.database_settings import URL_EXAMPLES, DatabaseSettings
 from mdb.errors import ConfigurationError, DatabaseUnavailable, SessionMisuse
@@ -79,9 +80,11 @@ class Database:
         # For a statement in a transaction of its own (``autocommitted``): on PostgreSQL
         # committed as it runs, without the BEGIN and COMMIT round trips; SQLite's transaction
         # costs less than switching its connection to autocommit and back through aiosqlite's
-        # thread.
-        self._single: AsyncEngine = writing if self._sqlite else self.engine.execution_options(
-            isolation_level="AUTOCOMMIT")
+        # thread, and so does MariaDB's (no BEGIN is sent; the switch is a SET each way, the
+        # isolation level set again and a COMMIT).
+        self._single: AsyncEngine = (
+            self.engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.engine.dialect.name == "postgresql" else writing)
         self.down: DatabaseUnavailable | None = None
         """Why the last session could not reach the database; None once one did."""
         # Not a ping each time a connection leaves the pool (three round trips on asyncpg,
@@ -99,11 +102,12 @@ class Database:
         event.listen(self.engine.sync_engine, "checkout", self._checked_out)
         # A connection dropped while its statement ran (its caller was cancelled: a
         # ``handler_timeout``, a stop, a deadline of mdb's) leaves the statement running on
-        # PostgreSQL with its transaction's locks, the inbox row's among them, which the
-        # message's redelivery would wait for: the server notices a client gone only when it
-        # next writes to it, and the driver's own cancel request is dropped with the
-        # connection. Its backend is ended as the session or statement it served ends
-        # (``_reaching``). SQLite's connections interrupt their statement as they close.
+        # PostgreSQL (on MariaDB up to a second past ``timeout``) with its transaction's
+        # locks, the inbox row's among them, which the message's redelivery would wait for:
+        # the server notices a client gone only when it next writes to it, and the driver's
+        # own cancel request is dropped with the connection. Its backend (thread) is ended as
+        # the session or statement it served ends (``_reaching``). SQLite's connections
+        # interrupt their statement as they close.
         self._orphans: set[int] = set()
         if not self._sqlite:
             event.listen(self.engine.sync_engine, "invalidate", self._invalidated)
@@ -156,9 +160,10 @@ class Database:
     def _invalidated(self, dbapi_connection: Any, _record: ConnectionPoolEntry,
                      exception: BaseException | None) -> None:
         if isinstance(exception, asyncio.CancelledError) and dbapi_connection is not None:
-            # asyncpg's connection knows its backend's pid, without a round trip; another
-            # driver's backend is left to end on its own.
-            pid = getattr(dbapi_connection.driver_connection, "get_server_pid", None)
+            # asyncpg's connection knows its backend's pid, asyncmy's its thread's id,
+            # without a round trip; another driver's backend is left to end on its own.
+            driver = dbapi_connection.driver_connection
+            pid = getattr(driver, "get_server_pid", None) or getattr(driver, "thread_id", None)
             if pid is not None:
                 self._orphans.add(pid())
 
@@ -170,8 +175,15 @@ class Database:
                                deadline=anyio.current_time() + self.settings.timeout):
             try:
                 async with self._single.connect() as connection:
+                    terminate = _TERMINATE[connection.dialect.name]
                     for pid in ended:
-                        await connection.execute(_TERMINATE, {"pid": pid})
+                        try:
+                            await connection.execute(terminate, {"pid": pid})
+                        except DBAPIError as exc:  # MariaDB: a thread that ended meanwhile
+                            if exc.connection_invalidated:
+                                raise
+                            log.debug("database %s: backend %s not ended: %s", self.name,
+                                      pid, _first_line(exc))
             except (SQLAlchemyError, OSError) as exc:  # the database is out of reach: so are they
                 log.debug("database %s: backends %s not ended: %s", self.name, sorted(ended),
                           _first_line(exc))
@@ -239,7 +251,9 @@ class Database:
                 await self._connections.ended(self.settings.timeout)
 
 
-_TERMINATE = text("SELECT pg_terminate_backend(:pid)")
+# Ends a backend (PostgreSQL) or a connection's thread (MariaDB/MySQL) from another session.
+_TERMINATE = {"postgresql": text("SELECT pg_terminate_backend(:pid)"),
+              "mysql": text("KILL :pid"), "mariadb": text("KILL :pid")}
 
 _HANDLER: ContextVar[str | None] = ContextVar("mdb_handler", default=None)
 
@@ -290,6 +304,8 @@ async def translated(database: Database) -> AsyncIterator[None]:
     try:
         yield
     except (OperationalError, DisconnectionError, PoolTimeout) as exc:
+        if isinstance(exc, OperationalError) and _refused_by_mysql(exc):
+            raise
         raise DatabaseUnavailable(
             f"database {database.name} ({database.shown}): {_first_line(exc)}") from None
     except DBAPIError as exc:
@@ -383,13 +399,29 @@ def _unavailable_state(exc: DBAPIError) -> bool:
     return isinstance(state, str) and state.startswith(_UNAVAILABLE_STATES)
 
 
+# MariaDB's and MySQL's own errors that say the server cannot take the statement now: too many
+# connections, shutting down, the connection killed, the statement interrupted by a shutdown.
+_MYSQL_UNAVAILABLE = frozenset({1040, 1053, 1927, 1317})
+
+
+def _refused_by_mysql(exc: OperationalError) -> bool:
+    """Whether ``exc`` is MariaDB's or MySQL's refusal of a statement (a deadlock, a lock
+    wait or a statement past its time, an error its driver has no class for), the handler's
+    failure as on PostgreSQL: their drivers raise ``OperationalError`` for any server error
+    number they do not know. The client's own numbers (2000 to 2999: no connection, the
+    connection lost) say the server is out of reach; the server's are the others, from 1000."""
+    code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
+    return (isinstance(code, int) and code >= 1000 and not 2000 <= code < 3000
+            and code not in _MYSQL_UNAVAILABLE and not exc.connection_invalidated)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(getattr(exc, "orig", None) or exc)
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 # The extra of mdb that installs a driver (pyproject.toml); SQLite's comes with mdb.
-_DRIVER_EXTRAS = {"asyncpg": "mdb[postgres]"}
+_DRIVER_EXTRAS = {"asyncpg": "mdb[postgres]", "asyncmy": "mdb[mysql]"}
 
 
 def database_url(settings: DatabaseSettings) -> URL:
@@ -423,6 +455,21 @@ def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
         if url.get_driver_name() == "asyncpg":
             options["connect_args"] = {"timeout": settings.timeout,
                                        "command_timeout": settings.timeout}
+        elif url.get_backend_name() in ("mysql", "mariadb"):
+            # READ COMMITTED, PostgreSQL's: a locking read (the outbox sweep's) locks the rows
+            # it reads, not the gaps between them where handlers insert.
+            options["isolation_level"] = "READ COMMITTED"
+            # A statement ends on the server a second after ``timeout``: a handler's own with
+            # an error that is its failure (asyncpg's command_timeout on PostgreSQL), one mdb
+            # stopped waiting for at ``timeout`` (its connection dropped: the server notices
+            # only when it answers) with its locks, the inbox row's among them. A lock wait
+            # on MariaDB and MySQL, any statement on MariaDB (``/*M!``: MySQL skips it).
+            bound = math.ceil(settings.timeout) + 1
+            options["connect_args"] = {
+                "connect_timeout": settings.timeout,
+                "init_command": f"SET SESSION innodb_lock_wait_timeout = {bound} "
+                                f"/*M! , SESSION max_statement_time = {bound} */"}
+            options["pool_reset_on_return"] = None  # ``_reset_if_open`` instead
     setting = f"setting databases.{name}.url: {redact_url(settings.url)!r}"
     try:
         engine = create_async_engine(url, **options)
@@ -446,7 +493,25 @@ def _engine(name: str, settings: DatabaseSettings) -> AsyncEngine:
         # aiosqlite logs each call at DEBUG with its arguments, a statement's parameters among
         # them (docs/security.md, "Secrets"); its other lines say nothing mdb does not.
         logging.getLogger("aiosqlite").setLevel(logging.INFO)
+    elif options.get("pool_reset_on_return", "rollback") is None:
+        event.listen(engine.sync_engine, "reset", _reset_if_open)
     return engine
+
+
+_IN_TRANSACTION = 1  # SERVER_STATUS_IN_TRANS, in the status of MariaDB's and MySQL's answers
+
+
+def _reset_if_open(dbapi_connection: Any, _record: ConnectionPoolEntry,
+                   state: PoolResetState) -> None:
+    """Roll back a MariaDB/MySQL connection the pool takes back only if its server said a
+    transaction is open. The pool's own reset rolls back every connection whose transaction
+    was committed before it came back: a round trip each on these drivers (asyncpg knows
+    there is nothing to roll back), two a delivery."""
+    if not state.asyncio_safe or state.transaction_was_reset:
+        return
+    if getattr(dbapi_connection.driver_connection, "server_status", _IN_TRANSACTION) \
+            & _IN_TRANSACTION:
+        dbapi_connection.rollback()
 
 
 def _making(_dialect: Any, record: ConnectionPoolEntry, _args: Any, _params: Any) -> None:

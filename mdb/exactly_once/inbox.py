@@ -12,6 +12,12 @@ redelivery to another server of the app): the second insert waits on the unique 
 the first transaction ends, then finds the row taken (the first committed: the handler ran
 once) or claims it (the first rolled back). So the handler runs once, not merely applies its
 writes once; the price is that the second copy's pool slot waits for the first.
+
+MariaDB/MySQL have no such clause that says whether it inserted (``INSERT IGNORE`` leaves a
+warning its driver reads with another round trip and logs, key and all; the count of ``ON
+DUPLICATE KEY UPDATE`` is 1 either way with the found-rows flag SQLAlchemy sets): the claim is
+a plain insert, refused on a duplicate key without ending the transaction. InnoDB makes it
+wait on the uncommitted row of the same key as PostgreSQL does.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Executable, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb.exactly_once.tables import inbox
@@ -37,6 +44,9 @@ _BATCH_CLAIMS: dict[str, Executable] = {
         inbox.c.message_id),
     "sqlite": sqlite.insert(inbox).on_conflict_do_nothing().returning(inbox.c.message_id),
 }
+_INSERT = inbox.insert()
+_REFUSING = ("mysql", "mariadb")  # a duplicate key refuses the statement, not the transaction
+_DUPLICATE_KEY = 1062  # MariaDB's and MySQL's ER_DUP_ENTRY
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,17 +65,25 @@ async def claim(session: AsyncSession, listener: str, subscription: str, message
     digest = hashlib.sha256(body).hexdigest()
     values = {"listener": listener, "subscription": subscription, "message_id": message_id,
               "digest": digest, "processed_at": now}
-    statement = _CLAIMS.get(session.get_bind().dialect.name)
-    if statement is not None and (
-            await session.execute(statement, values)).rowcount:  # type: ignore[attr-defined]
-        return None
+    dialect = session.get_bind().dialect.name
+    statement = _CLAIMS.get(dialect)
+    if statement is not None:
+        if (await session.execute(statement, values)).rowcount:  # type: ignore[attr-defined]
+            return None
+    elif dialect in _REFUSING:
+        try:
+            await session.execute(_INSERT, values)
+            return None
+        except IntegrityError as exc:
+            if exc.orig is None or exc.orig.args[:1] != (_DUPLICATE_KEY,):
+                raise
     kept = (await session.execute(select(inbox.c.digest).where(
         inbox.c.listener == listener, inbox.c.subscription == subscription,
         inbox.c.message_id == message_id))).first()
     if kept is not None:
         return Taken(kept.digest in (None, digest))
     # A database without the clause: its primary key refuses a second claim.
-    await session.execute(inbox.insert(), values)
+    await session.execute(_INSERT, values)
     return None
 
 

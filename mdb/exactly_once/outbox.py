@@ -25,7 +25,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from sqlalchemy import ColumnElement, Select, String, bindparam, delete, func, select, update
+from sqlalchemy import (
+    ColumnElement,
+    RowMapping,
+    Select,
+    String,
+    bindparam,
+    delete,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb.context import SendFunction
@@ -343,19 +353,23 @@ class Dispatcher:
         lease = database.settings.outbox_lease
         renewed = min(r.lease_until for r in rows) - lease  # rows written long ago: at once
         while True:
-            await anyio.sleep(renewed + lease / 3 - time.time())
+            await anyio.sleep(max(0.0, renewed + lease / 3 - time.time()))  # late: at once
             renewed = time.time()
             remaining = [r.seq for r in rows if r.seq in self._sending and r.seq not in lost]
             try:
                 for start in range(0, len(remaining), RENEW_BATCH):
                     chunk = remaining[start:start + RENEW_BATCH]
+                    mine = outbox.c.seq.in_(chunk) & (outbox.c.owner == self._owner)
+                    renew = update(outbox).where(mine).values(lease_until=renewed + lease)
                     async with database.autocommitted() as connection:
                         with database.deadline():
-                            kept = set((await connection.execute(
-                                update(outbox).where(outbox.c.seq.in_(chunk),
-                                                     outbox.c.owner == self._owner)
-                                .values(lease_until=renewed + lease)
-                                .returning(outbox.c.seq))).scalars())
+                            if connection.dialect.update_returning:
+                                kept = set((await connection.execute(
+                                    renew.returning(outbox.c.seq))).scalars())
+                            else:  # MariaDB/MySQL: the rows still this owner's once renewed
+                                await connection.execute(renew)
+                                kept = set((await connection.execute(
+                                    select(outbox.c.seq).where(mine))).scalars())
                     lost.update(seq for seq in chunk if seq not in kept)
             except DatabaseUnavailable as exc:
                 failed.append(exc)
@@ -371,13 +385,16 @@ class Dispatcher:
         # long as that transaction lasts, a process stopped in it included.
         oldest = (select(outbox.c.seq).where(which).order_by(outbox.c.seq).limit(SWEEP_BATCH)
                   .with_for_update(skip_locked=True))
-        claim = (update(outbox).where(outbox.c.seq.in_(oldest.scalar_subquery()), which)
-                 .values(owner=self._owner,
-                         lease_until=time.time() + database.settings.outbox_lease)
-                 .returning(*_ADDRESSED))
+        lease = {"owner": self._owner,
+                 "lease_until": time.time() + database.settings.outbox_lease}
         async with database.session() as session:
             with database.deadline():
-                claimed = (await session.execute(claim)).mappings().all()
+                if session.get_bind().dialect.update_returning:
+                    claimed = (await session.execute(
+                        update(outbox).where(outbox.c.seq.in_(oldest.scalar_subquery()), which)
+                        .values(lease).returning(*_ADDRESSED))).mappings().all()
+                else:
+                    claimed = await _locked_and_leased(session, oldest, lease)
         return sorted((_row(r) for r in claimed), key=lambda r: r.seq)
 
     async def _send(self, row: Row) -> bool:
@@ -475,6 +492,19 @@ class Dispatcher:
                     update(outbox).where(outbox.c.seq.in_([r.seq for r in rows]))
                     .values(owner=None, lease_until=0.0, attempts=outbox.c.attempts + 1,
                             last_error=f"{error_type(failure)}: {failure}"[:4000]))
+
+
+async def _locked_and_leased(session: AsyncSession, oldest: Select[Any],
+                             lease: dict[str, Any]) -> Sequence[RowMapping]:
+    """``_claim`` on MariaDB/MySQL, whose UPDATE returns nothing and may not select from the
+    table it updates: ``oldest`` locks the rows as it selects them, skipping those another
+    process is leasing (``SKIP LOCKED``), then leased and read in the same transaction."""
+    seqs = list((await session.execute(oldest)).scalars())
+    if not seqs:
+        return []
+    await session.execute(update(outbox).where(outbox.c.seq.in_(seqs)).values(lease))
+    return (await session.execute(
+        select(*_ADDRESSED).where(outbox.c.seq.in_(seqs)))).mappings().all()
 
 
 def _row(values: object) -> Row:

@@ -4,9 +4,18 @@
 its subscription and the message's identity; written in the handler's own transaction.
 ``mdb_outbox``: the messages handlers (and producers given a session) sent, written in the
 same transaction as the writes they stand for, until a process dispatched them.
+
+On MariaDB/MySQL some columns take another type (``with_variant``): the key columns are
+``VARBINARY`` holding UTF-8 (``_Utf8``), times are ``DOUBLE`` (its ``FLOAT`` is single
+precision: seconds since 1970 to the nearest two minutes), bodies ``LONGBLOB`` and headers
+``MEDIUMTEXT`` (``BLOB`` and ``TEXT`` stop at 64 KiB); the tables are InnoDB (whose row
+locks make a second claim wait, ``mdb.exactly_once.inbox``) in ``utf8mb4``, whatever the
+server's defaults.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -19,27 +28,80 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TypeDecorator,
     inspect,
     text,
 )
-from sqlalchemy.engine import Connection
+from sqlalchemy.dialects.mysql import DOUBLE, LONGBLOB, MEDIUMTEXT, VARBINARY
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.schema import CreateColumn
 
 from mdb.errors import ConfigurationError
+from mdb.message import MAX_BODY_BYTES
+
+_MYSQL = ("mysql", "mariadb")  # SQLAlchemy's names of the dialect: the server's, its driver's
+
+
+class _Utf8(TypeDecorator[str]):
+    """Text kept as its UTF-8 bytes (``VARBINARY(size)``) on MariaDB/MySQL: compared byte for
+    byte, as PostgreSQL and SQLite compare it (the server's usual collations ignore case and
+    trailing spaces, so that two message ids would be one), and bounded in bytes, which is
+    what InnoDB bounds a key in (3072 bytes: a primary key of three ``VARCHAR`` columns in
+    ``utf8mb4`` would pass it). A value longer than ``characters`` (as PostgreSQL refuses
+    it) or ``size`` bytes is refused before it reaches the server."""
+
+    impl = VARBINARY
+    cache_ok = True
+
+    def __init__(self, characters: int, size: int) -> None:
+        super().__init__(size)
+        self.characters = characters
+        self.size = size
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
+        if value is None:
+            return None
+        data = value.encode()
+        if len(value) > self.characters or len(data) > self.size:
+            raise ValueError(f"{len(value)} characters, {len(data)} bytes in UTF-8: more than "
+                             f"the {self.characters} characters or {self.size} bytes this "
+                             "column keeps on MariaDB/MySQL")
+        return data
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else bytes(value).decode()
+
+
+def _key(characters: int, size: int) -> String:
+    """A key column: ``characters`` long, ``size`` bytes of UTF-8 on MariaDB/MySQL."""
+    return String(characters).with_variant(_Utf8(characters, size), *_MYSQL)
+
+
+_TIME = Float().with_variant(DOUBLE(asdecimal=False), *_MYSQL)
+# InnoDB and utf8mb4 whatever the server's defaults; ignored by the other databases.
+_MYSQL_TABLE: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4",
+                                "mysql_collate": "utf8mb4_bin"}
+
+# The largest statement mdb may send MariaDB/MySQL: an outbox row with the largest body mdb
+# sends, each of its bytes perhaps escaped to two, and headers of up to MEDIUMTEXT's 16 MiB.
+MYSQL_PACKET = 2 * MAX_BODY_BYTES + (16 << 20)
 
 metadata = MetaData()
 
 inbox = Table(
     "mdb_inbox", metadata,
-    Column("listener", String(200), primary_key=True),
-    Column("subscription", String(400), primary_key=True),
-    Column("message_id", String(200), primary_key=True),
+    # 800 + 1470 + 800 bytes on MariaDB/MySQL: within InnoDB's 3072 for a key, and any
+    # listener name and message id of 200 characters, and subscription of 367, fits.
+    Column("listener", _key(200, 800), primary_key=True),
+    Column("subscription", _key(400, 1470), primary_key=True),
+    Column("message_id", _key(200, 800), primary_key=True),
     # A digest of the message's body: a message with another's id is not its copy. NULL in a
     # row written before mdb kept it.
     Column("digest", String(64), nullable=True),
-    Column("processed_at", Float, nullable=False),
+    Column("processed_at", _TIME, nullable=False),
     Index("mdb_inbox_processed_at", "processed_at"),
+    **_MYSQL_TABLE,
 )
 
 outbox = Table(
@@ -50,23 +112,24 @@ outbox = Table(
     Column("message_id", String(200), nullable=False),
     # The inbox key (listener, subscription, message id) of the delivery whose handler sent
     # it; NULL for a producer's send.
-    Column("source", String(900), nullable=True),
+    Column("source", _key(900, 3072), nullable=True),  # indexed: 3072 bytes at most
     Column("destination", String(1000), nullable=True),
     Column("reply_broker", String(200), nullable=True),
     Column("reply_address", String(1000), nullable=True),
     Column("member_key", String(400), nullable=True),
-    Column("body", LargeBinary, nullable=False),
-    Column("headers", Text, nullable=False),
+    Column("body", LargeBinary().with_variant(LONGBLOB(), *_MYSQL), nullable=False),
+    Column("headers", Text().with_variant(MEDIUMTEXT(), *_MYSQL), nullable=False),
     Column("reply_to", String(1000), nullable=True),
     Column("correlation_id", String(400), nullable=True),
     Column("error_destination", String(1000), nullable=False),
-    Column("created_at", Float, nullable=False),
+    Column("created_at", _TIME, nullable=False),
     Column("owner", String(200), nullable=True),
-    Column("lease_until", Float, nullable=False),
+    Column("lease_until", _TIME, nullable=False),
     Column("attempts", Integer, nullable=False, default=0),
     Column("last_error", Text, nullable=True),
     Index("mdb_outbox_lease", "lease_until"),
     Index("mdb_outbox_source", "source"),
+    **_MYSQL_TABLE,
 )
 
 TABLES = (inbox, outbox)
@@ -87,14 +150,25 @@ async def upgrade(engine: AsyncEngine) -> list[str]:
 
 async def check(engine: AsyncEngine, database: str) -> None:
     """``ConfigurationError`` naming the tables and columns ``mdb db upgrade`` must make
-    first."""
+    first, or (MariaDB/MySQL) the server setting too small for an outbox row."""
+    packet = None
     async with engine.connect() as connection:
         missing = [_name(m) for m in await connection.run_sync(_missing)]
+        if connection.dialect.name in _MYSQL:
+            packet = (await connection.execute(text("SELECT @@max_allowed_packet"))).scalar()
     if missing:
         raise ConfigurationError(
             f"database {database}: {', '.join(missing)} missing; create "
             f"{'them' if len(missing) > 1 else 'it'} with `mdb db upgrade --config FILE` (mdb "
             "never changes tables on its own)")
+    if packet is not None and int(packet) < MYSQL_PACKET:
+        # A larger statement is not refused: the server drops the connection, an outage
+        # that every run of the message would meet again.
+        raise ConfigurationError(
+            f"database {database}: the server's max_allowed_packet is {int(packet) >> 20} "
+            f"MiB, less than the {MYSQL_PACKET >> 20} MiB an outbox row of the largest body "
+            f"mdb sends ({MAX_BODY_BYTES >> 20} MiB) may take; set max_allowed_packet = 256M "
+            "in the server's configuration (docs/exactly-once.md)")
 
 
 def _missing(connection: Connection) -> list[Table | Column[object]]:

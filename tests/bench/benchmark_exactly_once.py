@@ -7,11 +7,11 @@
 
 The database is SQLite in a temporary folder unless ``--database`` names another (a SQLAlchemy
 async URL such as ``postgresql+asyncpg://user:pw@host/db``; the hand-written loop reaches it
-with SQLAlchemy's default synchronous driver of that database, psycopg (3) for PostgreSQL, or
-``--sync-database URL``); ``--postgresql`` starts a private PostgreSQL server
-(``tests.harness.postgresql``) and uses a database of its own. Its tables are made first, as
-``mdb db upgrade`` would. Prints a table, with the consumer's CPU per message (user + system
-time of this process, the broker's and the database's excluded):
+with SQLAlchemy's default synchronous driver of that database, psycopg (3) for PostgreSQL,
+PyMySQL for MariaDB/MySQL, or ``--sync-database URL``); ``--postgresql`` starts a private
+PostgreSQL server (``tests.harness.postgresql``) and uses a database of its own. Its tables are
+made first, as ``mdb db upgrade`` would. Prints a table, with the consumer's CPU per message
+(user + system time of this process, the broker's and the database's excluded):
 
 * E1, on a private ActiveMQ: a handler that inserts one row and sends one message. mdb with
   ``exactly_once`` (pool 1 and 4; ``max_messages_per_transaction`` 1 and ``--batch``) against
@@ -139,10 +139,13 @@ async def container_rate(broker_url: str, database_url: str, queue: str, count: 
 
 
 def sync_url(url: str) -> str:
-    """The synchronous driver's URL of the same database, for the hand-written loop."""
+    """The synchronous driver's URL of the same database, for the hand-written loop:
+    SQLAlchemy's default driver, PyMySQL for MariaDB/MySQL (its default, mysqlclient, is
+    built from source against the client library's headers)."""
     parsed = make_url(url)
-    return parsed.set(drivername=parsed.get_backend_name()).render_as_string(
-        hide_password=False)
+    backend = parsed.get_backend_name()
+    driver = f"{backend}+pymysql" if backend in ("mysql", "mariadb") else backend
+    return parsed.set(drivername=driver).render_as_string(hide_password=False)
 
 
 def hand_written(broker: ActiveMQ, queue: str, count: int, database_url: str) -> Measured:

@@ -13,15 +13,16 @@ from typing import Any
 import anyio
 import pytest
 from sqlalchemy import event, select, text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from mdb import ConfigurationError, Container, Context, Redelivery, listener
 from mdb.context import SendFunction
 from mdb.database_settings import DatabaseSettings
 from mdb.destinations import Destination
 from mdb.exactly_once import database as database_module
-from mdb.exactly_once import tables
+from mdb.exactly_once import inbox, tables
 from mdb.exactly_once.database import Database
+from mdb.exactly_once.inbox import Taken
 from mdb.exactly_once.outbox import Dispatcher, Writer
 from mdb.exactly_once.store import Store
 from mdb.message import ID, Message, OutgoingMessage
@@ -29,16 +30,18 @@ from mdb.producer import Producer
 from mdb_memory.state import BrokerState, broker_state
 from tests.harness.databases import count, database_url, orders, prepared, with_database
 from tests.harness.in_process import WAIT, Calls, running, settings_for, specs, unique
+from tests.harness.mariadb import MariaDB
 from tests.harness.messages import assert_drained, read, send_bodies, send_copies
 from tests.harness.postgresql import PostgreSQL
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql),
+                        pytest.param("mariadb", marks=pytest.mark.mariadb)])
 async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    """A database of the test's own, SQLite or PostgreSQL, with mdb's tables (``mdb db
-    upgrade``) and the test's."""
+    """A database of the test's own, SQLite, PostgreSQL or MariaDB, with mdb's tables (``mdb
+    db upgrade``) and the test's."""
     db = await prepared(await database_url(request, tmp_path))
     yield db
     await db.close()
@@ -52,12 +55,31 @@ async def postgres_database(postgres: PostgreSQL) -> AsyncIterator[Database]:
     await db.close()
 
 
+@pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgresql),
+                        pytest.param("mariadb", marks=pytest.mark.mariadb)])
+async def server_database(request: pytest.FixtureRequest,
+                          tmp_path: Path) -> AsyncIterator[Database]:
+    """A database of the test's own on a server (PostgreSQL or MariaDB), with mdb's tables
+    and the test's."""
+    db = await prepared(await database_url(request, tmp_path))
+    yield db
+    await db.close()
+
+
+# Per database: how many of the database's sessions wait for a lock another transaction holds.
+_LOCK_WAITS = {
+    "postgresql": "SELECT count(*) FROM pg_stat_activity "
+                  "WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    "mysql": "SELECT count(*) FROM information_schema.innodb_trx "
+             "WHERE trx_state = 'LOCK WAIT'",
+}
+
+
 async def lock_waits(database: Database) -> int:
     """How many of ``database``'s sessions wait for a lock another transaction holds."""
     async with database.engine.connect() as connection:
-        return int((await connection.execute(text(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND wait_event_type = 'Lock'"))).scalar_one())
+        return int((await connection.execute(
+            text(_LOCK_WAITS[connection.dialect.name]))).scalar_one())
 
 
 async def test_a_copy_of_a_processed_message_is_settled_without_running_the_handler(
@@ -146,11 +168,10 @@ async def test_a_handlers_own_timeout_error_is_its_failure_not_the_databases(
     assert await count(database, orders) == 0
 
 
-@pytest.mark.postgresql
 async def test_two_copies_processed_at_once_run_the_handler_once(
-    postgres_database: Database,
+    server_database: Database,
 ) -> None:
-    database, url = postgres_database, f"memory://{unique('m')}"
+    database, url = server_database, f"memory://{unique('m')}"
     queue = f"queue:{unique('eo')}"
     calls = Calls()
     release = anyio.Event()
@@ -166,7 +187,7 @@ async def test_two_copies_processed_at_once_run_the_handler_once(
         await calls.wait(lambda c: bool(c.of("ran")))
         with anyio.fail_after(WAIT):  # the second copy's claim waits on the inbox's key
             while await lock_waits(database) == 0:
-                await anyio.sleep(0.02)  # PostgreSQL tells only when asked
+                await anyio.sleep(0.02)  # the database tells only when asked
         release.set()
     stats = container.deployed[0].stats
     assert calls.of("ran") == ["o-4"]
@@ -228,14 +249,73 @@ async def test_a_run_costs_one_transaction_and_nothing_after_the_dispatch(
                           "DELETE FROM mdb_outbox", "INSERT INTO mdb_outbox"]
 
 
-@pytest.mark.postgresql
-@pytest.mark.parametrize(("fault", "recovery"), [("stop_immediately", "start"),
-                                                 ("pause", "resume")],
-                         ids=["stopped_and_started", "hung_and_resumed"])
-async def test_an_outage_of_postgresql_holds_deliveries_and_the_container_unready(
-    postgres: PostgreSQL, caplog: pytest.LogCaptureFixture, fault: str, recovery: str,
+_COUNTED = ("Questions", "Com_insert", "Com_delete", "Com_commit", "Com_rollback",
+            "Com_set_option", "Com_select")
+
+
+async def statements_so_far(connection: AsyncConnection) -> dict[str, int]:
+    """MariaDB's counts of the statements its clients sent, since it started."""
+    rows = await connection.execute(text("SHOW GLOBAL STATUS WHERE Variable_name IN "
+                                         f"({', '.join(repr(c) for c in _COUNTED)})"))
+    return {name: int(value) for name, value in rows}
+
+
+@pytest.mark.mariadb
+async def test_a_run_on_mariadb_costs_its_statements_and_one_commit(
+    mariadb: MariaDB, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    url = await anyio.to_thread.run_sync(postgres.create_database, unique("eo"))
+    """What reaches MariaDB for one delivery: the run's three inserts, the delete of the row
+    the run before dispatched, and its COMMIT (no BEGIN is sent). Not the pool's rollback of
+    each connection it takes back after a commit: five round trips."""
+    monkeypatch.setattr(database_module, "IDLE_PING", 3600.0)  # however loaded the machine
+    database = await prepared(await anyio.to_thread.run_sync(mariadb.create_database,
+                                                              unique("eo")))
+    async with Producer(settings_for(f"memory://{unique('m')}")) as producer, \
+            database.engine.connect() as observer:
+        await observer.execution_options(isolation_level="AUTOCOMMIT")
+        guard = Store(database, producer, "this-process").guard(
+            listener="l", subscription="s", broker="default",
+            error_destination=Destination.parse("queue:eo.DLQ"))
+
+        async def handler(session: AsyncSession, send: SendFunction, body: str) -> None:
+            await session.execute(orders.insert().values(id=body, quantity=1))
+            await send(Destination.parse("queue:eo.out"), OutgoingMessage(body.encode(), {
+                ID: body}), None)
+
+        def message(body: str) -> Message:
+            return Message(f"id-{body}", Destination.parse("queue:eo"), body.encode(), {},
+                           redelivered=False, delivery_count=1)
+
+        # The first dispatch sweeps what an earlier process may have left.
+        assert await guard.run(message("o-1"), lambda session, send: handler(session, send, "o-1"),
+                               by_content=False)
+        before = await statements_so_far(observer)
+        assert await guard.run(message("o-2"), lambda session, send: handler(session, send, "o-2"),
+                               by_content=False)
+        after = await statements_so_far(observer)
+    await database.close()
+    sent = {name: after[name] - before[name] for name in _COUNTED}
+    sent["Questions"] -= 1  # the second SHOW STATUS, counted as it runs
+    assert sent == {"Questions": 5, "Com_insert": 3, "Com_delete": 1, "Com_commit": 1,
+                    "Com_rollback": 0, "Com_set_option": 0, "Com_select": 0}
+
+
+@pytest.mark.parametrize(("server", "fault", "recovery"), [
+    pytest.param("postgres", "stop_immediately", "start", marks=pytest.mark.postgresql,
+                 id="postgresql_stopped_and_started"),
+    pytest.param("postgres", "pause", "resume", marks=pytest.mark.postgresql,
+                 id="postgresql_hung_and_resumed"),
+    pytest.param("mariadb", "crash", "start", marks=pytest.mark.mariadb,
+                 id="mariadb_killed_and_started"),
+    pytest.param("mariadb", "pause", "resume", marks=pytest.mark.mariadb,
+                 id="mariadb_hung_and_resumed"),
+])
+async def test_an_outage_of_the_database_holds_deliveries_and_the_container_unready(
+    request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture, server: str, fault: str,
+    recovery: str,
+) -> None:
+    database_server: PostgreSQL | MariaDB = request.getfixturevalue(server)
+    url = await anyio.to_thread.run_sync(database_server.create_database, unique("eo"))
     # A short lease: the upkeep, which notices the outage's end, runs every half second.
     database = await prepared(url, timeout=3.0, outbox_lease=1.5)
     name = unique("m")
@@ -260,13 +340,13 @@ async def test_an_outage_of_postgresql_holds_deliveries_and_the_container_unread
         await send_bodies(broker, queue, [f"o-{n}" for n in range(10)])
         with anyio.fail_after(WAIT):
             await state.wait_until(settled(10))
-        await anyio.to_thread.run_sync(getattr(postgres, fault))
+        await anyio.to_thread.run_sync(getattr(database_server, fault))
         try:
             await send_bodies(broker, queue, [f"o-{n}" for n in range(10, 20)])
             await until(lambda: not container.health().ready)
             assert container.health().unready()["databases_down"] == ["main"]
         finally:
-            await anyio.to_thread.run_sync(getattr(postgres, recovery))
+            await anyio.to_thread.run_sync(getattr(database_server, recovery))
         await until(lambda: container.health().ready)
         with anyio.fail_after(WAIT):
             await state.wait_until(settled(20))
@@ -456,6 +536,18 @@ async def test_a_statement_of_the_handler_that_never_ends_in_time_is_bounded_by_
     assert await count(postgres_database, tables.inbox) == 0
 
 
+async def test_ids_that_differ_in_case_or_trailing_spaces_are_two_messages(
+    database: Database,
+) -> None:
+    # MariaDB's usual collations would take them for one: the inbox compares bytes.
+    async with database.session() as session:
+        for message_id in ("m-1", "M-1", "m-1 "):
+            assert await inbox.claim(session, "l", "queue:q", message_id, b"1", 1.0) is None
+    async with database.session() as session:
+        assert await inbox.claim(session, "l", "queue:q", "M-1", b"1", 2.0) == Taken(True)
+    assert await count(database, tables.inbox) == 3
+
+
 async def test_the_status_shows_each_databases_outbox(database: Database) -> None:
     async with database.session() as session:  # sends another process is dispatching
         writer = Writer(session, "another-process", lease=3600.0, error_destination=None)
@@ -501,6 +593,25 @@ async def test_rows_a_dead_process_left_are_dispatched_once_their_lease_ran_out(
     assert await count(database, tables.outbox) == 0
 
 
+async def test_a_dispatch_that_begins_late_renews_the_rows_lease_at_once(
+    database: Database,
+) -> None:
+    # Its run committed more than a third of the lease after writing them (a loaded
+    # machine, a database out of reach meanwhile): the renewal is due at once. It was a
+    # negative wait, which ended the container.
+    url, out = f"memory://{unique('m')}", f"queue:{unique('eo_out')}"
+    async with Producer(settings_for(url)) as producer:
+        dispatcher = Dispatcher(database, producer, "this-process")
+        await dispatcher.sweep()  # nothing left by an earlier process: a dispatch sends at once
+        async with database.session() as session:
+            writer = Writer(session, "this-process", lease=0.0, error_destination=None)
+            await writer.send(Destination.parse(out), OutgoingMessage(b"m", {ID: "id-m"}), None)
+        await dispatcher.dispatch(writer.rows)
+        await dispatcher.sweep()  # deletes the row the dispatch sent, and sends nothing again
+    assert [d.body for d in await read(url, out, 1)] == [b"m"]
+    assert await count(database, tables.outbox) == 0
+
+
 async def test_a_container_whose_database_lacks_the_tables_says_so(
     broker_url: str, tmp_path: Path,
 ) -> None:
@@ -513,6 +624,39 @@ async def test_a_container_whose_database_lacks_the_tables_says_so(
     container = Container(settings_for(broker_url, databases={"main": empty}), specs(handler))
     with pytest.raises(ConfigurationError, match="mdb db upgrade"):
         await container.run()
+
+
+@pytest.mark.mariadb
+async def test_a_mariadb_that_would_drop_a_large_outbox_row_is_refused_at_startup(
+    mariadb: MariaDB,
+) -> None:
+    # The server drops the connection of a statement past max_allowed_packet (16 MiB by
+    # default): a large send would be an outage at every run of its message.
+    database = await prepared(await anyio.to_thread.run_sync(mariadb.create_database,
+                                                              unique("eo")))
+    async with database.engine.connect() as connection:
+        configured = (await connection.execute(text("SELECT @@max_allowed_packet"))).scalar()
+        await connection.execute(text("SET GLOBAL max_allowed_packet = 16777216"))
+    try:
+        await database.engine.dispose()  # a connection reads the global value as it starts
+        with pytest.raises(ConfigurationError, match=r"max_allowed_packet is 16 MiB, less "
+                                                     r"than the 144 MiB"):
+            await tables.check(database.engine, "main")
+    finally:
+        async with database.engine.connect() as connection:
+            await connection.execute(text(f"SET GLOBAL max_allowed_packet = {configured}"))
+        await database.close()
+    # What it accepts, a body of 20 MiB included (its bytes escaped: twice as long at most).
+    database = await prepared(database.settings.url)
+    try:
+        await tables.check(database.engine, "main")
+        async with database.session() as session:
+            writer = Writer(session, "this-process", 30.0, error_destination=None)
+            await writer.send(Destination.parse("queue:q"), OutgoingMessage(
+                b"\0" * (20 << 20), {ID: "m-1"}), None)
+        assert await count(database, tables.outbox) == 1
+    finally:
+        await database.close()
 
 
 def test_an_exactly_once_listener_names_a_configured_database() -> None:

@@ -33,9 +33,10 @@ from tests.harness.messages import read, send_copies
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql),
+                        pytest.param("mariadb", marks=pytest.mark.mariadb)])
 async def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database of the test's own, SQLite or PostgreSQL."""
+    """A database of the test's own, SQLite, PostgreSQL or MariaDB."""
     return await database_url(request, tmp_path)
 
 

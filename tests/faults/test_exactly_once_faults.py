@@ -8,9 +8,11 @@ The faults, each mid-stream: a kill -9 of the container after a run's commit, be
 dispatch or its ack; a kill -9 of the broker the run's delivery came from at the same point,
 the broker started again on its data (the message comes back flagged redelivered, perhaps to
 the other process) and the container resumed; an immediate stop of PostgreSQL; the
-container's network cut off. After each: every business id's effect is in the database
-exactly once in both stages, nothing is left in the outbox, in the queues or in an error or
-dead-letter queue (docs/exactly-once.md, "What happens to a message").
+container's network cut off. On a private MariaDB server instead (its own tests): a kill -9
+of mariadbd, and mariadbd hung with SIGSTOP past the database's ``timeout``. After each:
+every business id's effect is in the database exactly once in both stages, nothing is left
+in the outbox, in the queues or in an error or dead-letter queue (docs/exactly-once.md,
+"What happens to a message").
 
 Two foreign messages with the same body are two messages: both run. And a listener broken on
 purpose (its effect written outside mdb's transaction) is seen to run twice by the same
@@ -31,14 +33,15 @@ import pytest
 from tests.harness.activemq import ActiveMQ
 from tests.harness.brokers import missing
 from tests.harness.container_process import ContainerProcess
-from tests.harness.exactly_once_stages import Once, Rows, Stages, check_once
+from tests.harness.exactly_once_stages import TIMEOUT, Once, Rows, Stages, check_once
 from tests.harness.fleet import WAIT
 from tests.harness.foreign import ForeignProducer
+from tests.harness.mariadb import MariaDB
 from tests.harness.netns import Network
 from tests.harness.postgresql import PostgreSQL, postgresql_available
 from tests.harness.process import BrokerProcess, started_together
 
-pytestmark = [pytest.mark.activemq, pytest.mark.postgresql]
+pytestmark = pytest.mark.activemq
 
 HALF = 30  # messages sent before the fault, and again after it
 FREEZE = "3"  # the run of the first stage after whose commit a process stops (of ~HALF/2)
@@ -48,6 +51,7 @@ SLOW = "1.0"
 # Seconds a container's link stays cut: longer than the broker tolerates silence (2 to 3 of the
 # container's 1 s heart-beat intervals, docs/failover.md) and than the database timeout (3 s).
 CUT = 4.0
+HUNG = TIMEOUT + 1.0  # seconds a database server stays hung: its statements time out
 
 
 @pytest.fixture
@@ -110,6 +114,7 @@ def both(stages: Stages, **env: str) -> tuple[ContainerProcess, ContainerProcess
     return stages.start("s1", EO_FREEZE=FREEZE, **env), stages.start("s2")
 
 
+@pytest.mark.postgresql
 @pytest.mark.parametrize("before", ["dispatch", "ack"])
 def test_a_container_killed_between_the_commit_and_the_ack(
     stages: Stages, before: str,
@@ -147,6 +152,7 @@ def kill_the_broker_after_a_commit(stages: Stages, before: str,
     return sent, line["id"], [frozen, other]
 
 
+@pytest.mark.postgresql
 @pytest.mark.parametrize("before", ["dispatch", "ack"])
 def test_a_broker_killed_between_the_commit_and_the_ack(
     stages: Stages, before: str,
@@ -155,6 +161,7 @@ def test_a_broker_killed_between_the_commit_and_the_ack(
     settle(stages, sent, *processes)
 
 
+@pytest.mark.postgresql
 def test_the_checks_see_a_listener_writing_outside_the_transaction_run_twice(
     stages: Stages,
 ) -> None:
@@ -167,6 +174,7 @@ def test_the_checks_see_a_listener_writing_outside_the_transaction_run_twice(
     assert key in end.bad
 
 
+@pytest.mark.postgresql
 def test_two_foreign_messages_with_the_same_body_both_run(
     stages: Stages,
 ) -> None:
@@ -185,6 +193,7 @@ def test_two_foreign_messages_with_the_same_body_both_run(
     assert stages.left() == {}
 
 
+@pytest.mark.postgresql
 def test_postgresql_stopped_mid_stream(trio: list[BrokerProcess],
                                        postgres_up: PostgreSQL) -> None:
     def stop_postgresql(stages: Stages) -> list[str]:
@@ -194,6 +203,41 @@ def test_postgresql_stopped_mid_stream(trio: list[BrokerProcess],
         return sent
 
     mid_stream(trio, postgres_up, stop_postgresql)
+
+
+@pytest.fixture
+def mariadb_up(mariadb: MariaDB) -> Iterator[MariaDB]:
+    """The session's MariaDB server, running (and not paused) after the test whatever it
+    did."""
+    yield mariadb
+    mariadb.resume()
+    if not mariadb.running:
+        mariadb.start()
+
+
+@pytest.mark.mariadb
+@pytest.mark.parametrize("fault", ["kill -9", "SIGSTOP"])
+def test_mariadb_killed_or_hung_mid_stream(trio: list[BrokerProcess], mariadb_up: MariaDB,
+                                           fault: str) -> None:
+    """What PostgreSQL's tests do not show of MariaDB: its driver's errors when the server
+    dies mid-statement (kill -9 of mariadbd, InnoDB recovering at the start) or stops
+    answering (SIGSTOP for longer than the database's ``timeout``) are outages, and
+    InnoDB's row locks keep the copies the brokers redeliver meanwhile from running twice."""
+    def upset(stages: Stages) -> list[str]:
+        if fault == "kill -9":
+            mariadb_up.crash()
+            sent = stages.send(HALF, HALF)  # arriving while it is down
+            mariadb_up.start()
+            return sent
+        mariadb_up.pause()
+        try:
+            sent = stages.send(HALF, HALF)  # arriving while it is hung
+            time.sleep(HUNG)  # the fault's duration
+        finally:
+            mariadb_up.resume()
+        return sent
+
+    mid_stream(trio, mariadb_up, upset)
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +250,7 @@ def bridged(network: Network) -> Iterator[tuple[list[BrokerProcess], PostgreSQL]
         yield brokers, postgres
 
 
+@pytest.mark.postgresql
 def test_a_container_cut_off_mid_stream(
     network: Network, bridged: tuple[list[BrokerProcess], PostgreSQL],
 ) -> None:
@@ -231,7 +276,7 @@ def test_a_container_cut_off_mid_stream(
     assert "connection-lost" in logged  # the container noticed the cut
 
 
-def mid_stream(brokers: Sequence[BrokerProcess], postgres: PostgreSQL,
+def mid_stream(brokers: Sequence[BrokerProcess], postgres: PostgreSQL | MariaDB,
                fault: Callable[[Stages], list[str]],
                prefix: Sequence[str] = ()) -> ContainerProcess:
     """Two processes of both stages (``s1`` with ``prefix`` before its command), ``fault``

@@ -1,7 +1,7 @@
 """A database of the test's own for exactly-once listeners (docs/exactly-once.md): a SQLite
-file in the test's folder or a database on the private PostgreSQL server
-(``tests.harness.postgresql``), with mdb's tables (``mdb db upgrade``) and the test's own
-``orders``."""
+file in the test's folder or a database on the private PostgreSQL or MariaDB server
+(``tests.harness.postgresql``, ``tests.harness.mariadb``), with mdb's tables (``mdb db
+upgrade``) and the test's own ``orders``."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from mdb.exactly_once import tables
 from mdb.exactly_once.database import Database
 from mdb.settings import Settings
 from tests.harness.in_process import settings_for, unique
+from tests.harness.mariadb import MariaDB
 from tests.harness.postgresql import PostgreSQL
 
 user_tables = MetaData()
@@ -32,11 +33,12 @@ async def prepared(url: str, **settings: float) -> Database:
 
 
 async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The URL of a new database: ``request.param`` is ``"sqlite"`` or ``"postgresql"`` (the
-    session's ``postgres`` server, ``tests/conftest.py``)."""
+    """The URL of a new database: ``request.param`` is ``"sqlite"``, ``"postgresql"`` or
+    ``"mariadb"`` (the session's ``postgres`` or ``mariadb`` server, ``tests/conftest.py``)."""
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'app.db'}"
-    server: PostgreSQL = request.getfixturevalue("postgres")
+    server: PostgreSQL | MariaDB = request.getfixturevalue(
+        "postgres" if request.param == "postgresql" else request.param)
     return await anyio.to_thread.run_sync(server.create_database, unique("eo"))
 
 

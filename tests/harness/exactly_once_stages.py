@@ -40,6 +40,7 @@ from tests.harness.exactly_once_app import effects, ledger_tables
 from tests.harness.fleet import WAIT, browse, fault_settings
 from tests.harness.foreign import ForeignProducer, Member
 from tests.harness.in_process import unique
+from tests.harness.mariadb import MariaDB
 from tests.harness.postgresql import PostgreSQL
 from tests.harness.process import BrokerProcess
 
@@ -58,9 +59,9 @@ def spread(name: str, brokers: Collection[str]) -> DestinationSettings:
 
 class Stages:
     """The two stages' container processes on ``brokers`` (named ``a``, ``b``, ``c``… in
-    that order) and a new database of ``postgres``."""
+    that order) and a new database of ``server`` (PostgreSQL or MariaDB)."""
 
-    def __init__(self, brokers: Sequence[BrokerProcess], postgres: PostgreSQL,
+    def __init__(self, brokers: Sequence[BrokerProcess], server: PostgreSQL | MariaDB,
                  stack: ExitStack) -> None:
         self.stack = stack
         self.topic = unique("eo")
@@ -70,7 +71,7 @@ class Stages:
             f"topic:{self.topic}": spread(self.topic, settings.brokers),
             f"queue:{self.topic}.second": spread(f"{self.topic}.second", settings.brokers)}})
         self.brokers = dict(zip(settings.brokers, brokers, strict=True))
-        self.url = postgres.create_database(self.topic)
+        self.url = server.create_database(self.topic)
         anyio.run(self._prepare)
 
     async def _prepare(self) -> None:

@@ -29,6 +29,7 @@ from mdb.redaction import mask_secrets, redact_url
 from mdb_memory.state import broker_state
 from tests.harness.cli import mdb, one_line
 from tests.harness.in_process import WAIT, running, settings_for, unique
+from tests.harness.mariadb import MariaDB
 from tests.harness.postgresql import PostgreSQL
 from tests.harness.process import free_port
 
@@ -111,14 +112,16 @@ LONG_HEADERS = {
 }
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql),
+                        pytest.param("mariadb", marks=pytest.mark.mariadb)])
 async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    """SQLite, which keeps text of any length, and PostgreSQL, which refuses what is longer
-    than a column: the outbox refuses it on both, before either is asked."""
+    """SQLite, which keeps text of any length, and PostgreSQL and MariaDB, which refuse what
+    is longer than a column: the outbox refuses it on all three, before any is asked."""
     if request.param == "sqlite":
         url = f"sqlite+aiosqlite:///{tmp_path / 'app.db'}"
     else:
-        server: PostgreSQL = request.getfixturevalue("postgres")
+        server: PostgreSQL | MariaDB = request.getfixturevalue(
+            "postgres" if request.param == "postgresql" else request.param)
         url = await anyio.to_thread.run_sync(server.create_database, unique("secrets"))
     database = Database("main", DatabaseSettings(url=url))
     await tables.upgrade(database.engine)

@@ -141,12 +141,19 @@ ENDLESS = {
     "sqlite": "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) "
               "SELECT count(*) FROM n",
     "postgresql": "SELECT pg_sleep(3600)",
+    "mysql": "SELECT SLEEP(3600)",
+}
+# Per database: how many sessions still run ``ENDLESS``.
+STILL_RUNNING = {
+    "postgresql": "SELECT count(*) FROM pg_stat_activity WHERE query = :endless",
+    "mysql": "SELECT count(*) FROM information_schema.processlist WHERE info = :endless",
 }
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql),
+                        pytest.param("mariadb", marks=pytest.mark.mariadb)])
 async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    """A database of the test's own, SQLite or PostgreSQL, with mdb's tables; mdb's
+    """A database of the test's own, SQLite, PostgreSQL or MariaDB, with mdb's tables; mdb's
     statements time out after 2 s."""
     made = await prepared(await database_url(request, tmp_path), timeout=2.0)
     yield made
@@ -179,10 +186,9 @@ async def test_a_handler_cancelled_past_its_timeout_has_its_statement_ended(
             await state.wait_until(settled(queue, 2))  # the first delivery, then its copy
         [deployed] = container.deployed
         assert (deployed.stats.processed, deployed.stats.redelivered) == (1, 1)
-    if database_kind == "postgresql":
+    if database_kind in STILL_RUNNING:
         async with database.engine.connect() as connection:
-            running_still = (await connection.execute(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE query = :endless"),
-                {"endless": ENDLESS[database_kind]})).scalar_one()
-        assert running_still == 0
+            running_still = (await connection.execute(text(STILL_RUNNING[database_kind]),
+                                                      {"endless": ENDLESS[database_kind]}))
+        assert running_still.scalar_one() == 0
     assert calls.of("ran") == [1, 2]

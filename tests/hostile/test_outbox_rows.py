@@ -30,9 +30,11 @@ pytestmark = pytest.mark.anyio
 MiB = 1 << 20
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql),
+                        pytest.param("mariadb", marks=pytest.mark.mariadb)])
 async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    """A database of the test's own, SQLite or PostgreSQL, with mdb's tables."""
+    """A database of the test's own, SQLite, PostgreSQL or MariaDB, with mdb's tables (their
+    body columns: MariaDB's BLOB would stop at 64 KiB)."""
     made = await prepared(await database_url(request, tmp_path))
     yield made
     await made.close()

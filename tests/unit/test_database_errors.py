@@ -4,11 +4,12 @@ message); what says the statement is wrong stays the handler's failure."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
 from pydantic import ValidationError
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mdb.database_settings import DatabaseSettings
 from mdb.errors import ConfigurationError, DatabaseUnavailable
@@ -67,6 +68,53 @@ def test_a_missing_driver_names_the_extra_that_brings_it(
     assert str(raised.value) == (
         "setting databases.main.url: 'postgresql+asyncpg://db:5432/orders' needs the driver "
         "asyncpg, which is not installed: pip install 'mdb[postgres]'")
+
+
+class MySQLError(Exception):
+    """asyncmy's error: its arguments are the error's number and its text."""
+
+
+def mysql_failure(code: int, message: str) -> OperationalError:
+    # asyncmy raises OperationalError for every server error number it has no class for.
+    return OperationalError("INSERT INTO mdb_inbox ...", None, MySQLError(code, message))
+
+
+@pytest.mark.parametrize(("code", "message"), [
+    (2013, "Lost connection to server during query"),
+    (2003, "Can't connect to MySQL server on '127.0.0.1'"),
+    (1053, "Server shutdown in progress"),
+    (1040, "Too many connections"),
+])
+async def test_a_mariadb_that_cannot_take_statements_now_is_unavailable(
+        code: int, message: str) -> None:
+    database = Database("main", DatabaseSettings(url="sqlite+aiosqlite:///unused.db"))
+    with pytest.raises(DatabaseUnavailable, match=message):
+        async with translated(database):
+            raise mysql_failure(code, message)
+
+
+@pytest.mark.parametrize(("code", "message"), [
+    (1213, "Deadlock found when trying to get lock; try restarting transaction"),
+    # a handler's own statement past ``timeout`` (mdb's are cancelled before the server's
+    # bound): its failure, as asyncpg's TimeoutError is on PostgreSQL
+    (1205, "Lock wait timeout exceeded; try restarting transaction"),
+    (1969, "Query execution was interrupted (max_statement_time exceeded)"),
+    (1644, "a handler's own SIGNAL"),
+])
+async def test_a_statement_mariadb_refuses_stays_the_handlers_failure(
+        code: int, message: str) -> None:
+    database = Database("main", DatabaseSettings(url="sqlite+aiosqlite:///unused.db"))
+    with pytest.raises(OperationalError, match=re.escape(message)):
+        async with translated(database):
+            raise mysql_failure(code, message)
+
+
+def test_a_missing_mysql_driver_names_the_extra_that_brings_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "asyncmy", None)  # as if `mdb[mysql]` was not installed
+    with pytest.raises(ConfigurationError, match=r"needs the driver asyncmy, which is not "
+                                                 r"installed: pip install 'mdb\[mysql\]'$"):
+        Database("main", DatabaseSettings(url="mysql+asyncmy://db:3306/orders"))
 
 
 def test_a_driver_mdb_has_no_extra_for_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

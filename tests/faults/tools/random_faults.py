@@ -55,10 +55,12 @@ depend on mdb's own logs (``python -m tests.faults.tools.stomp_capture DIR --aud
 MDB_ID``).
 
 ``--exactly-once`` runs exactly-once listeners (docs/exactly-once.md) on three ActiveMQ
-brokers and a private PostgreSQL server: two container processes (``s1``, ``s2``) of one app
-running the two stages of ``tests.harness.exactly_once_app`` (the first inserts a row of an
-effect ledger per business id and sends the id on through the outbox, the second inserts a
-row per id it receives), both stages partitioned over the three brokers, one member on each
+brokers and a private PostgreSQL server (``--database mariadb``: a MariaDB server, whose
+faults are ``mariadb-kill`` and ``mariadb-pause``, as PostgreSQL's below): two container
+processes (``s1``, ``s2``) of one app running the two stages of
+``tests.harness.exactly_once_app`` (the first inserts a row of an effect ledger per business
+id and sends the id on through the outbox, the second inserts a row per id it receives),
+both stages partitioned over the three brokers, one member on each
 (``tests.harness.exactly_once_stages``), and a foreign producer (plain stomp.py: no
 ``mdb_id``, the business id ``mN`` in the body, ``tests.harness.foreign``) sending to the
 first stage's members in turn. Its faults (``upset_pipeline``):
@@ -109,6 +111,7 @@ from tests.harness.foreign import ForeignLoad
 from tests.harness.in_process import unique
 from tests.harness.ledger import PER_APP, PER_SERVER, Verdict
 from tests.harness.load_producer import LoadProducer
+from tests.harness.mariadb import MariaDB, mariadb_available
 from tests.harness.netns import Namespace, Network, network_available, private_network
 from tests.harness.postgresql import PostgreSQL, postgresql_available
 from tests.harness.process import BrokerProcess, started_together
@@ -118,8 +121,10 @@ from tests.harness.rabbitmq_cluster import RabbitMQCluster
 KINDS = ("broker-kill", "broker-pause", "container-kill", "master-kill", "node-kill",
          "partition")
 RABBITMQ_KINDS = ("node-kill", "node-pause", "container-kill", "partition")
-EXACTLY_ONCE_KINDS = ("pg-kill", "pg-pause", "broker-kill", "broker-pause", "container-kill",
-                      "partition")
+# The database's two faults (``--database``) come first in an exactly-once run's kinds.
+DATABASE_KINDS = {"postgresql": ("pg-kill", "pg-pause"),
+                  "mariadb": ("mariadb-kill", "mariadb-pause")}
+EXACTLY_ONCE_KINDS = ("broker-kill", "broker-pause", "container-kill", "partition")
 TOPOLOGIES = ("cluster", "node")  # of --rabbitmq: three nodes, quorum queues; one, classic
 RABBITMQ_HEARTBEAT_MS = 4000  # what RabbitMQ makes of a smaller one (docs/rabbitmq.md)
 NAMES = ("a", "b", "c")
@@ -402,32 +407,36 @@ class Pipeline:
         return lines
 
 
-def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0) -> int:
+def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0,
+                     database: str = "postgresql") -> int:
     """The exactly-once run (``--exactly-once``): three ActiveMQ brokers, a private
-    PostgreSQL server, two container processes of both stages of
+    ``database`` server (PostgreSQL or MariaDB), two container processes of both stages of
     ``tests.harness.exactly_once_app`` partitioned over the brokers, a foreign producer
-    sending to the first stage's members, faults of ``EXACTLY_ONCE_KINDS``; each run of the
-    first stage holds its transaction open ``delay`` seconds (more work in flight at a
-    fault). Prints the table, returns the exit status."""
+    sending to the first stage's members, faults of ``DATABASE_KINDS[database]`` and
+    ``EXACTLY_ONCE_KINDS``; each run of the first stage holds its transaction open ``delay``
+    seconds (more work in flight at a fault). Prints the table, returns the exit status."""
     rng = random.Random(seed)
+    all_kinds = DATABASE_KINDS[database] + EXACTLY_ONCE_KINDS
     with ExitStack() as stack:
         network = stack.enter_context(private_network()) if network_available() else None
-        kinds = tuple(k for k in EXACTLY_ONCE_KINDS if k != "partition" or network)
+        kinds = tuple(k for k in all_kinds if k != "partition" or network)
         host = network.address if network else None
         brokers = stack.enter_context(started_together(lambda: ActiveMQ(host=host), 3))
-        postgres = stack.enter_context(PostgreSQL(host=host or "127.0.0.1"))
-        pipeline = Pipeline(Stages(brokers, postgres, stack), Rooms(network), delay)
+        db: PostgreSQL | MariaDB = (PostgreSQL if database == "postgresql" else MariaDB)(
+            host=host or "127.0.0.1")
+        stack.enter_context(db)
+        pipeline = Pipeline(Stages(brokers, db, stack), Rooms(network), delay)
         pipeline.start("s1")
         pipeline.start("s2")
         with ForeignLoad(pipeline.stages.members(), pace=0.02) as producer:
 
             def fault(kind: str) -> None:
-                upset_pipeline(kind, rng, brokers, postgres, pipeline)
+                upset_pipeline(kind, rng, brokers, db, pipeline)
 
             def undo() -> None:
-                postgres.resume()
-                if not postgres.running:
-                    postgres.start()
+                db.resume()
+                if not db.running:
+                    db.start()
                 for broker in brokers:
                     broker.resume()
                     if not broker.running:
@@ -444,7 +453,7 @@ def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0
         left = pipeline.stages.left()
         inbox = pipeline.stages.inbox()
     accounts, bad = check_once(rows, told, raised)
-    print_faults(survived, EXACTLY_ONCE_KINDS, len(told), raised)
+    print_faults(survived, all_kinds, len(told), raised)
     for server, line in sorted(stopped.items()):
         print(f"{server} {line}")
     print_rows([("stage", "owed", "once", "missing", "repeated", "extra")] + [
@@ -465,13 +474,14 @@ def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0
 
 
 def upset_pipeline(kind: str, rng: random.Random, brokers: Sequence[BrokerProcess],
-                   postgres: PostgreSQL, pipeline: Pipeline) -> None:
+                   database: PostgreSQL | MariaDB, pipeline: Pipeline) -> None:
     """One fault of the exactly-once run, then wait until consumption resumed:
 
     * ``pg-kill``: SIGKILL of the postmaster (its children follow), down 0.5 to 6 s, started
-      again (it recovers from its WAL);
-    * ``pg-pause``: SIGSTOP of every server process for 0.5 s to twice the databases'
-      ``timeout`` (a hung server: past the timeout or not), then SIGCONT;
+      again (it recovers from its WAL); ``mariadb-kill``: SIGKILL of mariadbd, likewise
+      (InnoDB recovers from its redo log);
+    * ``pg-pause``, ``mariadb-pause``: SIGSTOP of every server process for 0.5 s to twice
+      the databases' ``timeout`` (a hung server: past the timeout or not), then SIGCONT;
     * ``broker-kill``, ``broker-pause``: an ``outage`` of one of ``brokers``, 0.5 to 6 s;
     * ``container-kill``: SIGKILL one process, start it again 0 to 3 s later under its name;
     * ``partition``: one process's link cut for 2 to 6 s (around the broker's tolerance of
@@ -479,14 +489,14 @@ def upset_pipeline(kind: str, rng: random.Random, brokers: Sequence[BrokerProces
       the first stage again.
     """
     server = None
-    if kind == "pg-kill":
-        postgres.crash()
+    if kind in ("pg-kill", "mariadb-kill"):
+        database.crash()
         pipeline.hold(rng.uniform(0.5, 6.0))
-        postgres.start()
-    elif kind == "pg-pause":
-        postgres.pause()
+        database.start()
+    elif kind in ("pg-pause", "mariadb-pause"):
+        database.pause()
         pipeline.hold(rng.uniform(0.5, 2 * TIMEOUT))
-        postgres.resume()
+        database.resume()
     elif kind in ("broker-kill", "broker-pause"):
         outage(kind == "broker-kill", rng.choice(brokers), rng.uniform(0.5, 6.0), pipeline)
     elif kind == "container-kill":
@@ -659,6 +669,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="three ActiveMQ brokers and PostgreSQL, two exactly-once stages "
                              "partitioned over the brokers, a foreign (plain stomp.py) "
                              "producer, database faults among the others")
+    parser.add_argument("--database", choices=tuple(DATABASE_KINDS), default="postgresql",
+                        help="with --exactly-once: the database server the stages keep their "
+                             "inbox, outbox and ledger in, and whose faults are drawn")
     parser.add_argument("--delay", type=float, default=0.0,
                         help="with --exactly-once: seconds each run of the first stage holds "
                              "its transaction open (more work in flight at a fault)")
@@ -670,10 +683,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.capture is not None and not args.rabbitmq:
         parser.error("--capture goes with --rabbitmq")
     if args.exactly_once:
-        if not activemq_available() or not postgresql_available():
-            print("ActiveMQ Classic and PostgreSQL are needed", file=sys.stderr)
+        available, name = ((postgresql_available, "PostgreSQL") if args.database == "postgresql"
+                           else (mariadb_available, "MariaDB"))
+        if not activemq_available() or not available():
+            print(f"ActiveMQ Classic and {name} are needed", file=sys.stderr)
             return 2
-        return run_exactly_once(args.minutes, args.seed, args.drain, args.delay)
+        return run_exactly_once(args.minutes, args.seed, args.drain, args.delay, args.database)
     if args.rabbitmq:
         if not rabbitmq_available():
             return not_installed("RabbitMQ with the STOMP plugin")

@@ -1,0 +1,229 @@
+"""A private MariaDB server for tests: its own port, data directory, socket and process.
+
+It runs Debian's binaries directly (``mariadb-install-db``, then ``mariadbd`` in the
+foreground: no service; the machine's own server on 3306 is left alone)::
+
+    server = MariaDB().start()           # blocks until it accepts connections
+    server.create_database("orders")     # 'mysql+asyncmy://mdb:***@127.0.0.1:PORT/orders'
+    server.crash()                       # kill -9 of mariadbd: InnoDB recovers at the next start
+    server.pause(); server.resume()      # SIGSTOP / SIGCONT: a hung server
+    server.start()                       # same port and data directory
+    server.close()                       # stop and delete the temporary directory
+
+Under root the server runs as the ``mysql`` system user (``--user``), on a directory handed to
+it. The administrator logs in through the instance's Unix socket by the name of the process's
+own user (unix_socket authentication, set up by ``mariadb-install-db``) and creates the login
+clients use over TCP: ``mdb`` with a password, so that credentials are exercised as on a real
+server. Readiness is polled with ``mariadb-admin ping`` against a deadline, never a fixed
+sleep. The server's log goes to ``<base>/console.log``; ``log_tail()`` shows it when a start
+fails.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import getpass
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from tests.harness.process import ChildProcess, free_port
+
+USER = "mdb"
+PASSWORD = "mdb-secret"
+_SYSTEM_USER = "mysql"
+
+
+def mariadb_available() -> bool:
+    """True when mariadb-install-db and mariadbd exist here, and a user they will run as."""
+    if _program("mariadbd") is None or _program("mariadb-install-db") is None:
+        return False
+    if os.getuid() != 0:
+        return True
+    try:
+        pwd.getpwnam(_SYSTEM_USER)
+    except KeyError:
+        return False
+    return True
+
+
+def _program(name: str) -> str | None:
+    # mariadbd is in /usr/sbin, which a user's PATH may lack.
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
+
+
+_running: set[MariaDB] = set()
+
+
+class MariaDB(ChildProcess):
+    """One private MariaDB server. Not thread-safe; meant for test fixtures.
+
+    ``base_dir`` (default: a new temporary directory, deleted by ``close``) holds ``data/``
+    (made by ``mariadb-install-db`` at the first ``start``), the socket and ``console.log``;
+    ``port`` defaults to a free one and stays the same across restarts."""
+
+    def __init__(self, base_dir: Path | None = None, *, port: int | None = None,
+                 startup_timeout: float = 60.0, host: str = "127.0.0.1") -> None:
+        if not mariadb_available():
+            raise RuntimeError("MariaDB is not installed (apt-get install mariadb-server)")
+        self.host = host
+        self._owns_dir = base_dir is None
+        self.base_dir = base_dir or Path(tempfile.mkdtemp(prefix="mdb-mariadb-"))
+        self.data_dir = self.base_dir / "data"
+        self.socket = self.base_dir / "mariadbd.sock"
+        self.console_path = self.base_dir / "console.log"
+        self.port = port or free_port(self.host)
+        self._startup_timeout = startup_timeout
+        # Under root the server runs as the mysql user, who must reach its directory.
+        self._user = _SYSTEM_USER if os.getuid() == 0 else None
+        self._admin = getpass.getuser()
+        if self._user is not None:
+            entry = pwd.getpwnam(self._user)
+            os.chown(self.base_dir, entry.pw_uid, entry.pw_gid)
+
+    def url(self, database: str = "mysql") -> str:
+        """The SQLAlchemy URL (asyncmy) of ``database`` on this server, with mdb's login."""
+        return f"mysql+asyncmy://{USER}:{PASSWORD}@{self.host}:{self.port}/{database}"
+
+    def start(self) -> Self:
+        """Start the server (``mariadb-install-db`` and the login first, the first time) and
+        return once it accepts connections. ``RuntimeError`` with the end of its log if it
+        exits or does not answer within ``startup_timeout``; the process is then killed."""
+        if self.running:
+            raise RuntimeError(f"MariaDB already running (pid {self.pid})")
+        first = not (self.data_dir / "mysql").is_dir()
+        if first:
+            self._run(_program("mariadb-install-db") or "mariadb-install-db", "--no-defaults",
+                      f"--datadir={self.data_dir}", "--auth-root-authentication-method=socket",
+                      f"--auth-root-socket-user={self._admin}", "--skip-test-db",
+                      *([f"--user={self._user}"] if self._user else []))
+        _running.add(self)
+        with open(self.console_path, "ab") as console:
+            self._process = subprocess.Popen(
+                [_program("mariadbd") or "mariadbd", "--no-defaults",
+                 f"--datadir={self.data_dir}", f"--port={self.port}",
+                 f"--bind-address={self.host}", f"--socket={self.socket}",
+                 f"--pid-file={self.base_dir / 'mariadbd.pid'}",
+                 f"--log-error={self.console_path}", "--skip-name-resolve",
+                 "--max-connections=200", "--innodb-buffer-pool-size=64M",
+                 "--max-allowed-packet=256M",  # what mdb asks for (docs/exactly-once.md)
+                 # The tests kill the server, never the machine: a commit written to the OS's
+                 # cache survives them, so flushing it to the disk would only slow them.
+                 "--innodb-flush-log-at-trx-commit=2", "--innodb-doublewrite=0",
+                 *([f"--user={self._user}"] if self._user else [])],
+                stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        try:
+            self._wait_ready()
+            if first:
+                self._sql(f"CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}'; "
+                          f"GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'%'")
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def create_database(self, name: str) -> str:
+        """Create database ``name`` (empty) and return its URL."""
+        self._sql(f"CREATE DATABASE `{name}`")
+        return self.url(name)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """A normal shutdown (SIGTERM), then SIGKILL after ``timeout``; returns once the
+        server is gone."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            self.resume()  # a paused server could not stop
+            process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout)
+        self.kill()
+
+    def crash(self) -> None:
+        """SIGKILL of mariadbd (one process: its connections are threads): what a commit
+        wrote is in InnoDB's log, replayed by the next ``start``."""
+        self.kill()
+
+    def pause(self) -> None:
+        """SIGSTOP: a hung server, whose port still accepts connections (the kernel's
+        backlog) and answers nothing, not even on the connections it had."""
+        if self.running:
+            os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause``."""
+        if self.running:
+            os.kill(self.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILL the server's process group: nothing is left running."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        _running.discard(self)
+
+    def close(self) -> None:
+        """Stop, and delete the base directory if it was a temporary one made here."""
+        self.stop()
+        if self._owns_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.console_path.exists():
+            return "(no output)"
+        return "\n".join(self.console_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self._startup_timeout
+        while True:
+            if not self.running:
+                raise RuntimeError(f"MariaDB exited during startup:\n{self.log_tail()}")
+            answer = subprocess.run(
+                [_program("mariadb-admin") or "mariadb-admin", "--no-defaults",
+                 f"--socket={self.socket}", f"--user={self._admin}", "--connect-timeout=2",
+                 "ping"], capture_output=True, check=False)
+            if answer.returncode == 0:
+                return
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"MariaDB did not accept connections on port {self.port} "
+                                   f"within {self._startup_timeout}s:\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    def _sql(self, statements: str) -> None:
+        """Run ``statements`` as the administrator, through the socket."""
+        self._run(_program("mariadb") or "mariadb", "--no-defaults", f"--socket={self.socket}",
+                  f"--user={self._admin}", "-e", statements)
+
+    def _run(self, program: str, *args: str) -> None:
+        done = subprocess.run([program, *args], capture_output=True, text=True, check=False,
+                              timeout=120, cwd=self.base_dir)
+        if done.returncode != 0:
+            raise RuntimeError(f"{Path(program).name} {' '.join(args)}: "
+                               f"{done.stdout}{done.stderr}")
+
+    def __enter__(self) -> Self:
+        return self if self.running else self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.running else "stopped"
+        return f"<MariaDB 127.0.0.1:{self.port} {state} in {self.base_dir}>"
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    # A test run that dies half-way must not leave servers behind.
+    for server in list(_running):
+        server.kill()
