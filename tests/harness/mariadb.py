@@ -21,7 +21,6 @@ fails.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import getpass
 import os
@@ -29,13 +28,11 @@ import pwd
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
-from tests.harness.process import ChildProcess, free_port
+from tests.harness.database_server import DatabaseServer
 
 USER = "mdb"
 PASSWORD = "mdb-secret"
@@ -60,10 +57,7 @@ def _program(name: str) -> str | None:
     return shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
 
 
-_running: set[MariaDB] = set()
-
-
-class MariaDB(ChildProcess):
+class MariaDB(DatabaseServer):
     """One private MariaDB server. Not thread-safe; meant for test fixtures.
 
     ``base_dir`` (default: a new temporary directory, deleted by ``close``) holds ``data/``
@@ -74,20 +68,9 @@ class MariaDB(ChildProcess):
                  startup_timeout: float = 60.0, host: str = "127.0.0.1") -> None:
         if not mariadb_available():
             raise RuntimeError("MariaDB is not installed (apt-get install mariadb-server)")
-        self.host = host
-        self._owns_dir = base_dir is None
-        self.base_dir = base_dir or Path(tempfile.mkdtemp(prefix="mdb-mariadb-"))
-        self.data_dir = self.base_dir / "data"
+        super().__init__("mariadb", _SYSTEM_USER, base_dir, port, startup_timeout, host)
         self.socket = self.base_dir / "mariadbd.sock"
-        self.console_path = self.base_dir / "console.log"
-        self.port = port or free_port(self.host)
-        self._startup_timeout = startup_timeout
-        # Under root the server runs as the mysql user, who must reach its directory.
-        self._user = _SYSTEM_USER if os.getuid() == 0 else None
         self._admin = getpass.getuser()
-        if self._user is not None:
-            entry = pwd.getpwnam(self._user)
-            os.chown(self.base_dir, entry.pw_uid, entry.pw_gid)
 
     def url(self, database: str = "mysql") -> str:
         """The SQLAlchemy URL (asyncmy) of ``database`` on this server, with mdb's login."""
@@ -105,7 +88,7 @@ class MariaDB(ChildProcess):
                       f"--datadir={self.data_dir}", "--auth-root-authentication-method=socket",
                       f"--auth-root-socket-user={self._admin}", "--skip-test-db",
                       *([f"--user={self._user}"] if self._user else []))
-        _running.add(self)
+        self.started()
         with open(self.console_path, "ab") as console:
             self._process = subprocess.Popen(
                 [_program("mariadbd") or "mariadbd", "--no-defaults",
@@ -163,25 +146,6 @@ class MariaDB(ChildProcess):
         if self.running:
             os.kill(self.pid, signal.SIGCONT)
 
-    def kill(self) -> None:
-        """SIGKILL the server's process group: nothing is left running."""
-        process = self._process
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        _running.discard(self)
-
-    def close(self) -> None:
-        """Stop, and delete the base directory if it was a temporary one made here."""
-        self.stop()
-        if self._owns_dir:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def log_tail(self, lines: int = 40) -> str:
-        if not self.console_path.exists():
-            return "(no output)"
-        return "\n".join(self.console_path.read_text(errors="replace").splitlines()[-lines:])
-
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self._startup_timeout
         while True:
@@ -210,20 +174,7 @@ class MariaDB(ChildProcess):
             raise RuntimeError(f"{Path(program).name} {' '.join(args)}: "
                                f"{done.stdout}{done.stderr}")
 
-    def __enter__(self) -> Self:
-        return self if self.running else self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.running else "stopped"
         return f"<MariaDB 127.0.0.1:{self.port} {state} in {self.base_dir}>"
 
-
-@atexit.register
-def _kill_leftovers() -> None:
-    # A test run that dies half-way must not leave servers behind.
-    for server in list(_running):
-        server.kill()

@@ -20,20 +20,16 @@ log goes to ``<base>/console.log``; ``log_tail()`` shows it when a start fails.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import pwd
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
-from tests.harness.process import ChildProcess, free_port
+from tests.harness.database_server import DatabaseServer
 
 USER = "mdb"
 _SYSTEM_USER = "postgres"
@@ -64,10 +60,7 @@ def postgresql_available() -> bool:
     return True
 
 
-_running: set[PostgreSQL] = set()
-
-
-class PostgreSQL(ChildProcess):
+class PostgreSQL(DatabaseServer):
     """One private PostgreSQL server. Not thread-safe; meant for test fixtures.
 
     ``base_dir`` (default: a new temporary directory, deleted by ``close``) holds ``data/``
@@ -78,22 +71,11 @@ class PostgreSQL(ChildProcess):
 
     def __init__(self, base_dir: Path | None = None, *, port: int | None = None,
                  startup_timeout: float = 60.0, host: str = "127.0.0.1") -> None:
-        self.host = host
         bin_dir = postgresql_bin()
         if bin_dir is None:
             raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
         self.bin_dir = bin_dir
-        self._owns_dir = base_dir is None
-        self.base_dir = base_dir or Path(tempfile.mkdtemp(prefix="mdb-postgresql-"))
-        self.data_dir = self.base_dir / "data"
-        self.console_path = self.base_dir / "console.log"
-        self.port = port or free_port(self.host)
-        self._startup_timeout = startup_timeout
-        # Under root the server runs as the postgres user, who must own its directory.
-        self._user = _SYSTEM_USER if os.getuid() == 0 else None
-        if self._user is not None:
-            entry = pwd.getpwnam(self._user)
-            os.chown(self.base_dir, entry.pw_uid, entry.pw_gid)
+        super().__init__("postgresql", _SYSTEM_USER, base_dir, port, startup_timeout, host)
 
     def url(self, database: str = "postgres") -> str:
         """The SQLAlchemy URL (asyncpg) of ``database`` on this server."""
@@ -112,7 +94,7 @@ class PostgreSQL(ChildProcess):
             # clients in network namespaces on the bridge's subnet.
             with open(self.data_dir / "pg_hba.conf", "a") as hba:
                 hba.write("host all all samenet trust\n")
-        _running.add(self)
+        self.started()
         with open(self.console_path, "ab") as console:
             self._process = subprocess.Popen(
                 [str(self.bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
@@ -190,25 +172,6 @@ class PostgreSQL(ChildProcess):
                 children.append(int(stat.parent.name))
         return [self.pid, *children]
 
-    def kill(self) -> None:
-        """SIGKILL the postmaster's process group: nothing is left running."""
-        process = self._process
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        _running.discard(self)
-
-    def close(self) -> None:
-        """Stop, and delete the base directory if it was a temporary one made here."""
-        self.stop()
-        if self._owns_dir:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def log_tail(self, lines: int = 40) -> str:
-        if not self.console_path.exists():
-            return "(no output)"
-        return "\n".join(self.console_path.read_text(errors="replace").splitlines()[-lines:])
-
     def _end(self, signum: int, timeout: float) -> None:
         process = self._process
         if process is not None and process.poll() is None:
@@ -246,13 +209,6 @@ class PostgreSQL(ChildProcess):
         if done.returncode != 0:
             raise RuntimeError(f"{program.name} {' '.join(args)}: {done.stdout}{done.stderr}")
 
-    def __enter__(self) -> Self:
-        return self if self.running else self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.running else "stopped"
         return f"<PostgreSQL {self.url()} {state} in {self.base_dir}>"
@@ -266,9 +222,3 @@ def _alive(pid: int) -> bool:
         return False
     return state != "Z"
 
-
-@atexit.register
-def _kill_leftovers() -> None:
-    # A test run that dies half-way must not leave servers behind.
-    for server in list(_running):
-        server.kill()

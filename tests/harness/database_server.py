@@ -1,0 +1,84 @@
+"""What the harness's private database servers (``tests.harness.postgresql``,
+``tests.harness.mariadb``) share: a directory of their own, a console log, a run as the
+database's system user under root, kill -9 of the whole process group, and none left behind
+by a test run that dies half-way."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pwd
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from tests.harness.process import ChildProcess, free_port
+
+_running: set[DatabaseServer] = set()
+
+
+class DatabaseServer(ChildProcess):
+    """A private database server. ``base_dir`` (default: a new temporary directory, deleted by
+    ``close``) holds ``data/`` and ``console.log``; ``port`` defaults to a free one and stays
+    the same across restarts; under root the server runs as ``system_user``, who is given the
+    directory. A subclass starts it (``start``, which calls ``started``) and stops it
+    (``stop``)."""
+
+    def __init__(self, kind: str, system_user: str, base_dir: Path | None, port: int | None,
+                 startup_timeout: float, host: str) -> None:
+        self.host = host
+        self._owns_dir = base_dir is None
+        self.base_dir = base_dir or Path(tempfile.mkdtemp(prefix=f"mdb-{kind}-"))
+        self.data_dir = self.base_dir / "data"
+        self.console_path = self.base_dir / "console.log"
+        self.port = port or free_port(self.host)
+        self._startup_timeout = startup_timeout
+        self._user = system_user if os.getuid() == 0 else None
+        if self._user is not None:
+            entry = pwd.getpwnam(self._user)
+            os.chown(self.base_dir, entry.pw_uid, entry.pw_gid)
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self, timeout: float = 30.0) -> None:
+        raise NotImplementedError
+
+    def started(self) -> None:
+        """Counts the server among those killed at the test run's exit."""
+        _running.add(self)
+
+    def kill(self) -> None:
+        """SIGKILL the server's process group: nothing is left running."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        _running.discard(self)
+
+    def close(self) -> None:
+        """Stop, and delete the base directory if it was a temporary one made here."""
+        self.stop()
+        if self._owns_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.console_path.exists():
+            return "(no output)"
+        return "\n".join(self.console_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def __enter__(self) -> Self:
+        return self if self.running else self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for server in list(_running):
+        server.kill()
