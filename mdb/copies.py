@@ -65,17 +65,25 @@ ERROR_TYPE_LIMIT = 200  # UTF-8 bytes of the exception type kept in ``mdb_error_
 
 
 def with_failure(headers: Mapping[str, str], error_type: str, text: str,
-                 original_destination: str, listener: str | None = None) -> dict[str, str]:
+                 original_destination: str, listener: str | None = None,
+                 frames: str = "") -> dict[str, str]:
     """``headers`` of a copy moved to an error destination, with what failed where:
     ``mdb_error_type`` and ``mdb_error_message`` (``error_text``, bounded),
-    ``mdb_original_destination`` and, for a listener's message, ``mdb_error_listener``. When
-    is the sender's to say, as it sends (``failed_now``): this stays a pure function."""
+    ``mdb_original_destination`` and, for a listener's message, ``mdb_error_listener``, and
+    where a handler raised, its traceback's ``frames`` (``mdb_error_traceback``: the innermost
+    ``ERROR_TEXT_LIMIT`` bytes; last, and not one of mdb's own headers, so that ``bounded``
+    leaves it out first). When is the sender's to say, as it sends (``failed_now``): this
+    stays a pure function."""
     failed = dict(headers)
     failed.update({m.ERROR_TYPE: error_text(error_type, ERROR_TYPE_LIMIT),
                    m.ERROR_MESSAGE: error_text(text),
                    m.ORIGINAL_DESTINATION: original_destination})
     if listener is not None:
         failed[m.ERROR_LISTENER] = listener
+    failed.pop(m.ERROR_TRACEBACK, None)  # a replayed message's, from its earlier failure
+    if frames:
+        fit = error_text(frames, len(frames.encode(errors="replace")))
+        failed[m.ERROR_TRACEBACK] = fit.encode()[-ERROR_TEXT_LIMIT:].decode(errors="ignore")
     return failed
 
 

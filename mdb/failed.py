@@ -95,6 +95,12 @@ class Failed:
         """Its headers as ``show`` prints them: secrets masked, control characters escaped."""
         return {printable(k): printable(mask_secrets(v)) for k, v in self.headers.items()}
 
+    def shown_lines(self, header: str) -> list[str]:
+        """A header's value as ``show`` prints it in its own section, a traceback's say:
+        line by line, each with secrets masked and control characters escaped."""
+        return [printable(mask_secrets(line))
+                for line in self.headers.get(header, "").splitlines()]
+
     def shown_body(self, limit: int = BODY_LIMIT) -> str:
         """Its body as text for a person: JSON indented, text as it is, other bytes as a
         hexadecimal dump; at most ``limit`` bytes, saying how many more there are."""

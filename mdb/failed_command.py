@@ -20,6 +20,7 @@ from contextlib import aclosing
 from datetime import timedelta
 from pathlib import Path
 
+from mdb import message as m
 from mdb.brokers import Brokers, refuse_embedded
 from mdb.destinations import Destination
 from mdb.errors import ConfigurationError
@@ -90,12 +91,14 @@ def _show(failed: Failed, raw: Path | None) -> None:
     for name in ("id", "broker", "original_destination", "listener", "error_type",
                  "delivery_count", "failed_at", "body_bytes"):
         print(f"{name}: {summary[name]}")
-    print("error:")
     shown = failed.shown_headers()
-    print("  " + shown.get("mdb_error_message", "").replace("\n", "\n  "))
+    for section, header in (("error", m.ERROR_MESSAGE), ("traceback", m.ERROR_TRACEBACK)):
+        if lines := failed.shown_lines(header):
+            print(f"{section}:")
+            print("\n".join(f"  {line}" for line in lines))
     print("headers:")
     for name, value in sorted(shown.items()):
-        if name != "mdb_error_message":
+        if name not in (m.ERROR_MESSAGE, m.ERROR_TRACEBACK):
             print(f"  {name}: {value}")
     if raw is not None:
         raw.write_bytes(failed.body)

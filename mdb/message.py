@@ -19,6 +19,9 @@ ORIGINAL_DESTINATION = "mdb_original_destination"  # on a message moved to an er
 ERROR_TYPE = "mdb_error_type"
 ERROR_MESSAGE = "mdb_error_message"
 ERROR_LISTENER = "mdb_error_listener"
+# Where a handler raised: its traceback's frames (its text is ERROR_MESSAGE), the innermost
+# kept; left out of a copy before any other header where the broker's limits leave no room.
+ERROR_TRACEBACK = "mdb_error_traceback"
 FAILED_AT = "mdb_failed_at"  # on a message moved to an error destination: when, ISO 8601 UTC
 # On a message replayed from an error destination (``mdb.failed``): how many times it was, and
 # the failure it had, as history under names no failure handling reads.
@@ -26,7 +29,8 @@ REPLAYS = "mdb_replays"
 LAST_FAILURE = {ERROR_TYPE: "mdb_last_error_type", ERROR_MESSAGE: "mdb_last_error_message",
                 ERROR_LISTENER: "mdb_last_error_listener", FAILED_AT: "mdb_last_failed_at",
                 ORIGINAL_DESTINATION: "mdb_last_original_destination",
-                DELIVERY_COUNT: "mdb_last_delivery_count"}
+                DELIVERY_COUNT: "mdb_last_delivery_count",
+                ERROR_TRACEBACK: "mdb_last_error_traceback"}
 HEADERS_DROPPED = "mdb_headers_dropped"  # on a copy: how many of the original's headers it lacks
 # On a handler's send whose message may have been processed before: the send may be a repeat,
 # with the same mdb_id as the earlier one (``derived_id``).

@@ -486,7 +486,8 @@ def error_headers(message: Message, failure: Failure, listener: str,
     headers = _kept(message, protocol_headers)
     headers[headers_.DELIVERY_COUNT] = str(message.delivery_count)
     return with_failure(headers, failure.error_type, failure.text,
-                        str(message.destination), listener)
+                        str(message.destination), listener,
+                        failure.frames if isinstance(failure, Raised) else "")
 
 
 def _kept(message: Message, protocol_headers: Set[str]) -> dict[str, str]:

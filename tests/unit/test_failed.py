@@ -160,6 +160,9 @@ async def test_mdb_dlq_lists_shows_replays_and_purges(
         assert await _command(f"dlq show {bad} queue:dlq_orders.DLQ --raw {raw}", settings) == 0
         shown = capsys.readouterr().out
         assert "error_type: ValueError" in shown and "  cannot take bad 1" in shown
+        # Where it was raised, as mdb recorded it on the error copy.
+        traceback = shown.partition("traceback:\n")[2].partition("headers:\n")[0]
+        assert ", in on_order\n" in traceback and "raise ValueError" in traceback
         assert raw.read_bytes() == b"bad 1"
         with pytest.raises(ConfigurationError, match="no message 'nope'"):
             await _command("dlq show nope queue:dlq_orders.DLQ", settings)
