@@ -25,13 +25,17 @@ OWN = frozenset({m.ID, m.DELIVERY_COUNT, m.REDELIVERY_OF, m.ORIGINAL_DESTINATION
 
 
 def bounded(headers: Mapping[str, str], limits: HeaderLimits) -> tuple[dict[str, str], int]:
-    """``headers`` cut to ``limits``, and how many were left out. A NUL byte left in one (an
+    """``headers`` cut to ``limits``, and how many this left out. A NUL byte left in one (an
     exception's text) becomes U+FFFD: no frame can carry it, and a copy must be sent.
 
     mdb's own headers come first and are kept, a too-long value cut short (the error text);
     the others are kept in their order while they fit, and a header that does not fit is left
-    out. When any is left out, ``mdb_headers_dropped`` says how many."""
+    out. When any is left out, ``mdb_headers_dropped`` says how many, those left out by an
+    earlier bounding of the same headers included."""
     headers = {k.replace("\0", "\ufffd"): v.replace("\0", "\ufffd") for k, v in headers.items()}
+    # Bounded before (an error copy, bounded again as it is stamped): what was left out then.
+    earlier = headers.pop(m.HEADERS_DROPPED, "")
+    before = int(earlier) if earlier.isdecimal() and len(earlier) < 10 else 0
     own = {k: _cut(k, v, limits) for k, v in headers.items() if k in OWN}
     kept = dict(own)
     total = sum(limits.size(k, v) for k, v in own.items())
@@ -47,8 +51,8 @@ def bounded(headers: Mapping[str, str], limits: HeaderLimits) -> tuple[dict[str,
             continue
         kept[name] = value
         total += size
-    if dropped:
-        kept[m.HEADERS_DROPPED] = str(dropped)
+    if before + dropped:
+        kept[m.HEADERS_DROPPED] = str(before + dropped)
     return kept, dropped
 
 
