@@ -6,7 +6,7 @@ handler."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +196,27 @@ async def test_two_copies_processed_at_once_run_the_handler_once(
     assert await count(database, tables.inbox) == 1
 
 
+def runner_of(database: Database, producer: Producer) -> Callable[[str], Awaitable[None]]:
+    """One exactly-once run per call, on ``database``, of a handler that inserts the order
+    it is given and sends one message."""
+    guard = Store(database, producer, "this-process").guard(
+        listener="l", subscription="s", broker="default",
+        error_destination=Destination.parse("queue:eo.DLQ"))
+
+    async def handler(session: AsyncSession, send: SendFunction, body: str) -> None:
+        await session.execute(orders.insert().values(id=body, quantity=1))
+        await send(Destination.parse("queue:eo.out"), OutgoingMessage(body.encode(), {
+            ID: body}), None)
+
+    async def run(body: str) -> None:
+        message = Message(f"id-{body}", Destination.parse("queue:eo"), body.encode(), {},
+                          redelivered=False, delivery_count=1)
+        assert await guard.run(message, lambda session, send: handler(session, send, body),
+                               by_content=False)
+
+    return run
+
+
 @pytest.mark.postgresql
 async def test_a_run_costs_one_transaction_and_nothing_after_the_dispatch(
     postgres_database: Database, monkeypatch: pytest.MonkeyPatch,
@@ -221,27 +242,12 @@ async def test_a_run_costs_one_transaction_and_nothing_after_the_dispatch(
     event.listen(database.engine.sync_engine, "connect", connected)
     event.listen(database.engine.sync_engine, "before_cursor_execute", executing)
     async with Producer(settings_for(f"memory://{unique('m')}")) as producer:
-        guard = Store(database, producer, "this-process").guard(
-            listener="l", subscription="s", broker="default",
-            error_destination=Destination.parse("queue:eo.DLQ"))
-
-        async def handler(session: AsyncSession, send: SendFunction, body: str) -> None:
-            await session.execute(orders.insert().values(id=body, quantity=1))
-            await send(Destination.parse("queue:eo.out"), OutgoingMessage(body.encode(), {
-                ID: body}), None)
-
-        def message(body: str) -> Message:
-            return Message(f"id-{body}", Destination.parse("queue:eo"), body.encode(), {},
-                           redelivered=False, delivery_count=1)
-
-        # The first dispatch sweeps what an earlier process may have left.
-        assert await guard.run(message("o-1"), lambda session, send: handler(session, send, "o-1"),
-                               by_content=False)
+        run = runner_of(database, producer)
+        await run("o-1")  # its dispatch sweeps what an earlier process may have left
         await anyio.lowlevel.checkpoint()  # asyncpg tells its query loggers soon, not at once
         queries.clear()
         statements.clear()
-        assert await guard.run(message("o-2"), lambda session, send: handler(session, send, "o-2"),
-                               by_content=False)
+        await run("o-2")
         await anyio.lowlevel.checkpoint()
     await database.close()
     assert queries == ["BEGIN", "COMMIT"]
@@ -273,25 +279,10 @@ async def test_a_run_on_mariadb_costs_its_statements_and_one_commit(
     async with Producer(settings_for(f"memory://{unique('m')}")) as producer, \
             database.engine.connect() as observer:
         await observer.execution_options(isolation_level="AUTOCOMMIT")
-        guard = Store(database, producer, "this-process").guard(
-            listener="l", subscription="s", broker="default",
-            error_destination=Destination.parse("queue:eo.DLQ"))
-
-        async def handler(session: AsyncSession, send: SendFunction, body: str) -> None:
-            await session.execute(orders.insert().values(id=body, quantity=1))
-            await send(Destination.parse("queue:eo.out"), OutgoingMessage(body.encode(), {
-                ID: body}), None)
-
-        def message(body: str) -> Message:
-            return Message(f"id-{body}", Destination.parse("queue:eo"), body.encode(), {},
-                           redelivered=False, delivery_count=1)
-
-        # The first dispatch sweeps what an earlier process may have left.
-        assert await guard.run(message("o-1"), lambda session, send: handler(session, send, "o-1"),
-                               by_content=False)
+        run = runner_of(database, producer)
+        await run("o-1")  # its dispatch sweeps what an earlier process may have left
         before = await statements_so_far(observer)
-        assert await guard.run(message("o-2"), lambda session, send: handler(session, send, "o-2"),
-                               by_content=False)
+        await run("o-2")
         after = await statements_so_far(observer)
     await database.close()
     sent = {name: after[name] - before[name] for name in _COUNTED}

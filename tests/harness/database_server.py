@@ -20,6 +20,18 @@ from tests.harness.process import ChildProcess, free_port
 _running: set[DatabaseServer] = set()
 
 
+def can_run_as(system_user: str) -> bool:
+    """Whether a server can run here as it must: under root as ``system_user`` (which its
+    Debian package makes), else as this process's user."""
+    if os.getuid() != 0:
+        return True
+    try:
+        pwd.getpwnam(system_user)
+    except KeyError:
+        return False
+    return True
+
+
 class DatabaseServer(ChildProcess):
     """A private database server. ``base_dir`` (default: a new temporary directory, deleted by
     ``close``) holds ``data/`` and ``console.log``; ``port`` defaults to a free one and stays

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
-import pwd
 import shutil
 import signal
 import subprocess
@@ -32,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-from tests.harness.database_server import DatabaseServer
+from tests.harness.database_server import DatabaseServer, can_run_as
 
 USER = "mdb"
 PASSWORD = "mdb-secret"
@@ -41,15 +40,8 @@ _SYSTEM_USER = "mysql"
 
 def mariadb_available() -> bool:
     """True when mariadb-install-db and mariadbd exist here, and a user they will run as."""
-    if _program("mariadbd") is None or _program("mariadb-install-db") is None:
-        return False
-    if os.getuid() != 0:
-        return True
-    try:
-        pwd.getpwnam(_SYSTEM_USER)
-    except KeyError:
-        return False
-    return True
+    return (_program("mariadbd") is not None and _program("mariadb-install-db") is not None
+            and can_run_as(_SYSTEM_USER))
 
 
 def _program(name: str) -> str | None:

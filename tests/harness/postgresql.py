@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Self
 
-from tests.harness.database_server import DatabaseServer
+from tests.harness.database_server import DatabaseServer, can_run_as
 
 USER = "mdb"
 _SYSTEM_USER = "postgres"
@@ -49,15 +48,7 @@ def postgresql_bin() -> Path | None:
 def postgresql_available() -> bool:
     """True when initdb and postgres exist here, and a user they will run as."""
     bin_dir = postgresql_bin()
-    if bin_dir is None or not (bin_dir / "initdb").is_file():
-        return False
-    if os.getuid() != 0:
-        return True
-    try:
-        pwd.getpwnam(_SYSTEM_USER)
-    except KeyError:
-        return False
-    return True
+    return bin_dir is not None and (bin_dir / "initdb").is_file() and can_run_as(_SYSTEM_USER)
 
 
 class PostgreSQL(DatabaseServer):
