@@ -10,6 +10,7 @@ message while a batch's messages are sent (as in ``test_batches``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,15 @@ async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
     await db.close()
 
 
-async def after_the_gate(url: str, calls: Calls, release: anyio.Event) -> None:
-    """Once the slot is blocked on the gate, and what was sent meanwhile reached it: release
-    it, so that its next batch holds all of that."""
+@asynccontextmanager
+async def one_batch(url: str, queue: str, calls: Calls,
+                    release: anyio.Event) -> AsyncIterator[None]:
+    """What is sent to ``queue`` inside, as one batch: sent while the slot is blocked on a
+    ``gate`` message (its handler records it in ``calls`` and waits for ``release``), then
+    released once all of it reached the slot, so that the slot's next batch holds it."""
+    await send_bodies(url, queue, ["gate"])
+    await calls.wait(lambda c: bool(c.of("gate")))
+    yield
     probe = f"queue:{unique('probe')}"
     await send_all(url, probe, ["probe"])
     await read(url, probe, 1)
@@ -83,10 +90,8 @@ async def test_a_batch_runs_in_one_transaction_and_each_message_once(
         await ctx.send(out, f"invoice for {body}")
 
     async with running(with_database(broker_url, database), handler) as container:
-        await send_bodies(broker_url, queue, ["gate"])
-        await calls.wait(lambda c: bool(c.of("gate")))
-        await send_bodies(broker_url, queue, bodies)
-        await after_the_gate(broker_url, calls, release)
+        async with one_batch(broker_url, queue, calls, release):
+            await send_bodies(broker_url, queue, bodies)
         sent = await read(broker_url, out, len(bodies))
         await until(lambda: container.deployed[0].stats.processed == len(bodies) + 1)
     assert calls.of("ran") == bodies
@@ -120,10 +125,8 @@ async def test_a_failure_in_a_batch_keeps_nothing_of_it_and_each_message_runs_on
             raise ValueError("the third message of the batch fails once")
 
     async with running(with_database(broker_url, database), handler) as container:
-        await send_bodies(broker_url, queue, ["gate"])
-        await calls.wait(lambda c: bool(c.of("gate")))
-        await send_bodies(broker_url, queue, bodies)
-        await after_the_gate(broker_url, calls, release)
+        async with one_batch(broker_url, queue, calls, release):
+            await send_bodies(broker_url, queue, bodies)
         sent = await read(broker_url, out, len(bodies))
         await until(lambda: container.deployed[0].stats.processed == len(bodies) + 1)
     ran = calls.of("ran")
@@ -158,14 +161,12 @@ async def test_copies_and_reused_identities_in_a_batch_are_told_apart_as_alone(
     async with running(with_database(broker_url, database), handler) as container:
         await send_bodies(broker_url, queue, ["o-0", "o-1"])
         await calls.wait(lambda c: c.of("ran") == ["o-0", "o-1"])
-        await send_bodies(broker_url, queue, ["gate"])
-        await calls.wait(lambda c: bool(c.of("gate")))
-        await send_copies(broker_url, queue, b"o-1", "id-o-1", copies=1)  # processed before
-        await send_bodies(broker_url, queue, ["o-2"])
-        await send_copies(broker_url, queue, b"not o-0", "id-o-0", copies=1)  # reused
-        await send_copies(broker_url, queue, b"o-2", "id-o-2", copies=1)  # a copy in the batch
-        await send_bodies(broker_url, queue, ["o-3"])
-        await after_the_gate(broker_url, calls, release)
+        async with one_batch(broker_url, queue, calls, release):
+            await send_copies(broker_url, queue, b"o-1", "id-o-1", copies=1)  # processed before
+            await send_bodies(broker_url, queue, ["o-2"])
+            await send_copies(broker_url, queue, b"not o-0", "id-o-0", copies=1)  # reused
+            await send_copies(broker_url, queue, b"o-2", "id-o-2", copies=1)  # a copy in it
+            await send_bodies(broker_url, queue, ["o-3"])
         moved = await read(broker_url, errors, 1)
         await calls.wait(lambda c: "o-3" in c.of("ran"))
         stats = container.deployed[0].stats
