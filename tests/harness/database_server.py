@@ -10,7 +10,9 @@ import os
 import pwd
 import shutil
 import signal
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -58,6 +60,21 @@ class DatabaseServer(ChildProcess):
 
     def stop(self, timeout: float = 30.0) -> None:
         raise NotImplementedError
+
+    def wait_ready(self, name: str, ping: list[str]) -> None:
+        """Return once ``ping`` (the server's own client asking whether it accepts
+        connections) succeeds; ``RuntimeError`` with the end of its log if the server exits or
+        does not answer within ``startup_timeout``. Polled: a starting server tells no one."""
+        deadline = time.monotonic() + self._startup_timeout
+        while True:
+            if not self.running:
+                raise RuntimeError(f"{name} exited during startup:\n{self.log_tail()}")
+            if subprocess.run(ping, capture_output=True, check=False).returncode == 0:
+                return
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"{name} did not accept connections on port {self.port} "
+                                   f"within {self._startup_timeout}s:\n{self.log_tail()}")
+            time.sleep(0.05)
 
     def started(self) -> None:
         """Counts the server among those killed at the test run's exit."""

@@ -27,7 +27,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Self
 
@@ -139,20 +138,9 @@ class MariaDB(DatabaseServer):
             os.kill(self.pid, signal.SIGCONT)
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self._startup_timeout
-        while True:
-            if not self.running:
-                raise RuntimeError(f"MariaDB exited during startup:\n{self.log_tail()}")
-            answer = subprocess.run(
-                [_program("mariadb-admin") or "mariadb-admin", "--no-defaults",
-                 f"--socket={self.socket}", f"--user={self._admin}", "--connect-timeout=2",
-                 "ping"], capture_output=True, check=False)
-            if answer.returncode == 0:
-                return
-            if time.monotonic() >= deadline:
-                raise RuntimeError(f"MariaDB did not accept connections on port {self.port} "
-                                   f"within {self._startup_timeout}s:\n{self.log_tail()}")
-            time.sleep(0.05)
+        self.wait_ready("MariaDB", [
+            _program("mariadb-admin") or "mariadb-admin", "--no-defaults",
+            f"--socket={self.socket}", f"--user={self._admin}", "--connect-timeout=2", "ping"])
 
     def _sql(self, statements: str) -> None:
         """Run ``statements`` as the administrator, through the socket."""

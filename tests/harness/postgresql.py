@@ -174,19 +174,9 @@ class PostgreSQL(DatabaseServer):
         self.kill()
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self._startup_timeout
-        while True:
-            if not self.running:
-                raise RuntimeError(f"PostgreSQL exited during startup:\n{self.log_tail()}")
-            answer = subprocess.run(
-                [str(self.bin_dir / "pg_isready"), "-q", "-h", self.host, "-p", str(self.port),
-                 "-U", USER, "-t", "2"], check=False)
-            if answer.returncode == 0:
-                return
-            if time.monotonic() >= deadline:
-                raise RuntimeError(f"PostgreSQL did not accept connections on port {self.port} "
-                                   f"within {self._startup_timeout}s:\n{self.log_tail()}")
-            time.sleep(0.05)
+        self.wait_ready("PostgreSQL", [
+            str(self.bin_dir / "pg_isready"), "-q", "-h", self.host, "-p", str(self.port),
+            "-U", USER, "-t", "2"])
 
     def _client(self, tool: str, *args: str) -> None:
         self._run(self.bin_dir / tool, "-h", self.host, "-p", str(self.port), "-U", USER, *args,
