@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.harness.ledger import PER_APP, PER_SERVER, check, check_sent_on, views
+from tests.faults.tools.random_faults import in_flight_at, known_loss
+from tests.harness.ledger import PER_APP, PER_SERVER, Verdict, check, check_sent_on, views
 
 
 def done(message_id: str, redelivered: bool, server: str = "s1") -> dict[str, object]:
@@ -73,3 +74,27 @@ def test_a_second_stage_repeat_unflagged_lost_or_under_another_id_fails() -> Non
                                     sent_on("B", "b", 1.0),
                                     sent_on("X", "b", 2.0, maybe_repeat=True)])
     assert verdict.unflagged == ["a"] and verdict.lost == ["c"] and verdict.renamed == ["b"]
+
+
+def start(message_id: str, started: float, redelivered: bool = False) -> dict[str, object]:
+    return {"event": "start", "id": message_id, "redelivered": redelivered, "count": 1,
+            "started": started}
+
+
+def test_only_a_loss_in_flight_at_a_node_kill_is_rabbitmqs_known_loss() -> None:
+    seen = [start("a", 10.0), start("b", 20.1), start("c", 30.0), start("d", 20.2),
+            start("d", 25.0, redelivered=True)]
+    in_flight = in_flight_at(seen, [20.0])
+    assert in_flight == {"b"}  # "d" was delivered again: not lost by the kill
+    lost = Verdict(told=3, processed=2, deliveries=2, lost=["b"])
+    assert known_loss({"shop stage 2": lost}, {}, ["drain: not everything processed"],
+                      in_flight)
+    elsewhere = Verdict(told=3, processed=2, deliveries=2, lost=["b", "c"])
+    assert not known_loss({"shop stage 2": elsewhere}, {}, [], in_flight)
+    never_handled = Verdict(told=3, processed=2, deliveries=2, lost=["x"])
+    assert not known_loss({"shop": never_handled}, {}, [], in_flight)
+    unflagged = Verdict(told=3, processed=3, deliveries=4, unflagged=["a"])
+    assert not known_loss({"shop stage 2": lost, "shop": unflagged}, {}, [], in_flight)
+    assert not known_loss({"shop stage 2": lost}, {"q": ["z"]}, [], in_flight)
+    assert not known_loss({"shop stage 2": lost}, {}, ["node-kill: not consumed again"],
+                          in_flight)

@@ -48,7 +48,11 @@ queue too (stage 2, ``tests.harness.topic_ledger_app``). Its faults:
 
 The table has a row for each stage: the second stage owes each message the first processed,
 under one ``mdb_id``, repeats flagged ``redelivered`` or ``mdb_maybe_repeat``
-(``tests.harness.ledger.check_sent_on``); nothing may be left in either queue. ``--capture
+(``tests.harness.ledger.check_sent_on``); nothing may be left in either queue. On one node,
+a run whose only finding is messages lost that the first stage began to handle within
+``IN_FLIGHT`` seconds of a kill -9 of the node, once, unflagged (delivered just before it, never
+delivered again) exits 3 (``KNOWN_LOSS``): the open finding docs/failover.md lists among its
+known limits, told apart from any other loss, which exits 1. ``--capture
 DIR`` (root, ``tcpdump``) records every STOMP packet to and from the nodes in DIR, with the
 nodes' log files and each process's log at INFO: evidence of who wrote what that does not
 depend on mdb's own logs (``python -m tests.faults.tools.stomp_capture DIR --audit`` or ``DIR
@@ -127,6 +131,8 @@ DATABASE_KINDS = {"postgresql": ("pg-kill", "pg-pause"),
 EXACTLY_ONCE_KINDS = ("broker-kill", "broker-pause", "container-kill", "partition")
 TOPOLOGIES = ("cluster", "node")  # of --rabbitmq: three nodes, quorum queues; one, classic
 RABBITMQ_HEARTBEAT_MS = 4000  # what RabbitMQ makes of a smaller one (docs/rabbitmq.md)
+KNOWN_LOSS = 3  # the exit status of a run whose only finding is RabbitMQ's known loss
+IN_FLIGHT = 0.5  # seconds around a kill -9 within which a handler's start means "in flight"
 NAMES = ("a", "b", "c")
 PAIR = "d"  # the shared-store pair's broker name
 CLUSTER = "r"  # the RabbitMQ cluster's broker name
@@ -300,6 +306,7 @@ def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float,
             if capture is not None:
                 capture_wire(stack, capture, nodes, network, rooms, processes)
             rooms.start(processes, shop, ["s1", "s2"], PER_APP, env={SEND_TO: queue})
+            kills: list[float] = []  # when each kill -9 of the lone node came
             with LoadProducer(settings, topic, pace=0.01) as producer:
 
                 def fault(kind: str) -> None:
@@ -308,6 +315,8 @@ def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float,
                     elif kind in ("container-kill", "partition"):
                         disturb_container(kind, rng, processes, rooms)
                     else:
+                        if kind == "node-kill":
+                            kills.append(time.monotonic())
                         upset_node(kind, rng, rng.choice(nodes), processes, producer, shop)
 
                 survived, failures = schedule(rng, minutes, kinds, processes, producer,
@@ -318,8 +327,37 @@ def run_rabbitmq(topology: str, minutes: float, seed: int, drain: float,
             stored = {**left_on_cluster(nodes, [topic], told),
                       **left_on_cluster(nodes, [queue], None)}
             explain(processes, verdicts)
-    return print_table(survived, verdicts, len(told), producer.raised, stored, failures,
-                       RABBITMQ_KINDS)
+    status = print_table(survived, verdicts, len(told), producer.raised, stored, failures,
+                         RABBITMQ_KINDS)
+    if status and known_loss(verdicts, stored, failures, in_flight_at(processes.seen, kills)):
+        print("known: RabbitMQ's loss of a message in flight at a kill -9 of a lone node "
+              "(docs/failover.md, \"Known limits\"); nothing else was found")
+        return KNOWN_LOSS
+    return status
+
+
+def in_flight_at(seen: Sequence[dict[str, object]], kills: Sequence[float]) -> set[str]:
+    """The ids of first-stage messages handed to the handler once only, unflagged, within
+    ``IN_FLIGHT`` seconds of one of ``kills`` (``time.monotonic()``): delivered by the node
+    just before it was killed (it delivers nothing while down)."""
+    starts = Counter(str(e["id"]) for e in seen if e.get("event") == "start"
+                     and "source" not in e)
+    return {str(e["id"]) for e in seen
+            if e.get("event") == "start" and "source" not in e and starts[str(e["id"])] == 1
+            and e.get("redelivered") is False and isinstance(started := e.get("started"), float)
+            and any(abs(started - kill) <= IN_FLIGHT for kill in kills)}
+
+
+def known_loss(verdicts: dict[str, Verdict], stored: dict[str, list[str]],
+               failures: list[str], in_flight: set[str]) -> bool:
+    """Whether a run's only finding is the loss docs/failover.md lists among its known limits:
+    messages lost (by either stage) that were all ``in_flight`` at a kill -9 of the lone
+    node, every repeat flagged under one id, nothing left behind, every fault survived (the
+    drain, which waits for the lost ones, aside)."""
+    lost = {i for v in verdicts.values() for i in v.lost}
+    return (bool(lost) and lost <= in_flight and not stored
+            and all(not v.unflagged and not v.renamed for v in verdicts.values())
+            and all(f.startswith("drain:") for f in failures))
 
 
 def capture_wire(stack: ExitStack, directory: Path, nodes: Sequence[RabbitMQ],
