@@ -4,6 +4,7 @@
         [--postgresql] [--batch 20] [--runs 3]
     .venv/bin/python -m tests.bench.benchmark_exactly_once --profile [--messages 200]
         [--batch 20]
+    .venv/bin/python -m tests.bench.benchmark_exactly_once --phases [--postgresql]
 
 The database is SQLite in a temporary folder unless ``--database`` names another (a SQLAlchemy
 async URL such as ``postgresql+asyncpg://user:pw@host/db``; the hand-written loop reaches it
@@ -22,6 +23,12 @@ made first, as ``mdb db upgrade`` would. Prints a table, with the consumer's CPU
 * E2, on the memory broker: the cost of exactly-once: that handler with ``exactly_once``
   against the same handler without it (its insert in a transaction of its own, its send in
   the broker transaction).
+
+``--phases`` times where one message's wall-clock time goes, E1 at pool 1, one message per
+transaction: the median of each step of a delivery's run (from the run's start to the inbox
+claim, the claim, the handler, the delete of rows sent before, the outbox statement, the
+commit, the dispatch, the ack, and from the ack to the next run's start), each step's end
+and start taken where the guard calls it.
 
 ``--profile`` measures nothing by the clock: it runs E2's handler's work one message after
 another under cProfile, through the exactly-once guard (one message per transaction, and
@@ -59,13 +66,17 @@ from mdb.broker_settings import BrokerSettings
 from mdb.context import SendFunction
 from mdb.database_settings import DatabaseSettings
 from mdb.destinations import Destination
-from mdb.exactly_once import tables
+from mdb.exactly_once import guard as guard_module
+from mdb.exactly_once import inbox, tables
 from mdb.exactly_once.database import Database
+from mdb.exactly_once.guard import Guard
+from mdb.exactly_once.outbox import Dispatcher, Writer
 from mdb.exactly_once.store import Store
 from mdb.listener import ListenerSpec, spec_of
 from mdb.message import ID, Message, OutgoingMessage
 from mdb.producer import Producer
 from mdb.settings import Settings
+from mdb_stomp.connection import StompConnection
 from tests.bench.loops import Measured, consume, print_table, queue_of
 from tests.harness.activemq import ActiveMQ
 from tests.harness.postgresql import PostgreSQL
@@ -251,6 +262,62 @@ async def calls_per_message(database_url: str, count: int, exactly_once: bool, b
     return total / count, statements / count, "\n".join(heaviest)
 
 
+STEPS = (("run>", "claim>", "the run's start to the inbox claim (a session)"),
+         ("claim>", "claim<", "the inbox claim (BEGIN, the claim)"),
+         ("handler>", "handler<", "the handler (its insert)"),
+         ("forget>", "forget<", "the delete of the rows sent before"),
+         ("write>", "write<", "the outbox statement"),
+         ("write<", "dispatch>", "the commit"),
+         ("dispatch>", "dispatch<", "the dispatch (SEND, its receipt)"),
+         ("ack>", "ack<", "the ack (written, not confirmed)"),
+         ("ack<", "run>", "the ack to the next run's start (the broker's next delivery)"))
+
+
+def phases(url: str, count: int) -> list[tuple[str, float]]:
+    """The median microseconds of each of ``STEPS`` per message, and of a whole message: E1
+    at pool 1, one message per transaction, the guard's steps wrapped with timers (the first
+    50 messages left out: connections made, statements cached)."""
+    marks: dict[str, list[float]] = {}
+    wrapped: list[tuple[object, str, Any]] = []
+
+    def timed(owner: object, name: str, step: str) -> None:
+        original = getattr(owner, name)
+
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            marks.setdefault(f"{step}>", []).append(time.perf_counter())
+            try:
+                return await original(*args, **kwargs)
+            finally:
+                marks.setdefault(f"{step}<", []).append(time.perf_counter())
+        wrapped.append((owner, name, original))
+        setattr(owner, name, wrapper)
+
+    timed(Guard, "run_all", "run")
+    timed(inbox, "claim_all", "claim")
+    timed(guard_module, "_handled", "handler")
+    timed(guard_module, "forget", "forget")
+    timed(Writer, "write", "write")
+    timed(Dispatcher, "dispatch", "dispatch")
+    timed(StompConnection, "ack", "ack")
+    try:
+        with ActiveMQ(heap_mb=1024) as broker:
+            anyio.run(made, url)
+            anyio.run(container_rate, broker.url, url, queue_of(broker, "phases", count),
+                      count, 1, True, False, 1)
+    finally:
+        for owner, name, original in wrapped:
+            setattr(owner, name, original)
+
+    def median(first: str, then: str) -> float:
+        # The next run's start follows this message's ack: one place further on.
+        later = marks[then][1:] if then == "run>" else marks[then]
+        spans = [b - a for a, b in zip(marks[first][50:], later[50:], strict=False)]
+        return statistics.median(spans) * 1e6
+
+    return [*((what, median(first, then)) for first, then, what in STEPS),
+            ("a message, run to run", median("run>", "run>"))]
+
+
 def e1(broker: ActiveMQ, url: str, sync: str, n: int, batch: int,
        ) -> list[tuple[str, Measured, float | None]]:
     """One run of E1: the hand-written loop, then mdb at pool 1 and 4, one message and
@@ -296,6 +363,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="runs of E1; medians shown")
     parser.add_argument("--profile", action="store_true",
                         help="print Python calls per message instead of timing")
+    parser.add_argument("--phases", action="store_true",
+                        help="print where one message's time goes at pool 1 instead")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         folder = stack.enter_context(tempfile.TemporaryDirectory())
@@ -316,6 +385,12 @@ def measure(args: argparse.Namespace, url: str) -> None:
                     else "without exactly_once")
             print(f"{what}: {calls:,.0f} calls and {statements:.2f} statements (BEGIN and "
                   f"COMMIT included) per message; the most called:\n{heaviest}")
+        return
+    if args.phases:
+        print(f"{make_url(url).get_backend_name()} database, ActiveMQ, {n} messages, pool 1, "
+              "one message per transaction: median microseconds per message")
+        for what, micros in phases(url, n):
+            print(f"| {what} | {micros:,.0f} |")
         return
     measured: list[tuple[str, str, Measured, str]] = []
     run: Callable[..., Measured] = anyio.run
