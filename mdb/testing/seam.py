@@ -108,6 +108,12 @@ def _message(text: str, **headers: str) -> OutgoingMessage:
                                            **headers})
 
 
+async def _send(connection: Connection, destination: Destination, *bodies: str) -> None:
+    """Send a message of each of ``bodies`` to ``destination``, in order."""
+    for body in bodies:
+        await connection.send(destination, _message(body))
+
+
 async def _receive(subscription: Subscription) -> Delivery:
     with anyio.fail_after(WAIT):
         return await subscription.receive()
@@ -117,8 +123,7 @@ async def _acked(connection: Connection, source: Destination,
                   *bodies: str) -> tuple[Subscription, Delivery, Transaction]:
     """Send ``bodies`` to ``source``, subscribe to it, receive the first of them and ack it
     in a new transaction, left open."""
-    for body in bodies:
-        await connection.send(source, _message(body))
+    await _send(connection, source, *bodies)
     subscription = await connection.subscribe(_on(source))
     delivery = await _receive(subscription)
     tx = await connection.begin()
@@ -220,8 +225,7 @@ async def test_a_closed_subscription_hands_unsettled_deliveries_back_flagged(
 async def test_prefetch_bounds_the_unsettled_deliveries_pushed(seam_url: str) -> None:
     queue = _queue()
     async with _connected(seam_url) as connection:
-        for text in ("one", "two", "three"):
-            await connection.send(queue, _message(text))
+        await _send(connection, queue, "one", "two", "three")
         subscription = await connection.subscribe(_on(queue, prefetch=2))
         first = await _receive(subscription)
         second = await _receive(subscription)
@@ -242,8 +246,7 @@ async def test_receive_nowait_takes_from_the_same_stream_and_never_waits(
     async with _connected(seam_url) as connection:
         subscription = await connection.subscribe(_on(queue, prefetch=3))
         assert subscription.receive_nowait() is None  # nothing sent: None, at once
-        for text in ("one", "two", "three"):
-            await connection.send(queue, _message(text))
+        await _send(connection, queue, "one", "two", "three")
         taken = [await _receive(subscription)]
         while len(taken) < 3:  # what was pushed already, else wait for it
             taken.append(subscription.receive_nowait() or await _receive(subscription))
@@ -389,8 +392,7 @@ async def test_closing_a_subscription_holding_a_delivery_ends_its_connection_onl
 async def test_browsing_sees_the_messages_in_order_and_leaves_them_there(seam_url: str) -> None:
     queue = _queue()
     async with _connected(seam_url) as connection:
-        for body in ("one", "two", "three"):
-            await connection.send(queue, _message(body))
+        await _send(connection, queue, "one", "two", "three")
         declared = (await connection.capabilities()).browsing
     for _ in range(2):  # the second browse sees what the first left
         async with _connected(seam_url) as connection:
