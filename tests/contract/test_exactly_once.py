@@ -29,7 +29,15 @@ from mdb.message import ID, Message, OutgoingMessage
 from mdb.producer import Producer
 from mdb_memory.state import BrokerState, broker_state
 from tests.harness.databases import count, database_url, orders, prepared, with_database
-from tests.harness.in_process import WAIT, Calls, running, settings_for, specs, unique
+from tests.harness.in_process import (
+    WAIT,
+    Calls,
+    running,
+    settings_for,
+    specs,
+    unique,
+    until,
+)
 from tests.harness.mariadb import MariaDB
 from tests.harness.messages import assert_drained, read, send_bodies, send_copies
 from tests.harness.postgresql import PostgreSQL
@@ -556,13 +564,6 @@ async def test_the_status_shows_each_databases_outbox(database: Database) -> Non
         [shown] = container.health().databases
     assert (shown.name, shown.state) == ("main", "up")
     assert shown.oldest is not None and shown.oldest >= 0
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait until ``condition()`` holds: a container's health is known only when asked."""
-    with anyio.fail_after(WAIT):
-        while not condition():
-            await anyio.sleep(0.05)
 
 
 async def test_rows_a_dead_process_left_are_dispatched_once_their_lease_ran_out(

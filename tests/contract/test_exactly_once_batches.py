@@ -9,7 +9,7 @@ message while a batch's messages are sent (as in ``test_batches``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from mdb.exactly_once.store import Store
 from mdb.message import ID, Message, OutgoingMessage
 from mdb.producer import Producer
 from tests.harness.databases import count, database_url, orders, prepared, with_database
-from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.in_process import Calls, running, settings_for, unique, until
 from tests.harness.messages import assert_drained, read, send_all, send_bodies, send_copies
 
 pytestmark = pytest.mark.anyio
@@ -55,13 +55,6 @@ async def one_batch(url: str, queue: str, calls: Calls,
     await send_all(url, probe, ["probe"])
     await read(url, probe, 1)
     release.set()
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Once ``condition()`` holds: a listener's counts tell no one when they change."""
-    with anyio.fail_after(WAIT):
-        while not condition():
-            await anyio.sleep(0.02)
 
 
 async def effects(database: Database) -> list[str]:

@@ -25,6 +25,14 @@ from mdb_memory.state import BrokerState, broker_state
 WAIT = 30.0  # seconds a test waits for something that should happen, before failing
 
 
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait until ``condition()`` holds (``WAIT`` at most): for what says nothing when it
+    changes (a container's counts and health are known only when asked)."""
+    with anyio.fail_after(WAIT):
+        while not condition():
+            await anyio.sleep(0.02)
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
