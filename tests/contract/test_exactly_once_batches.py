@@ -42,19 +42,34 @@ async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
     await db.close()
 
 
-@asynccontextmanager
-async def one_batch(url: str, queue: str, calls: Calls,
-                    release: anyio.Event) -> AsyncIterator[None]:
-    """What is sent to ``queue`` inside, as one batch: sent while the slot is blocked on a
-    ``gate`` message (its handler records it in ``calls`` and waits for ``release``), then
-    released once all of it reached the slot, so that the slot's next batch holds it."""
-    await send_bodies(url, queue, ["gate"])
-    await calls.wait(lambda c: bool(c.of("gate")))
-    yield
-    probe = f"queue:{unique('probe')}"
-    await send_all(url, probe, ["probe"])
-    await read(url, probe, 1)
-    release.set()
+class Gate:
+    """Makes what a test sends one batch: a ``gate`` message holds the slot (its handler
+    records it in ``calls`` and waits) while the rest is sent, then lets it go once all of it
+    reached the slot, so that the slot's next batch holds it."""
+
+    def __init__(self, calls: Calls) -> None:
+        self._calls = calls
+        self._release = anyio.Event()
+
+    async def held(self, body: str) -> bool:
+        """For the handler: whether ``body`` is the gate's message, which returns once the
+        batch behind it reached the slot."""
+        if body != "gate":
+            return False
+        self._calls.add("gate", body)
+        await self._release.wait()
+        return True
+
+    @asynccontextmanager
+    async def one_batch(self, url: str, queue: str) -> AsyncIterator[None]:
+        """What is sent to ``queue`` inside, as one batch."""
+        await send_bodies(url, queue, ["gate"])
+        await self._calls.wait(lambda c: bool(c.of("gate")))
+        yield
+        probe = f"queue:{unique('probe')}"
+        await send_all(url, probe, ["probe"])
+        await read(url, probe, 1)
+        self._release.set()
 
 
 async def effects(database: Database) -> list[str]:
@@ -68,14 +83,13 @@ async def test_a_batch_runs_in_one_transaction_and_each_message_once(
     broker_url: str, database: Database,
 ) -> None:
     queue, out = f"queue:{unique('eo')}", f"queue:{unique('eo_out')}"
-    calls, release = Calls(), anyio.Event()
+    calls = Calls()
+    gate = Gate(calls)
     bodies = [f"o-{n}" for n in range(6)]
 
     @listener(queue, exactly_once="main", max_messages_per_transaction=10)
     async def handler(body: str, ctx: Context, session: AsyncSession) -> None:
-        if body == "gate":
-            calls.add("gate", body)
-            await release.wait()
+        if await gate.held(body):
             return
         calls.add("transaction", session.info.setdefault("transaction", unique("t")))
         calls.add("ran", body)
@@ -83,7 +97,7 @@ async def test_a_batch_runs_in_one_transaction_and_each_message_once(
         await ctx.send(out, f"invoice for {body}")
 
     async with running(with_database(broker_url, database), handler) as container:
-        async with one_batch(broker_url, queue, calls, release):
+        async with gate.one_batch(broker_url, queue):
             await send_bodies(broker_url, queue, bodies)
         sent = await read(broker_url, out, len(bodies))
         await until(lambda: container.deployed[0].stats.processed == len(bodies) + 1)
@@ -100,15 +114,14 @@ async def test_a_failure_in_a_batch_keeps_nothing_of_it_and_each_message_runs_on
     broker_url: str, database: Database,
 ) -> None:
     queue, out = f"queue:{unique('eo')}", f"queue:{unique('eo_out')}"
-    calls, release = Calls(), anyio.Event()
+    calls = Calls()
+    gate = Gate(calls)
     bodies = [f"o-{n}" for n in range(5)]
 
     @listener(queue, exactly_once="main", max_messages_per_transaction=10,
               redelivery=Redelivery(limit=2, delay=0))
     async def handler(body: str, ctx: Context, session: AsyncSession) -> None:
-        if body == "gate":
-            calls.add("gate", body)
-            await release.wait()
+        if await gate.held(body):
             return
         calls.add("ran", (body, ctx.redelivered, ctx.delivery_count))
         await session.execute(orders.insert().values(id=f"{body}/{len(calls.seen)}",
@@ -118,7 +131,7 @@ async def test_a_failure_in_a_batch_keeps_nothing_of_it_and_each_message_runs_on
             raise ValueError("the third message of the batch fails once")
 
     async with running(with_database(broker_url, database), handler) as container:
-        async with one_batch(broker_url, queue, calls, release):
+        async with gate.one_batch(broker_url, queue):
             await send_bodies(broker_url, queue, bodies)
         sent = await read(broker_url, out, len(bodies))
         await until(lambda: container.deployed[0].stats.processed == len(bodies) + 1)
@@ -138,14 +151,13 @@ async def test_copies_and_reused_identities_in_a_batch_are_told_apart_as_alone(
     broker_url: str, database: Database,
 ) -> None:
     queue, errors = f"queue:{unique('eo')}", f"queue:{unique('eo_errors')}"
-    calls, release = Calls(), anyio.Event()
+    calls = Calls()
+    gate = Gate(calls)
 
     @listener(queue, exactly_once="main", max_messages_per_transaction=10,
               error_destination=errors)
     async def handler(body: str, session: AsyncSession) -> None:
-        if body == "gate":
-            calls.add("gate", body)
-            await release.wait()
+        if await gate.held(body):
             return
         calls.add("ran", body)
         await session.execute(orders.insert().values(id=f"{body}/{len(calls.seen)}",
@@ -154,7 +166,7 @@ async def test_copies_and_reused_identities_in_a_batch_are_told_apart_as_alone(
     async with running(with_database(broker_url, database), handler) as container:
         await send_bodies(broker_url, queue, ["o-0", "o-1"])
         await calls.wait(lambda c: c.of("ran") == ["o-0", "o-1"])
-        async with one_batch(broker_url, queue, calls, release):
+        async with gate.one_batch(broker_url, queue):
             await send_copies(broker_url, queue, b"o-1", "id-o-1", copies=1)  # processed before
             await send_bodies(broker_url, queue, ["o-2"])
             await send_copies(broker_url, queue, b"not o-0", "id-o-0", copies=1)  # reused
