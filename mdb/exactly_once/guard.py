@@ -32,7 +32,7 @@ from mdb.destinations import Destination
 from mdb.errors import BrokerError, DispatchPending, IdentityReused
 from mdb.exactly_once import inbox
 from mdb.exactly_once.database import Database, handing
-from mdb.exactly_once.outbox import Dispatcher, Writer, forget
+from mdb.exactly_once.outbox import Dispatcher, Writer
 from mdb.message import Message
 
 Run = Callable[[AsyncSession, SendFunction], Awaitable[None]]
@@ -108,8 +108,7 @@ class Guard:
                 with database.deadline():
                     # Last, so that the rows the last dispatches sent are locked only until
                     # the commit, not while the handler runs: a sweep skips locked rows.
-                    await forget(session, sent)
-                    await writer.write()
+                    await writer.write(forgetting=sent)
         except _Raised as raised:
             failure = raised.exception
         if failure is not None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     RowMapping,
     Select,
@@ -36,6 +37,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb.context import SendFunction
@@ -71,6 +73,11 @@ PENDING_POLL = 0.2
 # Built once: a statement built per call costs its cache key again at every execution.
 _WRITE = outbox.insert().returning(outbox.c.seq, sort_by_parameter_order=True)
 _FORGET = delete(outbox).where(outbox.c.seq.in_(bindparam("seqs", expanding=True)))
+# On PostgreSQL the delete of the rows sent before rides in the write's statement (a
+# data-modifying WITH): a round trip less per run. An array, not an expanding IN, so that
+# the statement takes a list of rows (each names the same array).
+_WRITE_FORGETTING = _WRITE.add_cte(delete(outbox).where(
+    outbox.c.seq == func.any(bindparam("forgotten", type_=ARRAY(BigInteger)))).cte("forgotten"))
 _ENVELOPE = select(outbox.c.headers, outbox.c.reply_to, outbox.c.correlation_id).where(
     outbox.c.seq == bindparam("seq"))
 _MESSAGE = _ENVELOPE.add_columns(outbox.c.body)
@@ -131,12 +138,23 @@ class Writer:
             self._hold(target, message, key, source)
         return send
 
-    async def write(self) -> None:
-        """Write the rows held, in one statement, in the order they were sent."""
+    async def write(self, forgetting: Sequence[int] = ()) -> None:
+        """Write the rows held, in one statement, in the order they were sent, and delete the
+        rows ``forgetting`` (sent: ``Dispatcher.sent``): on PostgreSQL in the same
+        statement."""
         held, self._held = self._held, []
+        folded = bool(held and forgetting) and self._session.get_bind().dialect.name == (
+            "postgresql")
+        if not folded:
+            await forget(self._session, forgetting)
         if not held:
             return
-        seqs = (await self._session.execute(_WRITE, [values for values, *_ in held])).scalars()
+        if folded:
+            statement, rows = _WRITE_FORGETTING, [
+                {**values, "forgotten": list(forgetting)} for values, *_ in held]
+        else:
+            statement, rows = _WRITE, [values for values, *_ in held]
+        seqs = (await self._session.execute(statement, rows)).scalars()
         for seq, (values, target, key, message, errors) in zip(seqs, held, strict=True):
             self.rows.append(Row(seq, target, self._broker, key, message, len(message.body),
                                  errors, values["lease_until"]))

@@ -29,8 +29,8 @@ made first, as ``mdb db upgrade`` would. Prints a table, with the consumer's CPU
 
 ``--phases`` times where one message's wall-clock time goes, E1 at pool 1, one message per
 transaction: the median of each step of a delivery's run (from the run's start to the inbox
-claim, the claim, the handler, the delete of rows sent before, the outbox statement, the
-commit, the dispatch, the ack, and from the ack to the next run's start), each step's end
+claim, the claim, the handler, the outbox statement with the delete of rows sent before,
+the commit, the dispatch, the ack, and from the ack to the next run's start), each step's end
 and start taken where the guard calls it.
 
 ``--profile`` measures nothing by the clock: it runs E2's handler's work one message after
@@ -323,8 +323,8 @@ async def calls_per_message(database_url: str, count: int, exactly_once: bool, b
 STEPS = (("run>", "claim>", "the run's start to the inbox claim (a session)"),
          ("claim>", "claim<", "the inbox claim (BEGIN, the claim)"),
          ("handler>", "handler<", "the handler (its insert)"),
-         ("forget>", "forget<", "the delete of the rows sent before"),
-         ("write>", "write<", "the outbox statement"),
+         ("write>", "write<", "the outbox statement (the delete of the rows sent before in it "
+                              "on PostgreSQL, a statement before it elsewhere)"),
          ("write<", "dispatch>", "the commit"),
          ("dispatch>", "dispatch<", "the dispatch (SEND, its receipt)"),
          ("ack>", "ack<", "the ack (written, not confirmed)"),
@@ -353,7 +353,6 @@ def phases(url: str, count: int) -> list[tuple[str, float]]:
     timed(Guard, "run_all", "run")
     timed(inbox, "claim_all", "claim")
     timed(guard_module, "_handled", "handler")
-    timed(guard_module, "forget", "forget")
     timed(Writer, "write", "write")
     timed(Dispatcher, "dispatch", "dispatch")
     timed(StompConnection, "ack", "ack")
