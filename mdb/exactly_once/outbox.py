@@ -340,38 +340,47 @@ class Dispatcher:
         self._sending.update(seqs)
         lost: set[int] = set()
         failed: list[DatabaseUnavailable] = []
+        # Ends the renewals; not a cancel of their scope, which costs anyio a repr of the
+        # task (its coroutine and stack) at every dispatch.
+        done = anyio.Event()
         try:
             async with anyio.create_task_group() as renewals:
-                renewals.start_soon(self._keep_leased, rows, lost, failed)
-                for index, row in enumerate(rows):
-                    if failed:
-                        raise failed[0]
-                    if row.seq in lost:
-                        continue
-                    try:
-                        sent = await self._send(row)
-                    except BrokerError as exc:
-                        await self._release(rows[index:], exc)
-                        raise
-                    if sent:
-                        self._sent.add(row.seq)
-                    self._sending.discard(row.seq)
-                renewals.cancel_scope.cancel()
+                renewals.start_soon(self._keep_leased, rows, lost, failed, done)
+                try:
+                    for index, row in enumerate(rows):
+                        if failed:
+                            raise failed[0]
+                        if row.seq in lost:
+                            continue
+                        try:
+                            sent = await self._send(row)
+                        except BrokerError as exc:
+                            await self._release(rows[index:], exc)
+                            raise
+                        if sent:
+                            self._sent.add(row.seq)
+                        self._sending.discard(row.seq)
+                finally:
+                    done.set()
         except BaseExceptionGroup as group:
             raise sole(group) from None
         finally:
             self._sending.difference_update(seqs)
 
     async def _keep_leased(self, rows: Sequence[Row], lost: set[int],
-                           failed: list[DatabaseUnavailable]) -> None:
-        """Renew the lease of ``rows`` still being sent whenever two thirds of it are left;
-        those no longer leased to this process go to ``lost``, a database that did not answer
-        to ``failed`` (the sending stops: the rows' lease would run out)."""
+                           failed: list[DatabaseUnavailable], done: anyio.Event) -> None:
+        """Renew the lease of ``rows`` still being sent whenever two thirds of it are left,
+        until ``done``; those no longer leased to this process go to ``lost``, a database
+        that did not answer to ``failed`` (the sending stops: the rows' lease would run
+        out)."""
         database = self._database
         lease = database.settings.outbox_lease
         renewed = min(r.lease_until for r in rows) - lease  # rows written long ago: at once
         while True:
-            await anyio.sleep(max(0.0, renewed + lease / 3 - time.time()))  # late: at once
+            with anyio.move_on_after(max(0.0, renewed + lease / 3 - time.time())):  # late: now
+                await done.wait()
+            if done.is_set():
+                return
             renewed = time.time()
             remaining = [r.seq for r in rows if r.seq in self._sending and r.seq not in lost]
             try:
