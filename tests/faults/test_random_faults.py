@@ -10,9 +10,10 @@ received each message stage 1 processed, repeats all flagged under one ``mdb_id`
 left in the queues (``tests.harness.ledger.check_sent_on``).
 
 Exactly-once (``--exactly-once``): two exactly-once stages in two container processes of one
-app, both stages partitioned over three ActiveMQ brokers, on PostgreSQL, fed by a foreign
+app, both stages partitioned over three ActiveMQ brokers, on PostgreSQL and on MariaDB
+(``--database mariadb``), fed by a foreign
 producer (plain stomp.py: no ``mdb_id``, a business id in the body); faults of the database
-(kill -9 of the postmaster, SIGSTOP past the databases' timeout or not) among those of the
+(kill -9 of the server, SIGSTOP past the databases' timeout or not) among those of the
 brokers and the processes. Then: every business id whose send a broker confirmed has its
 effect once in each stage's ledger, nothing is left in the outbox, the queues or the DLQs
 (``tests.harness.exactly_once_stages.check_once``).
@@ -25,6 +26,7 @@ import pytest
 from tests.faults.tools.random_faults import KNOWN_LOSS, run_exactly_once, run_rabbitmq
 from tests.harness.activemq import activemq_available
 from tests.harness.brokers import missing
+from tests.harness.mariadb import mariadb_available
 from tests.harness.postgresql import postgresql_available
 from tests.harness.rabbitmq import rabbitmq_available
 
@@ -32,8 +34,9 @@ MINUTES = 0.75  # of faults; a run takes about one more minute: the start, the d
 # Seeds whose first five faults include all four kinds where there are network namespaces.
 SEEDS = {"cluster": 3, "node": 6}
 # Its first five faults, where there are namespaces, are five of the six kinds (a SIGSTOP of
-# PostgreSQL aside): a broker kill, a kill -9 of the postmaster, a container kill, a
-# partition, a broker pause; those that fit in MINUTES are made.
+# the database server aside): a broker kill, a kill -9 of the server (the postmaster, or
+# mariadbd), a container kill, a partition, a broker pause; those that fit in MINUTES are
+# made.
 EXACTLY_ONCE_SEED = 9
 
 
@@ -54,11 +57,17 @@ def test_a_seeded_random_fault_run_on_rabbitmq_loses_nothing_and_flags_every_rep
 
 
 @pytest.mark.activemq
-@pytest.mark.postgresql
-def test_a_seeded_random_fault_run_of_exactly_once_stages_has_every_effect_once() -> None:
+@pytest.mark.parametrize("database", [
+    pytest.param("postgresql", marks=pytest.mark.postgresql),
+    pytest.param("mariadb", marks=pytest.mark.mariadb)])
+def test_a_seeded_random_fault_run_of_exactly_once_stages_has_every_effect_once(
+    database: str,
+) -> None:
     if not activemq_available():
         missing("ActiveMQ Classic")
-    if not postgresql_available():
-        missing("PostgreSQL")
+    available, name = ((postgresql_available, "PostgreSQL") if database == "postgresql"
+                       else (mariadb_available, "MariaDB"))
+    if not available():
+        missing(name)
     # The table, with any offending ids, is in the captured output.
-    assert run_exactly_once(MINUTES, EXACTLY_ONCE_SEED, drain=60.0) == 0
+    assert run_exactly_once(MINUTES, EXACTLY_ONCE_SEED, drain=60.0, database=database) == 0
