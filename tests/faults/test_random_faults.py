@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.faults.tools.random_faults import KNOWN_LOSS, run_exactly_once, run_rabbitmq
-from tests.harness.activemq import activemq_available
+from tests.faults.tools.random_faults import (
+    KNOWN_LOSS,
+    exactly_once_missing,
+    run_exactly_once,
+    run_rabbitmq,
+)
 from tests.harness.brokers import missing
-from tests.harness.mariadb import mariadb_available
-from tests.harness.postgresql import postgresql_available
 from tests.harness.rabbitmq import rabbitmq_available
 
 MINUTES = 0.75  # of faults; a run takes about one more minute: the start, the drain
@@ -63,11 +65,8 @@ def test_a_seeded_random_fault_run_on_rabbitmq_loses_nothing_and_flags_every_rep
 def test_a_seeded_random_fault_run_of_exactly_once_stages_has_every_effect_once(
     database: str,
 ) -> None:
-    if not activemq_available():
-        missing("ActiveMQ Classic")
-    available, name = ((postgresql_available, "PostgreSQL") if database == "postgresql"
-                       else (mariadb_available, "MariaDB"))
-    if not available():
-        missing(name)
+    lacking = exactly_once_missing(database)
+    if lacking:
+        missing(lacking)
     # The table, with any offending ids, is in the captured output.
     assert run_exactly_once(MINUTES, EXACTLY_ONCE_SEED, drain=60.0, database=database) == 0

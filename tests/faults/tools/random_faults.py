@@ -128,6 +128,11 @@ RABBITMQ_KINDS = ("node-kill", "node-pause", "container-kill", "partition")
 # The database's two faults (``--database``) come first in an exactly-once run's kinds.
 DATABASE_KINDS = {"postgresql": ("pg-kill", "pg-pause"),
                   "mariadb": ("mariadb-kill", "mariadb-pause")}
+# Each database an exactly-once run may keep its stages' tables in: its private server, what it
+# is called, and whether it can run here.
+DATABASE_SERVERS: dict[str, tuple[type[PostgreSQL | MariaDB], str, Callable[[], bool]]] = {
+    "postgresql": (PostgreSQL, "PostgreSQL", postgresql_available),
+    "mariadb": (MariaDB, "MariaDB", mariadb_available)}
 EXACTLY_ONCE_KINDS = ("broker-kill", "broker-pause", "container-kill", "partition")
 TOPOLOGIES = ("cluster", "node")  # of --rabbitmq: three nodes, quorum queues; one, classic
 RABBITMQ_HEARTBEAT_MS = 4000  # what RabbitMQ makes of a smaller one (docs/rabbitmq.md)
@@ -445,6 +450,15 @@ class Pipeline:
         return lines
 
 
+def exactly_once_missing(database: str) -> str | None:
+    """What an exactly-once run on ``database`` needs and cannot start here (ActiveMQ Classic,
+    or the database's server), or None."""
+    if not activemq_available():
+        return "ActiveMQ Classic"
+    _, name, available = DATABASE_SERVERS[database]
+    return None if available() else name
+
+
 def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0,
                      database: str = "postgresql") -> int:
     """The exactly-once run (``--exactly-once``): three ActiveMQ brokers, a private
@@ -460,8 +474,7 @@ def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0
         kinds = tuple(k for k in all_kinds if k != "partition" or network)
         host = network.address if network else None
         brokers = stack.enter_context(started_together(lambda: ActiveMQ(host=host), 3))
-        db: PostgreSQL | MariaDB = (PostgreSQL if database == "postgresql" else MariaDB)(
-            host=host or "127.0.0.1")
+        db = DATABASE_SERVERS[database][0](host=host or "127.0.0.1")
         stack.enter_context(db)
         pipeline = Pipeline(Stages(brokers, db, stack), Rooms(network), delay)
         pipeline.start("s1")
@@ -721,9 +734,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.capture is not None and not args.rabbitmq:
         parser.error("--capture goes with --rabbitmq")
     if args.exactly_once:
-        available, name = ((postgresql_available, "PostgreSQL") if args.database == "postgresql"
-                           else (mariadb_available, "MariaDB"))
-        if not activemq_available() or not available():
+        if exactly_once_missing(args.database):
+            name = DATABASE_SERVERS[args.database][1]
             print(f"ActiveMQ Classic and {name} are needed", file=sys.stderr)
             return 2
         return run_exactly_once(args.minutes, args.seed, args.drain, args.delay, args.database)
