@@ -63,7 +63,7 @@ import anyio
 import stomp
 from sqlalchemy import Column, LargeBinary, MetaData, String, Table, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import Container, Context, listener
@@ -169,9 +169,7 @@ def hand_written(broker: ActiveMQ, queue: str, count: int, database_url: str) ->
     the receiver thread, a database transaction with the insert and the SEND, its COMMIT,
     then the ACK (a crash between the two repeats both: no inbox). TCP_NODELAY, no receipt
     waited for (the most favourable baseline); SQLite with mdb's pragmas (WAL, FULL sync)."""
-    engine = create_engine(database_url)
-    if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", sqlite_pragmas)
+    engine = loop_engine(database_url)
 
     def handle(conn: stomp.Connection12, frame: stomp.utils.Frame) -> bool:
         with engine.begin() as db:
@@ -195,9 +193,7 @@ def hand_written_exactly_once(broker: ActiveMQ, queue: str, count: int, database
     the insert, the delete of the outbox row sent before, the outbox row; COMMIT; the SEND
     with a receipt; the ACK once the receipt came. No tracing, no timeouts, no leases kept,
     no error paths: a floor for the same round trips, not a consumer to run."""
-    engine = create_engine(database_url)
-    if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", sqlite_pragmas)
+    engine = loop_engine(database_url)
     backend = engine.dialect.name
     claim = (postgresql.insert(tables.inbox).on_conflict_do_nothing() if backend == "postgresql"
              else sqlite.insert(tables.inbox).on_conflict_do_nothing() if backend == "sqlite"
@@ -238,6 +234,14 @@ def hand_written_exactly_once(broker: ActiveMQ, queue: str, count: int, database
         return consume(broker, queue, count, handle, receipt)
     finally:
         engine.dispose()
+
+
+def loop_engine(database_url: str) -> Engine:
+    """The hand-written loops' engine: on SQLite with mdb's pragmas (WAL, FULL sync)."""
+    engine = create_engine(database_url)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", sqlite_pragmas)
+    return engine
 
 
 def sqlite_pragmas(connection: Any, _record: Any) -> None:
