@@ -6,7 +6,7 @@ ever catches ``MdbError`` subclasses::
     MdbError
     ├── ConfigurationError          a setting or listener option is invalid (names it and the fix)
     │   ├── ListenerDefinitionError     raised by @listener at decoration time
-    │   └── SelectorError               a selector outside the subset mdb.selector evaluates
+    │   └── SelectorError               a selector not in the subset mdb.messages.selector evaluates
     ├── DecodeError                 a message body does not match the handler's annotation
     │   └── UnsupportedMessageKind      a message the broker could not carry (a JMS MapMessage...)
     ├── EncodeError (a TypeError)   a body to send is not bytes, str, a model or JSON data
@@ -15,20 +15,25 @@ ever catches ``MdbError`` subclasses::
     ├── ReplyTimeout (a TimeoutError) ``Producer.request`` got no reply in time
     ├── HandlerTimeout (a TimeoutError) a handler ran past its listener's ``handler_timeout``
     ├── DatabaseUnavailable         an exactly-once listener's database cannot be reached in time
+    ├── StatementTooLarge           a statement larger than the database server takes (a setting)
     ├── DispatchPending             an exactly-once run committed; a send waits in the outbox
     ├── IdentityReused              a message came with the identity of another one processed
     ├── SessionMisuse               a handler ended the database transaction that mdb owns
+    ├── UnknownListener (a LookupError) a listener name the container does not run (a pause)
     └── BrokerError                 anything that went wrong talking to a broker
         ├── ConnectionFailed            could not connect (refused, timed out, TLS, ...)
         │   └── CredentialsRefused          the broker refused the login (user, password, vhost)
         ├── ConnectionLost              an open connection dropped; its work in flight is stale
         ├── SubscriptionFailed          the broker refused a subscription (bad selector, ...)
+        ├── QueueLocked                 another connection holds the lock on a queue (mdb dlq)
         ├── TransactionRolledBack       a commit did not happen; the broker redelivers what it held
         │   └── AcksUnconfirmed             its sends were all stored, its acks perhaps not
         └── SendOutcomeUnknown          a send got no receipt: it may or may not have been stored
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 
 class MdbError(Exception):
@@ -44,8 +49,8 @@ class ListenerDefinitionError(ConfigurationError):
 
 
 class SelectorError(ConfigurationError, ValueError):
-    """A selector is not in the subset ``mdb.selector`` evaluates; the message says where in it
-    and why, and whoever compiled it names the listener or subscription. Also a ``ValueError``
+    """A selector is not in the subset ``mdb.messages.selector`` evaluates; the message says where
+    in it and why, and whoever compiled it names the listener or subscription. Also a ``ValueError``
     (the selector's text is a bad value), so either ``except`` catches it."""
 
 
@@ -109,6 +114,11 @@ class SubscriptionFailed(BrokerError):
     """The broker refused to create a subscription."""
 
 
+class QueueLocked(BrokerError):
+    """Another connection holds the lock on the queue (``Connection.lock``): another operator
+    is at work on it. Run again once that one is done."""
+
+
 class TransactionRolledBack(BrokerError):
     """A commit failed or its outcome is unknown; nothing of the transaction took effect
     that the broker will not redeliver."""
@@ -151,6 +161,13 @@ class DatabaseUnavailable(MdbError):
     (docs/exactly-once.md)."""
 
 
+class StatementTooLarge(MdbError):
+    """The database server dropped the connection of a statement larger than it takes
+    (MariaDB's and MySQL's ``max_allowed_packet``): not an outage, which every run of the
+    message would meet again, but the delivery's failure, whose text names the setting to
+    raise (docs/exactly-once.md, "A bad day of the database")."""
+
+
 class DispatchPending(MdbError):
     """An exactly-once run committed, but a send it wrote to the outbox could not be
     dispatched (its broker is down): the delivery stays unsettled, and its redelivery, or
@@ -161,7 +178,11 @@ class IdentityReused(MdbError):
     """An exactly-once listener's inbox knows the message's identity from another message
     (another body; or, for a message without an id, known by its content, one it cannot be
     told from): it is not a copy of that one, so it is neither settled as one nor run. It
-    moves to the error destination (docs/exactly-once.md, "Identity")."""
+    moves to the error destination (docs/exactly-once.md, "Identity"), whence it is replayed
+    as a new message (``mdb.commands.dlq.failed``)."""
+
+    error_type: ClassVar[str] = "mdb.IdentityReused"
+    """The ``mdb_error_type`` of its error copy."""
 
 
 class SessionMisuse(MdbError):
@@ -170,6 +191,11 @@ class SessionMisuse(MdbError):
     the outbox) when the handler returns and rolls it back when it raises. Refused at once;
     raised in the handler, it fails the delivery and nothing of the run is kept
     (docs/exactly-once.md)."""
+
+
+class UnknownListener(MdbError, LookupError):
+    """A listener name the container does not run (``Container.pause``, ``Container.resume``,
+    ``mdb pause``): the message lists the ones it runs."""
 
 
 def sole(group: BaseExceptionGroup[BaseException]) -> BaseException:

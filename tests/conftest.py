@@ -1,7 +1,7 @@
 """Fixtures shared by every test: the anyio backend, the real brokers, PostgreSQL and MariaDB.
 
 Broker (and database server) tests may skip when one is absent on a developer's machine, never in CI
-(``CI=true``): there the missing broker is a failure (``tests.harness.brokers``).
+(``CI=true``): there the missing broker is a failure (``tests.harness.servers.brokers``).
 """
 
 from __future__ import annotations
@@ -12,15 +12,20 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.harness.brokers import missing, private_brokers
-from tests.harness.process import BrokerProcess
+from tests.harness.processes.application_secret import share_with_this_process
+from tests.harness.servers.brokers import missing, private_brokers
+from tests.harness.servers.process import BrokerProcess
+
+# Before any test module takes ``identity.PROCESS``: the container processes the tests start
+# read the same secret.
+share_with_this_process()
 
 if TYPE_CHECKING:
-    from tests.harness.activemq import ActiveMQ
-    from tests.harness.certificates import Certificates
-    from tests.harness.mariadb import MariaDB
-    from tests.harness.postgresql import PostgreSQL
-    from tests.harness.rabbitmq import RabbitMQ
+    from tests.harness.servers.activemq import ActiveMQ
+    from tests.harness.servers.certificates import Certificates
+    from tests.harness.servers.mariadb import MariaDB
+    from tests.harness.servers.postgresql import PostgreSQL
+    from tests.harness.servers.rabbitmq import RabbitMQ
 
 
 @pytest.fixture
@@ -49,9 +54,9 @@ def rabbitmq() -> Iterator[BrokerProcess]:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgreSQL]:
-    """A private PostgreSQL server (``tests.harness.postgresql``): a test makes a database of
-    its own on it (``create_database``)."""
-    from tests.harness.postgresql import PostgreSQL, postgresql_available
+    """A private PostgreSQL server (``tests.harness.servers.postgresql``): a test makes a database
+    of its own on it (``create_database``)."""
+    from tests.harness.servers.postgresql import PostgreSQL, postgresql_available
 
     if not postgresql_available():
         missing("PostgreSQL")
@@ -61,9 +66,9 @@ def postgres() -> Iterator[PostgreSQL]:
 
 @pytest.fixture(scope="session")
 def mariadb() -> Iterator[MariaDB]:
-    """A private MariaDB server (``tests.harness.mariadb``): a test makes a database of its
+    """A private MariaDB server (``tests.harness.servers.mariadb``): a test makes a database of its
     own on it (``create_database``)."""
-    from tests.harness.mariadb import MariaDB, mariadb_available
+    from tests.harness.servers.mariadb import MariaDB, mariadb_available
 
     if not mariadb_available():
         missing("MariaDB")
@@ -95,8 +100,8 @@ def member_urls(request: pytest.FixtureRequest) -> list[str]:
 
 @pytest.fixture(scope="session")
 def tls_certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
-    """A test CA and the certificates signed by it (``tests.harness.certificates``)."""
-    from tests.harness.certificates import Certificates, tools_available
+    """A test CA and the certificates signed by it (``tests.harness.servers.certificates``)."""
+    from tests.harness.servers.certificates import Certificates, tools_available
 
     if not tools_available():
         missing("openssl and keytool (from the JDK)")
@@ -107,7 +112,7 @@ def tls_certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 def activemq_tls(tls_certificates: Certificates) -> Iterator[ActiveMQ]:
     """An ActiveMQ broker with a ``stomp+ssl`` connector wanting a client certificate, and a
     user ``outsider`` (password ``outsider-pw``) who may connect and do nothing else."""
-    from tests.harness.activemq import ActiveMQ, activemq_available
+    from tests.harness.servers.activemq import ActiveMQ, activemq_available
 
     if not activemq_available():
         missing("ActiveMQ Classic")
@@ -119,7 +124,7 @@ def activemq_tls(tls_certificates: Certificates) -> Iterator[ActiveMQ]:
 def rabbitmq_tls(tls_certificates: Certificates) -> Iterator[RabbitMQ]:
     """A RabbitMQ node with a STOMP TLS listener (server certificate only); the transport
     tests also make their vhosts and users on it."""
-    from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
+    from tests.harness.servers.rabbitmq import RabbitMQ, rabbitmq_available
 
     if not rabbitmq_available():
         missing("RabbitMQ with the STOMP plugin")

@@ -25,8 +25,7 @@ from typing import Any
 import anyio
 
 import mdb_spark
-from mdb.producer import Producer
-from mdb.settings import load_settings
+from mdb import Producer, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 REGIONS = ("eu", "us", "apac")
@@ -105,7 +104,7 @@ def run(url: str, work: Path, count: int) -> None:
             sys.exit(f"cannot subscribe: {failed}")
         print(f"subscription 'totals' on the {len(outcome)} members of topic:orders", flush=True)
         container = subprocess.Popen(
-            [sys.executable, "-m", "mdb.cli", "run", "examples.spark_orders.listeners",
+            [sys.executable, "-m", "mdb.commands.cli", "run", "examples.spark_orders.listeners",
              "--config", str(config)], cwd=ROOT, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True)
         wanted = len(REGIONS) * 2

@@ -15,13 +15,13 @@ each:
   carries each decision out in one place;
 
 beside them ``invoker`` (calling the handler, in its span), ``timeouts`` (the handler
-timeout, and the worker threads of plain ``def`` handlers), ``copies`` (bounds on the copies
-sent) and ``strikes`` (failures to settle a message that are the broker's doing, counted
-in the process). What each listener did is counted in its ``mdb.telemetry.Stats``.
+timeout, and the worker threads of plain ``def`` handlers) and ``strikes`` (failures to
+settle a message that are the broker's doing, counted in the process). The headers of every
+copy are made in ``mdb.messages.copies``. What each listener did is counted in its
+``mdb.observability.telemetry.Stats``.
 """
 
-from mdb.delivery.decision import to_message
 from mdb.delivery.processor import Processor
 from mdb.delivery.strikes import Strikes
 
-__all__ = ["Processor", "Strikes", "to_message"]
+__all__ = ["Processor", "Strikes"]

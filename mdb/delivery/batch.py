@@ -29,12 +29,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mdb.broker import Connection, Delivery
 from mdb.delivery.decision import FRESH, AlreadyProcessed, Kind, Raised, Reused
+from mdb.delivery.handler_sends import TransactedSends
 from mdb.delivery.invoker import Invoker
-from mdb.delivery.sends import TransactedSends
 from mdb.errors import ConnectionLost, DecodeError
-from mdb.message import Message
+from mdb.messages.message import Message
+from mdb.seam.broker import Connection, Delivery
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import time
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -11,15 +12,16 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from mdb import codec, telemetry
-from mdb.broker import Delivery, HeaderLimits
-from mdb.context import Context, SendFunction
 from mdb.delivery.timeouts import HandlerThreads, cancelled_past
 from mdb.errors import HandlerInterrupted, ListenerDefinitionError, error_type
-from mdb.listener import ListenerSpec
-from mdb.message import Message
-from mdb.planning import PlannedSubscription
-from mdb.telemetry import Stats
+from mdb.listeners.context import Context, SendFunction
+from mdb.listeners.listener import ListenerSpec
+from mdb.messages import codec
+from mdb.messages.message import Message
+from mdb.observability import telemetry
+from mdb.observability.telemetry import Stats
+from mdb.routing.planning import PlannedSubscription
+from mdb.seam.broker import Delivery, HeaderLimits
 
 
 class Invoker:
@@ -43,7 +45,7 @@ class Invoker:
 
     def handling(self, delivery: Delivery, message: Message) -> Handling:
         """While a message is being handled: counted in flight and inside its ``process`` span
-        (``mdb.telemetry``), which entering returns to report the outcome on."""
+        (``mdb.observability.telemetry``), which entering returns to report the outcome on."""
         return Handling(self._stats, self._telemetry.processing(
             delivery.headers, message.id, message.body, message.delivery_count,
             message.redelivered))
@@ -63,6 +65,7 @@ class Invoker:
                                                      self._subscription, self._limits)
         if spec.session_parameter:
             kwargs[spec.session_parameter] = session
+        started = time.perf_counter()  # the handler's own time, whatever becomes of the message
         try:
             if self._is_async:  # on the event loop: one coroutine less per message than a helper
                 timeout = spec.options.handler_timeout
@@ -81,6 +84,8 @@ class Invoker:
             raise HandlerInterrupted(f"the handler raised {error_type(exc)}"
                                      f"{f' ({said})' if said else ''}, not a stop of the "
                                      "container: it fails this delivery") from exc
+        finally:
+            self._stats.latencies.record(time.perf_counter() - started)
 
     async def _in_thread(self, message: Message, kwargs: dict[str, Any]) -> None:
         spec = self._spec

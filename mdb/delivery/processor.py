@@ -6,9 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from mdb import clock, logs, telemetry
-from mdb.broker import Capabilities, Connection, Delivery, Subscription
-from mdb.copies import failed_now
+from mdb import clock
 from mdb.delivery.batch import (
     BatchFailure,
     Ready,
@@ -40,13 +38,11 @@ from mdb.delivery.decision import (
     Unreadable,
     classify,
     decide,
-    to_message,
 )
+from mdb.delivery.handler_sends import TransactedSends, commit
 from mdb.delivery.invoker import Invoker
 from mdb.delivery.runs import OwnTransaction, Run, Transacted
-from mdb.delivery.sends import TransactedSends, commit
 from mdb.delivery.strikes import Strikes
-from mdb.destinations import Destination
 from mdb.errors import (
     BrokerError,
     DatabaseUnavailable,
@@ -54,11 +50,16 @@ from mdb.errors import (
     DispatchPending,
     MdbError,
 )
-from mdb.listener import ListenerSpec
-from mdb.message import Message, OutgoingMessage
-from mdb.planning import PlannedSubscription
-from mdb.producer import Producer
-from mdb.telemetry import Stats, names
+from mdb.listeners.listener import ListenerSpec
+from mdb.messages.copies import failed_now
+from mdb.messages.destinations import Destination
+from mdb.messages.identity import identity, to_message
+from mdb.messages.message import Message, OutgoingMessage
+from mdb.observability import logs, telemetry
+from mdb.observability.telemetry import Stats, names
+from mdb.routing.planning import PlannedSubscription
+from mdb.routing.producer import Producer
+from mdb.seam.broker import Capabilities, Connection, Delivery, Subscription
 
 log = logging.getLogger("mdb.delivery")
 
@@ -80,6 +81,7 @@ class Processor:
         self._spec = spec
         self._system = system
         self._dead_letters = capabilities.dead_letters
+        self._assigned_ids = capabilities.assigned_ids
         self._selector = planned.selector
         self._producer = producer
         self._stats = stats
@@ -123,11 +125,12 @@ class Processor:
 
     def _step(self, delivery: Delivery) -> Step:
         """``delivery`` as the handler would see it, classified once."""
-        message = to_message(delivery, self._spec.destination)
+        known = identity(delivery, self._producer.brokers.seal, assigned=self._assigned_ids)
+        message = to_message(delivery, self._spec.destination, known)
         selected = self._selector is None or self._selector(delivery.headers)
-        recalled = self._strikes.recall(delivery, message)
-        kind = classify(delivery, selected=selected, strikes=recalled.strikes,
-                        copied=recalled.copied, seen=recalled.seen,
+        history = self._strikes.history_of(delivery, message)
+        kind = classify(delivery, selected=selected, strikes=history.strikes,
+                        copied=history.copied, seen=history.seen,
                         dead_letters=self._dead_letters)
         if isinstance(kind, Fresh):
             self._strikes.handing(message)
@@ -307,7 +310,7 @@ class Processor:
                         "listener %s: message %s kept on %s (%s: %s); the broker has no "
                         "dead-letter queue that surely keeps it: it stays there, not handled "
                         "again by this process, coming back after pauses of up to "
-                        "redelivery.max_delay (round %d)", name, message.id,
+                        "redelivery.max_delay (kept %d times)", name, message.id,
                         outcome.destination, failure.error_type, failure.text, kept)
             case MoveToError(failure=failure):
                 stacktrace = _failed(span, failure)
@@ -353,9 +356,9 @@ class Processor:
         # The copy is the same message (docs/concepts.md): it keeps the request's reply-to
         # and correlation id, for a ``ctx.reply`` of a later delivery, and the adapter keeps
         # what its protocol says of the message (copy_of).
-        copy = OutgoingMessage(message.body, headers, reply_to=message.reply_to,
-                               correlation_id=message.correlation_id,
-                               copy_of=delivery.headers, delay=delay)
+        copy = self._producer.brokers.seal.sealed(OutgoingMessage(
+            message.body, headers, reply_to=message.reply_to,
+            correlation_id=message.correlation_id, copy_of=delivery.headers, delay=delay))
         with telemetry.sending(self._system, target, copy) as traced:
             await commit(tx, [delivery], sends=[(target, traced)])
 

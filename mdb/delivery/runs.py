@@ -1,5 +1,5 @@
 """How a listener's fresh delivery is run: its guarantee, chosen once, when its pool slots are
-built (``mdb.slots``), so that the processor carries out what happened whichever it is
+built (``mdb.container.slots``), so that the processor carries out what happened whichever it is
 (docs/architecture.md, "Delivery contract"):
 
 * ``Direct`` (``transacted=False``): the handler's sends go out as it makes them, and the
@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar, Protocol, runtime_checkable
 
-from mdb.broker import Connection, Delivery
 from mdb.delivery.batch import BatchFailure, Ready
 from mdb.delivery.decision import SUCCEEDED, AlreadyProcessed, Raised, Reused, Succeeded
+from mdb.delivery.handler_sends import DirectSends, TransactedSends
 from mdb.delivery.invoker import Invoker
-from mdb.delivery.sends import DirectSends, TransactedSends
-from mdb.message import Message
-from mdb.producer import Producer
+from mdb.messages.message import Message
+from mdb.routing.producer import Producer
+from mdb.seam.broker import Connection, Delivery
 
 Ran = Succeeded | AlreadyProcessed | Reused | Raised
 """What a run made of a fresh delivery."""

@@ -21,19 +21,20 @@ point leaves every message of it as it leaves one.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mdb.context import SendFunction
-from mdb.destinations import Destination
 from mdb.errors import BrokerError, DispatchPending, IdentityReused
-from mdb.exactly_once import inbox
-from mdb.exactly_once.database import Database, handing
-from mdb.exactly_once.outbox import Dispatcher, Writer
-from mdb.message import Message
+from mdb.exactly_once import inbox, tables
+from mdb.exactly_once.database.database import Database
+from mdb.exactly_once.database.handler_sessions import handing
+from mdb.exactly_once.outbox.dispatcher import Dispatcher
+from mdb.exactly_once.outbox.writer import Writer
+from mdb.listeners.context import SendFunction
+from mdb.messages.destinations import Destination
+from mdb.messages.message import Message
 
 Run = Callable[[AsyncSession, SendFunction], Awaitable[None]]
 """The handler's run: called with the transaction's session and the outbox's send."""
@@ -46,7 +47,8 @@ class Guard:
     subscription: ``PlannedSubscription.logical_name``) in ``database``, whose outbox
     ``dispatcher`` sends for the process ``owner``; a reply goes to the delivery's broker
     ``broker``, which a send tries first too; a send its broker refuses goes to
-    ``error_destination``."""
+    ``error_destination``. The inbox keeps ``listener`` and ``subscription`` as its key
+    columns can (``tables.fitted``)."""
 
     def __init__(self, database: Database, dispatcher: Dispatcher, owner: str, *,
                  listener: str, subscription: str, broker: str,
@@ -55,39 +57,43 @@ class Guard:
         self._dispatcher = dispatcher
         self._owner = owner
         self._listener = listener
-        self._subscription = subscription
+        # The inbox's key of this listener's messages from this subscription.
+        self._keyed = (tables.fitted(listener, tables.LISTENER),
+                       tables.fitted(subscription, tables.SUBSCRIPTION))
         self._broker = broker
         self._error_destination = error_destination
 
-    async def run(self, message: Message, handler: Run, *, by_content: bool) -> bool:
+    async def run(self, message: Message, handler: Run, *, at: float) -> bool:
         """Run ``handler`` for ``message`` unless a copy of it was processed already; False
-        when one was (its pending sends are dispatched now). ``by_content``: the message came
-        without an id, and ``message.id`` is a digest of its content (``mdb.identity``).
+        when one was (its pending sends are dispatched now). ``at``: the time of the claim,
+        as the inbox keeps it; a run made again after its commit was in doubt gives its first
+        run's, so that it knows its own row.
 
         Raises ``IdentityReused`` for a message the inbox knows by its id from another one:
-        another body, or (known by its content) not a copy, since it is not flagged
-        redelivered. What the handler raises is raised, its transaction rolled back. Raises
-        ``DatabaseUnavailable`` when the database is out of reach (the run may be made again:
-        its claim finds out whether it committed), and ``DispatchPending`` when a send could
-        not be dispatched: the delivery must then stay unsettled (its effects are committed;
-        its redelivery completes the dispatch)."""
+        another body, or (known by its content) any other message, since a copy of it carries
+        its identity as an id (how the delivery was flagged says nothing of that: mdb flags a
+        run it makes again itself). What the handler raises is raised, its transaction rolled
+        back. Raises ``DatabaseUnavailable`` when the database is out of reach (the run may be
+        made again: its claim finds out whether it committed), and ``DispatchPending`` when a
+        send could not be dispatched: the delivery must then stay unsettled (its effects are
+        committed; its redelivery completes the dispatch)."""
         async def one(_index: int, session: AsyncSession, send: SendFunction) -> None:
             await handler(session, send)
 
-        (ran,) = await self.run_all(((message, by_content),), one)
+        (ran,) = await self.run_all((message,), one, at=at)
         if isinstance(ran, IdentityReused):
             raise ran
         return ran
 
-    async def run_all(self, messages: Sequence[tuple[Message, bool]],
-                      handler: RunAt) -> list[bool | IdentityReused]:
-        """``run`` of several messages (each with its ``by_content``; no identity twice) in
-        one transaction: one claim statement, ``handler`` called with the index of each
-        message claimed now, in order, on the one session, their sends written in one
-        statement, one commit, then their dispatch. What became of each: True (run), False
-        (a copy already processed) or the ``IdentityReused`` it is. What the handler raises on
-        one is raised, and nothing of the batch is kept; ``DatabaseUnavailable`` and
-        ``DispatchPending`` as ``run``'s (for every message of the batch)."""
+    async def run_all(self, messages: Sequence[Message],
+                      handler: RunAt, *, at: float) -> list[bool | IdentityReused]:
+        """``run`` of several messages (no identity twice) in one transaction, claimed
+        ``at``: one claim statement, ``handler`` called with the
+        index of each message claimed now, in order, on the one session, their sends written
+        in one statement, one commit, then their dispatch. What became of each: True (run),
+        False (a copy already processed) or the ``IdentityReused`` it is. What the handler
+        raises on one is raised, and nothing of the batch is kept; ``DatabaseUnavailable``
+        and ``DispatchPending`` as ``run``'s (for every message of the batch)."""
         database = self.database
         failure: Exception | None = None
         ran: list[bool | IdentityReused] = []
@@ -95,13 +101,13 @@ class Guard:
             async with self._dispatcher.sent() as sent, database.session() as session:
                 with database.deadline():
                     taken = await inbox.claim_all(
-                        session, self._listener, self._subscription,
-                        {message.id: message.body for message, _ in messages}, time.time())
+                        session, *self._keyed,
+                        {message.id: message.body for message in messages}, at)
                 writer = Writer(session, self._owner, database.settings.outbox_lease,
                                 error_destination=self._error_destination, broker=self._broker)
                 with handing(self._listener):
-                    for index, (message, by_content) in enumerate(messages):
-                        ran.append(self._fate(message, by_content, taken[message.id]))
+                    for index, message in enumerate(messages):
+                        ran.append(self._fate(message, taken[message.id]))
                         if ran[-1] is True:
                             await _handled(handler(index, session,
                                                    writer.sends_for(self._source(message))))
@@ -116,11 +122,11 @@ class Guard:
         try:
             if True in ran:
                 await self._dispatcher.dispatch(writer.rows)
-            for (message, _), done in zip(messages, ran, strict=True):
+            for message, done in zip(messages, ran, strict=True):
                 if done is False:
                     await self._dispatcher.dispatch_pending(self._source(message))
         except BrokerError as exc:
-            raise DispatchPending(f"sends of message {messages[0][0].id}"
+            raise DispatchPending(f"sends of message {messages[0].id}"
                                   f"{' and the rest of its batch' if len(messages) > 1 else ''}"
                                   f" wait in the outbox of database {database.name}: "
                                   f"{exc}") from exc
@@ -128,23 +134,25 @@ class Guard:
 
     def _source(self, message: Message) -> str:
         """The inbox key of ``message``, which its outbox rows keep."""
-        return f"{self._listener}/{self._subscription}/{message.id}"
+        return "/".join((*self._keyed, message.id))
 
-    def _fate(self, message: Message, by_content: bool,
-                taken: inbox.Taken | None) -> bool | IdentityReused:
+    def _fate(self, message: Message, taken: inbox.Taken | None) -> bool | IdentityReused:
         """Whether ``message``, claimed now (``taken`` None) or before, runs; False for a copy
-        already processed; the ``IdentityReused`` it is when it is not a copy."""
+        already processed (or its own earlier run, committed); the ``IdentityReused`` it is
+        when it is not a copy."""
         if taken is None:
             return True
+        if taken.ours:
+            return False
         if not taken.same_body:
             return IdentityReused(
                 f"message {message.id}: listener {self._listener} processed another message "
                 "with this id and another body; this one is not a copy of it")
-        if by_content and not message.redelivered:
+        if message.by_content:
             return IdentityReused(
-                f"message {message.id}: it came without an id, not flagged redelivered, with "
-                f"the content of a message listener {self._listener} processed: a second "
-                "message of that content cannot be told from a copy (give messages an id)")
+                f"message {message.id}: it came without an id, with the content of a message "
+                f"listener {self._listener} processed: a second message of that content "
+                "cannot be told from a copy (give messages an id)")
         return False
 
 

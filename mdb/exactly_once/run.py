@@ -10,22 +10,22 @@ an outage longer than its redeliveries would move it to the error destination.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mdb.broker import Connection, Delivery
-from mdb.context import SendFunction
 from mdb.delivery.batch import BatchFailure, Ready
 from mdb.delivery.decision import ALREADY_PROCESSED, SUCCEEDED, Raised, Reused
+from mdb.delivery.handler_sends import TransactedSends
 from mdb.delivery.invoker import Invoker
 from mdb.delivery.runs import Ran
-from mdb.delivery.sends import TransactedSends
 from mdb.errors import DatabaseUnavailable, DispatchPending, IdentityReused
 from mdb.exactly_once.guard import Guard
-from mdb.identity import identity
-from mdb.message import Message
+from mdb.listeners.context import SendFunction
+from mdb.messages.message import Message
+from mdb.seam.broker import Connection, Delivery
 
 
 class ExactlyOnce:
@@ -38,26 +38,31 @@ class ExactlyOnce:
         self._invoker = invoker
         self._guard = guard
         self._stopping = stopping
+        # Identity -> when it was claimed: the messages of a batch whose commit was in doubt,
+        # run again one at a time next (``in_one_transaction``).
+        self._in_doubt: dict[str, float] = {}
 
     async def __call__(self, delivery: Delivery, message: Message, body: object,
                        connection: Connection) -> tuple[Ran, TransactedSends | None]:
         """Settled by a plain ack once its sends were dispatched. When the database is out of
         reach the delivery is held until it answers, and run once more, flagged redelivered
         (the first run may have had effects outside the database); ``DispatchPending``, and
-        ``DatabaseUnavailable`` at a stop or in that second run, leave it unsettled."""
-        by_content = identity(delivery).by_content
+        ``DatabaseUnavailable`` at a stop or in that second run, leave it unsettled. A message
+        of a batch whose commit was in doubt runs as such a second run."""
+        at = self._in_doubt.pop(message.id, None) or time.time()
         try:
-            return await self._run(message, body, by_content), None
+            return await self._run(message, body, at), None
         except DatabaseUnavailable:
             if self._stopping():
                 raise
         # Held once only: a run that fails again once the database answered others (a
         # statement of its own that always takes longer than ``timeout``) is sent back, so
         # that its redeliveries bound it. A commit in doubt is found out by the claim of the
-        # next run.
+        # next run, made as of the first one's time: the row it finds is its own if it holds
+        # that time (a copy's or a twin's else).
         await self._guard.database.reachable()
         again = dataclasses.replace(message, redelivered=True)
-        return await self._run(again, body, by_content), None
+        return await self._run(again, body, at), None
 
     async def in_one_transaction(self, run: Sequence[Ready]) -> Sequence[Ran] | BatchFailure:
         """``run`` in one database transaction (``Guard.run_all``; ``OwnTransaction``). When
@@ -67,6 +72,8 @@ class ExactlyOnce:
         unsettled. A stop does not cut a batch short (its claims commit together: a message
         left out of the run would be taken for processed)."""
         failed: list[BatchFailure] = []
+        at = time.time()
+        self._in_doubt.clear()  # left by a batch whose run one at a time a stop cut short
 
         async def handler(index: int, session: AsyncSession, send: SendFunction) -> None:
             item = run[index]
@@ -80,12 +87,12 @@ class ExactlyOnce:
                     raise
 
         try:
-            ran = await self._guard.run_all(
-                [(item.message, identity(item.delivery).by_content) for item in run], handler)
+            ran = await self._guard.run_all([item.message for item in run], handler, at=at)
         except DatabaseUnavailable as exc:
             if self._stopping():
                 raise
             await self._guard.database.reachable()
+            self._in_doubt = {item.message.id: at for item in run}
             return BatchFailure(len(run), Raised.of(exc))
         except DispatchPending:
             raise
@@ -94,12 +101,12 @@ class ExactlyOnce:
         return [Reused(str(done)) if isinstance(done, IdentityReused)
                 else SUCCEEDED if done else ALREADY_PROCESSED for done in ran]
 
-    async def _run(self, message: Message, body: object, by_content: bool) -> Ran:
+    async def _run(self, message: Message, body: object, at: float) -> Ran:
         async def handler(session: AsyncSession, send: SendFunction) -> None:
             await self._invoker.invoke(message, body, send, session)
 
         try:
-            ran = await self._guard.run(message, handler, by_content=by_content)
+            ran = await self._guard.run(message, handler, at=at)
         except (DatabaseUnavailable, DispatchPending):
             raise
         except IdentityReused as exc:

@@ -90,10 +90,10 @@ class Connections:
         # URL and the engine's ``connect_args``.
         params["async_creator_fn"] = self.connect
 
-    def connect(self, database: str, **options: Any) -> Connection:
+    def connect(self, database: str, **options: Any) -> SqliteConnection:
         """A connection to ``database`` with ``sqlite3.connect``'s ``options``, as
         ``aiosqlite.connect`` makes one; SQLAlchemy awaits it, which opens it."""
-        return Connection(partial(sqlite3.connect, database, **options), self._closing)
+        return SqliteConnection(partial(sqlite3.connect, database, **options), self._closing)
 
     async def ended(self, timeout: float) -> None:
         """Return once the threads of the connections closed so far have ended, or after
@@ -106,7 +106,7 @@ class Connections:
                     thread.join, scope.deadline - anyio.current_time(), abandon_on_cancel=True)
 
 
-class Connection(aiosqlite.Connection):
+class SqliteConnection(aiosqlite.Connection):
     """An aiosqlite connection whose ``close`` ends whatever cancels it, and the statement it
     runs; its thread joins ``closing`` once it was asked to stop."""
 

@@ -12,20 +12,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import anyio
 
-from mdb.destinations import Destination
+from mdb.config.settings import Settings
 from mdb.errors import BrokerError, ConfigurationError, DatabaseUnavailable
 from mdb.exactly_once import inbox, tables
-from mdb.exactly_once.database import Database, at_startup
+from mdb.exactly_once.database.database import Database
+from mdb.exactly_once.database.startup import at_startup
 from mdb.exactly_once.guard import Guard
-from mdb.exactly_once.outbox import Dispatcher, backlog
-from mdb.health import DatabaseHealth
-from mdb.listener import ListenerSpec
-from mdb.producer import Producer
-from mdb.settings import Settings
+from mdb.exactly_once.outbox.dispatcher import Dispatcher
+from mdb.exactly_once.outbox.rows import backlog
+from mdb.exactly_once.outbox.writer import BOUNDED
+from mdb.listeners.listener import ListenerSpec
+from mdb.messages.destinations import Destination
+from mdb.messages.identity import Seal
+from mdb.observability.health import DatabaseHealth
+from mdb.routing.producer import Producer
 
 log = logging.getLogger("mdb.outbox")
 
@@ -35,12 +39,12 @@ OUTAGE_PROBE = 1.0
 
 
 class Store:
-    """``database`` as the process ``owner`` uses it: its dispatcher sends through
-    ``producer``."""
+    """``database`` as the process ``owner`` uses it (as the outbox keeps it:
+    ``tables.fitted``): its dispatcher sends through ``producer``."""
 
     def __init__(self, database: Database, producer: Producer, owner: str) -> None:
         self.database = database
-        self.owner = owner
+        self.owner = owner = tables.fitted(owner, tables.OWNER)
         self.dispatcher = Dispatcher(database, producer, owner)
         self._backlog: tuple[int, float | None] = (0, None)
 
@@ -117,12 +121,39 @@ class Store:
         await self.database.close()
 
 
-def stores_for(settings: Settings, specs: Iterable[ListenerSpec], producer: Producer,
-               owner: str) -> dict[str, Store]:
-    """A store per database an exactly-once listener among ``specs`` names; a
+async def database_seal(settings: Settings,
+                        stores: Mapping[str, Store] | None = None) -> Seal | None:
+    """The application's seal when ``settings`` name no ``identity_secret_file`` but
+    ``databases``: the secret ``mdb db upgrade`` made in the first of them by name (read
+    through its store among ``stores``, if there), so that every process of the application
+    that names the same databases proves and checks with the same one; ``ConfigurationError``
+    when that database cannot be read or lacks it. None otherwise (``Seal.of`` stands)."""
+    if settings.identity_secret is not None or not settings.databases:
+        return None
+    name = min(settings.databases)
+    store = (stores or {}).get(name)
+    database = store.database if store is not None else Database(
+        name, settings.databases[name])
+    try:
+        async with at_startup(database):
+            secret = await tables.identity_secret(database.engine)
+    finally:
+        if store is None:
+            await database.close()
+    if secret is None:
+        raise ConfigurationError(
+            f"database {name}: its identity secret is missing; make it with `mdb db upgrade "
+            "--config FILE` (or set identity_secret_file: docs/security.md)")
+    return Seal(secret)
+
+
+def stores_for(settings: Settings, listeners: Iterable[tuple[ListenerSpec, int]],
+               producer: Producer, owner: str) -> dict[str, Store]:
+    """A store per database an exactly-once listener among ``listeners`` (each with its
+    number of pool slots) names, with a connection for each of their slots; a
     ``ConfigurationError`` for a name ``databases`` lacks."""
-    stores: dict[str, Store] = {}
-    for spec in specs:
+    slots: dict[str, int] = {}
+    for spec, count in listeners:
         name = spec.options.exactly_once
         if name is None:
             if spec.session_parameter is not None:
@@ -135,12 +166,29 @@ def stores_for(settings: Settings, specs: Iterable[ListenerSpec], producer: Prod
             raise ConfigurationError(
                 f"listener {spec.name!r}: exactly_once needs an async def handler (its "
                 "session is an AsyncSession, used on the event loop)")
-        if name in stores:
-            continue
+        _check_kept(settings, spec)
         if name not in settings.databases:
             known = ", ".join(sorted(settings.databases)) or "none"
             raise ConfigurationError(
                 f"listener {spec.name!r}: exactly_once names database {name!r}, which "
                 f"`databases` lacks (configured: {known}); add [databases.{name}] with its url")
-        stores[name] = Store(Database(name, settings.databases[name]), producer, owner)
-    return stores
+        slots[name] = slots.get(name, 0) + count
+    return {name: Store(Database(name, settings.databases[name], slots=count), producer, owner)
+            for name, count in slots.items()}
+
+
+def _check_kept(settings: Settings, spec: ListenerSpec) -> None:
+    """``ConfigurationError`` for a name an exactly-once listener's outbox rows read back that
+    is longer than their column keeps (a name in a key is ``tables.fitted`` instead): the
+    delivery's broker (a reply goes through it), the error destination (a refused row's)."""
+    kept = {"reply_broker": [(f"setting brokers.{name}", name) for name in settings.brokers],
+            "error_destination": [(f"listener {spec.name!r}: its error destination",
+                                   str(spec.error_destination))]}
+    for column, named in kept.items():
+        limit = BOUNDED[column]
+        for what, value in named:
+            if len(value) > limit:
+                raise ConfigurationError(
+                    f"{what}: a name of {len(value)} characters, more than the {limit} an "
+                    f"outbox row of database {spec.options.exactly_once} keeps "
+                    f"(mdb_outbox.{column}); give it a shorter one")

@@ -14,20 +14,14 @@ against your broker (docs/testing.md, "For adapter authors").
 
 Parts: ``runner`` (running and waiting) → ``loading`` (the listeners and overrides a run
 takes), ``progress`` (where each message is), ``tracker`` (following messages through spans),
-``clock``, ``received``; ``sync`` (plain ``def`` tests); ``plugin`` (the fixtures).
+``clock``, ``received``, ``environment`` (the broker and the tables a test runs on); ``sync``
+(plain ``def`` tests); ``plugin`` (the fixtures).
 """
 
-from mdb.testing.clock import ManualClock
+from mdb.testing.environment import BROKER_URL_VARIABLE, broker_url
+from mdb.testing.manual_clock import ManualClock
 from mdb.testing.received import Failure, Received
-from mdb.testing.runner import (
-    BROKER_URL_VARIABLE,
-    WAIT,
-    HandlerFailed,
-    NotSettled,
-    Runner,
-    RunningApp,
-    broker_url,
-)
+from mdb.testing.runner import WAIT, HandlerFailed, NotSettled, Runner, RunningApp
 from mdb.testing.sync import SyncApp, SyncRunner
 from mdb.testing.tracker import Attempt
 

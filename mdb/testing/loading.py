@@ -11,9 +11,9 @@ from typing import Any
 
 from dependency_injector import containers, providers
 
+from mdb.container.wiring import find_listeners, import_modules
 from mdb.errors import ConfigurationError
-from mdb.listener import ListenerSpec, spec_of
-from mdb.wiring import find_listeners, import_modules
+from mdb.listeners.listener import ListenerSpec, spec_of
 
 Listeners = str | ModuleType | Callable[..., Any] | Sequence["Listeners"]
 """What ``Runner.run`` takes: module names, modules, ``@listener`` functions, lists of them."""
@@ -23,13 +23,14 @@ def listeners_of(given: Iterable[Listeners]) -> tuple[list[ModuleType], list[Lis
     """The modules (to wire, and where the application's container is found) and the
     listeners of ``given``: module names, modules, @listener functions, lists of them."""
     modules: list[ModuleType] = []
-    specs: list[ListenerSpec] = []
+    specs: dict[int, ListenerSpec] = {}  # by identity, as find_listeners
 
     def add_module(module: ModuleType, with_listeners: bool) -> None:
         if module not in modules:
             modules.append(module)
         if with_listeners:
-            specs.extend(s for s in find_listeners([module]) if s not in specs)
+            for spec in find_listeners([module]):
+                specs.setdefault(id(spec), spec)
 
     def add(item: Listeners) -> None:
         if isinstance(item, str):
@@ -41,8 +42,7 @@ def listeners_of(given: Iterable[Listeners]) -> tuple[list[ModuleType], list[Lis
             if spec is None:
                 raise ConfigurationError(f"{item!r} is not a @listener function")
             add_module(sys.modules[item.__module__], False)
-            if spec not in specs:
-                specs.append(spec)
+            specs.setdefault(id(spec), spec)
         else:
             for each in item:
                 add(each)
@@ -51,7 +51,7 @@ def listeners_of(given: Iterable[Listeners]) -> tuple[list[ModuleType], list[Lis
         add(item)
     if not specs:
         raise ConfigurationError("run: no listeners given")
-    return modules, specs
+    return modules, list(specs.values())
 
 
 def override(di: containers.Container | None, overrides: Mapping[str, object],

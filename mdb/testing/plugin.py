@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mdb.testing.runner import broker_url
+from mdb.testing.environment import broker_url
 from mdb.testing.sync import SyncRunner
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from mdb.container import Container
-from mdb.testing.clock import ManualClock
+from mdb.container.container import Container
+from mdb.testing.manual_clock import ManualClock
 from mdb.testing.tracker import Tracker
 
 

@@ -7,9 +7,16 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from mdb import codec
-from mdb import message as h
-from mdb.broker import Delivery
+from mdb.messages import codec
+from mdb.messages.headers import (
+    DELIVERY_COUNT,
+    ERROR_LISTENER,
+    ERROR_MESSAGE,
+    ERROR_TYPE,
+    ID,
+    ORIGINAL_DESTINATION,
+)
+from mdb.seam.broker import Delivery
 
 
 @dataclass(frozen=True)
@@ -37,7 +44,7 @@ class Received:
     @property
     def id(self) -> str:
         """Its ``mdb_id``, the same on every copy of one message."""
-        return self.headers.get(h.ID, "")
+        return self.headers.get(ID, "")
 
     @property
     def text(self) -> str:
@@ -53,12 +60,12 @@ class Received:
     @property
     def failure(self) -> Failure | None:
         """What failed, on a copy moved to an error destination; None on any other message."""
-        if h.ERROR_TYPE not in self.headers:
+        if ERROR_TYPE not in self.headers:
             return None
         return Failure(
-            error_type=self.headers[h.ERROR_TYPE],
-            error_message=self.headers.get(h.ERROR_MESSAGE, ""),
-            listener=self.headers.get(h.ERROR_LISTENER, ""),
-            original_destination=self.headers.get(h.ORIGINAL_DESTINATION, ""),
-            delivery_count=int(self.headers.get(h.DELIVERY_COUNT, "1")),
+            error_type=self.headers[ERROR_TYPE],
+            error_message=self.headers.get(ERROR_MESSAGE, ""),
+            listener=self.headers.get(ERROR_LISTENER, ""),
+            original_destination=self.headers.get(ORIGINAL_DESTINATION, ""),
+            delivery_count=int(self.headers.get(DELIVERY_COUNT, "1")),
         )

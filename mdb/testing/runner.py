@@ -13,7 +13,6 @@ redelivery delay passes at once.
 from __future__ import annotations
 
 import functools
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -25,33 +24,29 @@ import anyio.lowlevel
 from dependency_injector import containers
 
 from mdb import clock as clocks
-from mdb import codec
-from mdb.adapters import broker_for
-from mdb.broker import ConnectionOptions, SubscriptionRequest
-from mdb.broker_settings import BrokerSettings
-from mdb.container import Container
-from mdb.destinations import Destination, Kind
+from mdb.commands.dlq.failed import ErrorDestination
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.settings import Settings
+from mdb.container.container import Container
+from mdb.container.wiring import find_container, find_event_callbacks, resources, wired
 from mdb.errors import ConfigurationError, sole
-from mdb.exactly_once import tables
-from mdb.exactly_once.database import Database, translated
-from mdb.failed import ErrorDestination
-from mdb.listener import ListenerSpec
-from mdb.message import ID, OutgoingMessage
-from mdb.producer import Producer
-from mdb.settings import Settings
-from mdb.testing.clock import ManualClock
+from mdb.listeners.listener import ListenerSpec
+from mdb.messages import codec
+from mdb.messages.destinations import Destination, Kind
+from mdb.messages.headers import ID
+from mdb.messages.message import OutgoingMessage
+from mdb.routing.producer import Producer
+from mdb.seam.broker import ConnectionOptions, SubscriptionRequest
+from mdb.seam.registry import broker_for
+from mdb.testing.environment import broker_url, made_tables
 from mdb.testing.loading import Listeners, listeners_of, override
+from mdb.testing.manual_clock import ManualClock
 from mdb.testing.progress import describe, expected_subscriptions, is_done
 from mdb.testing.received import Received
 from mdb.testing.tracker import MOVED, Attempt, Tracker, install
-from mdb.wiring import find_container, find_event_callbacks, resources, wired
 
 WAIT = 30.0
 """Seconds a wait of the kit lasts before it fails (a guard against hanging, not a timing)."""
-
-BROKER_URL_VARIABLE = "MDB_TEST_BROKER_URL"
-"""When set, the broker URL the kit's tests run on (e.g. ``stomp+activemq://user:pw@host:61613``)
-instead of a fresh memory broker per test."""
 
 
 class NotSettled(AssertionError):
@@ -61,11 +56,6 @@ class NotSettled(AssertionError):
 class HandlerFailed(AssertionError):
     """A message moved to an error destination for a failure that was not a handler's
     exception (a body that does not decode, ...), seen by a fail-fast wait."""
-
-
-def broker_url() -> str:
-    """``MDB_TEST_BROKER_URL`` when set, else a new memory broker of its own."""
-    return os.environ.get(BROKER_URL_VARIABLE) or f"memory://test-{uuid.uuid4().hex[:10]}"
 
 
 @dataclass
@@ -148,7 +138,7 @@ class Runner:
         try:
             async with AsyncExitStack() as stack:
                 await self._start(stack)
-                await _made_tables(settings)
+                await made_tables(settings)
                 if overrides:
                     override(di, overrides, stack)
                 handlers = await stack.enter_async_context(wired(di, modules, specs))
@@ -262,6 +252,8 @@ class Runner:
         if self._producer is None:
             settings = self.apps[0].settings if self.apps else self._settings(None, "test", "s1")
             self._producer = Producer(settings, client_id=f"mdb-testing-{uuid.uuid4().hex[:8]}")
+        if self.apps:  # it sends as the application does, proven with its secret
+            self._producer.brokers.seal = self.apps[0].container.brokers.seal
         return self._producer
 
     async def take(self, destination: str, count: int = 1, *,
@@ -302,16 +294,20 @@ class Runner:
     def error_destination(self, destination: str) -> ErrorDestination:
         """Error destination ``destination`` (``queue:NAME.DLQ``) on the runner's broker: what
         reached it (``list``, ``show``), and ``replay`` or ``purge`` as ``mdb dlq`` does
-        (``mdb.failed``). The waits wait for a replayed message to be ended once more, as for
+        (``mdb.commands.dlq.failed``): a replay sends a message back where a running listener
+        consumes. The waits wait for a replayed message to be ended once more, as for
         ``send_again``."""
         tracker = self._running_tracker()
 
         def replayed(message_id: str, target: Destination) -> None:
+            sent_before = message_id in tracker.expected  # else a producer's of its own
             tracker.expect(message_id, str(target))
-            tracker.again(message_id)
+            if sent_before:
+                tracker.again(message_id)
 
+        consumed = [d.spec.destination for app in self.apps for d in app.container.deployed]
         return ErrorDestination(self._producer_of_the_test().brokers, destination,
-                                f"mdb-testing-{uuid.uuid4().hex[:8]}", replayed)
+                                f"mdb-testing-{uuid.uuid4().hex[:8]}", replayed, consumed)
 
     # --- waiting ------------------------------------------------------------------------------
 
@@ -399,15 +395,3 @@ class Runner:
             raise ConfigurationError("nothing ran yet: call this inside `async with "
                                      "runner.run(...)`")
         return self._tracker
-
-
-async def _made_tables(settings: Settings) -> None:
-    """mdb's tables in each database of ``settings``, made as ``mdb db upgrade`` makes them
-    (only in tests: a container never makes them)."""
-    for name, database_settings in settings.databases.items():
-        database = Database(name, database_settings)
-        try:
-            async with translated(database):
-                await tables.upgrade(database.engine)
-        finally:
-            await database.close()

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.trace import SpanKind
 
 from mdb.errors import ConfigurationError
-from mdb.telemetry import names
+from mdb.observability.telemetry import names
 
 PROCESSED = "processed"
 ALREADY_PROCESSED = "already processed"  # exactly-once: a copy the inbox knew, not run

@@ -11,8 +11,6 @@ import anyio
 import pytest
 
 import mdb_memory
-from mdb.broker import ConnectionOptions, Delivery, SubscriptionRequest
-from mdb.destinations import Destination
 from mdb.errors import (
     BrokerError,
     ConfigurationError,
@@ -22,8 +20,10 @@ from mdb.errors import (
     SubscriptionFailed,
     TransactionRolledBack,
 )
-from mdb.message import OutgoingMessage
-from mdb.selector import SelectorError, compile_selector
+from mdb.messages.destinations import Destination
+from mdb.messages.message import OutgoingMessage
+from mdb.messages.selector import SelectorError, compile_selector
+from mdb.seam.broker import ConnectionOptions, Delivery, SubscriptionRequest
 from mdb_memory import BrokerState, MemoryBroker, MemoryConnection, MemorySubscription
 
 pytestmark = pytest.mark.anyio
@@ -113,7 +113,7 @@ async def test_url_names_the_shared_state(name: str) -> None:
 async def test_entry_point_finds_the_memory_broker(name: str) -> None:
     from importlib.metadata import entry_points
 
-    from mdb.adapters import ENTRY_POINT_GROUP, broker_for
+    from mdb.seam.registry import ENTRY_POINT_GROUP, broker_for
 
     if "memory" not in {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}:
         pytest.skip("mdb is not installed, so its entry points are not registered")

@@ -8,10 +8,10 @@ import anyio
 import pytest
 
 import mdb_memory
-from mdb.broker import ConnectionOptions
-from mdb.destinations import Destination
 from mdb.errors import ConnectionLost
-from mdb.message import OutgoingMessage, ReplyAddress
+from mdb.messages.destinations import Destination
+from mdb.messages.message import OutgoingMessage, ReplyAddress
+from mdb.seam.broker import ConnectionOptions
 from mdb_memory import MemoryBroker
 
 pytestmark = pytest.mark.anyio

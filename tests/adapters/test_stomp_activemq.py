@@ -1,6 +1,6 @@
 """The stomp+activemq adapter, driven directly through the broker seam against a real ActiveMQ.
 
-The broker is started by ``tests.harness.activemq``: one for this module. What ActiveMQ and
+The broker is started by ``tests.harness.servers.activemq``: one for this module. What ActiveMQ and
 RabbitMQ share (a round trip, a killed or hung broker, connect failures) is tested once per
 broker in ``test_stomp_brokers``; the seam's general rules (transactions, prefetch,
 ``receive_nowait``, stale objects) once for all three adapters by ``test_seam``
@@ -15,9 +15,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from mdb.broker import ConnectionOptions
+from mdb.commands.dlq.failed import ErrorDestination
+from mdb.commands.dlq.replays import Left
+from mdb.commands.dlq.selection import Selection
+from mdb.config.settings import load_settings
 from mdb.errors import BrokerError, ConfigurationError, SubscriptionFailed
-from mdb.message import ID
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ID
+from mdb.routing.brokers import Brokers
+from mdb.seam.broker import ConnectionOptions
 from mdb_stomp import StompBroker
 from tests.adapters.stomp_support import (
     connected,
@@ -27,8 +33,8 @@ from tests.adapters.stomp_support import (
     receive,
     send_messages,
 )
-from tests.harness.activemq import ActiveMQ
-from tests.harness.brokers import private_brokers
+from tests.harness.servers.activemq import ActiveMQ
+from tests.harness.servers.brokers import private_brokers
 
 pytestmark = pytest.mark.anyio
 
@@ -145,3 +151,38 @@ async def test_a_browse_sees_past_the_400_messages_of_a_default_browser_page(
     async with connected(activemq.url) as connection:
         seen = [delivery.body async for delivery in connection.browse(queue)]
     assert seen == [str(index).encode() for index in range(401)]
+
+
+# -- ActiveMQ's own dead-letter queue --------------------------------------------------------
+
+
+async def test_a_message_activemq_dead_lettered_is_replayed_where_activemq_says_it_came_from(
+    activemq: ActiveMQ,
+) -> None:
+    # A NACK moves a persistent message to ActiveMQ.DLQ with `original-destination`, which a
+    # producer's SEND may set too (measured on 5.17.2): a replay takes it for the origin,
+    # and still sends only where a listener of the application consumes.
+    orders, victim = new_destination("queue"), new_destination("queue")
+    dead_letters = Destination.parse("queue:ActiveMQ.DLQ")
+    async with connected(activemq.url) as connection:
+        [sent] = await send_messages(connection, orders, 1)
+        subscription = await connection.subscribe(queue_request(orders))
+        await connection.dead_letter(await receive(subscription))
+        await subscription.close()
+        forged = message("forged", **{"original-destination": f"/queue/{victim.name}"})
+        await connection.send(orders, forged)
+        subscription = await connection.subscribe(queue_request(orders))
+        await connection.dead_letter(await receive(subscription))
+        await subscription.close()
+    settings = load_settings(None, brokers={"default": {"url": activemq.url}})
+    errors = ErrorDestination(Brokers(settings), dead_letters, origins=[orders])
+    ours = Selection(ids=frozenset({sent.headers[ID], forged.headers[ID]}))
+    assert {f.original_destination async for f in errors.list(ours)} == {
+        str(orders), str(victim)}
+    left: list[Left] = []
+    done = await errors.replay(ours, left=left.append)
+    assert (done.taken, [stray.id for stray in left]) == (1, [forged.headers[ID]])
+    async with connected(activemq.url) as connection:
+        assert [d.headers[ID] async for d in connection.browse(orders)] == [sent.headers[ID]]
+        assert [d.headers[ID] async for d in connection.browse(victim)] == []
+    assert [f.id async for f in errors.list(ours)] == [forged.headers[ID]]

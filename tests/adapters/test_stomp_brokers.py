@@ -1,6 +1,6 @@
 """The stomp adapter's behaviour that is the same on ActiveMQ and RabbitMQ: a round trip of
-body and headers, named topic subscriptions shared by name or refused, a killed broker, a hung
-broker, and connect failures.
+body and headers, named topic subscriptions shared by name or refused, a browse holding a page
+at most, a killed broker, a hung broker, and connect failures.
 Each test runs once per broker (``pytest.mark.activemq`` / ``pytest.mark.rabbitmq``); the
 broker-specific facts are pinned in ``test_stomp_activemq`` and ``test_stomp_rabbitmq``.
 
@@ -23,8 +23,6 @@ from typing import cast
 import anyio
 import pytest
 
-from mdb.broker import Delivery, Subscription, SubscriptionRequest
-from mdb.destinations import Destination
 from mdb.errors import (
     ConnectionFailed,
     ConnectionLost,
@@ -32,9 +30,13 @@ from mdb.errors import (
     SubscriptionFailed,
     TransactionRolledBack,
 )
-from mdb.message import ID, OutgoingMessage, new_id
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ID
+from mdb.messages.message import OutgoingMessage, new_id
+from mdb.seam.broker import PAGE, Delivery, Subscription, SubscriptionRequest
 from mdb_stomp import StompBroker
-from mdb_stomp.subscription import StompSubscription
+from mdb_stomp.protocol.wire import Wire
+from mdb_stomp.subscriptions.subscription import StompSubscription
 from tests.adapters.stomp_support import (
     WAIT,
     connected,
@@ -46,8 +48,8 @@ from tests.adapters.stomp_support import (
     send_messages,
     topic_request,
 )
-from tests.harness.brokers import private_brokers
-from tests.harness.process import BrokerProcess, free_port
+from tests.harness.servers.brokers import private_brokers
+from tests.harness.servers.process import BrokerProcess, free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -194,6 +196,31 @@ async def test_topic_subscriptions_the_dialect_cannot_make_are_refused(
         assert connection.is_open
 
 
+async def test_a_browse_holds_a_page_at_most_whatever_the_size_of_the_queue(
+        broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    read = [0]  # MESSAGE frames read by every connection of the process
+    on_message = Wire.on_message
+
+    def counted(wire: Wire, headers: dict[str, str], body: bytes | str | None) -> None:
+        read[0] += 1
+        on_message(wire, headers, body)
+
+    queue, elsewhere = new_destination("queue"), new_destination("queue")
+    async with connected(broker.url) as connection:
+        await send_messages(connection, queue, 3 * PAGE)
+        monkeypatch.setattr(Wire, "on_message", counted)
+        held = handed = 0
+        with anyio.fail_after(WAIT):
+            async with contextlib.aclosing(connection.browse(queue)) as browse:
+                async for _ in browse:
+                    handed += 1
+                    # A round trip to the broker for each: time for it to send what it would.
+                    await connection.send(elsewhere, message("x"))
+                    held = max(held, read[0] - handed)
+    assert handed == 3 * PAGE
+    assert 0 < held <= PAGE
+
+
 async def test_a_killed_broker_makes_everything_stale_and_redelivers_flagged_after_restart(
     private_broker: BrokerProcess,
 ) -> None:
@@ -293,7 +320,8 @@ async def test_a_delivery_buffered_before_the_process_froze_is_not_handed_on_aft
             while len(subscription.unsettled) < 2:  # the second read and buffered, not taken
                 await anyio.sleep(0.01)
         # The pause: the loop runs nothing, reads nothing. mdb's limit is 0.625 s on ActiveMQ
-        # and 2.5 s on RabbitMQ (whose heart-beats count in whole seconds: mdb_stomp.heartbeats).
+        # and 2.5 s on RabbitMQ (whose heart-beats count in whole seconds:
+        # mdb_stomp.protocol.heartbeats).
         time.sleep(1.0 if broker.scheme == "stomp+activemq" else 3.0)
         with pytest.raises(ConnectionLost, match="nothing heard for"):
             await receive(subscription)

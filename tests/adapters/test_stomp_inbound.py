@@ -1,22 +1,22 @@
-"""``mdb_stomp.inbound``: bytes cut into frames, their headers parsed, and a NUL byte in the
-headers of a MESSAGE frame kept and reported as damage."""
+"""``mdb_stomp.protocol.inbound``: bytes cut into frames, their headers parsed, and a NUL byte in
+the headers of a MESSAGE frame kept and reported as damage."""
 
 from __future__ import annotations
 
 import pytest
 import stomp.utils
 
-from mdb_stomp import inbound
-from mdb_stomp.inbound import HEARTBEAT, NEVER_ENDED, NUL_IN_HEADER, Received, Splitter
+from mdb_stomp.protocol import inbound
+from mdb_stomp.protocol.inbound import HEARTBEAT, NEVER_ENDED, NUL_IN_HEADER, InboundFrame, Splitter
 
 Parts = tuple[str, dict[str, str], bytes, str | None]
 
 
-def fed(splitter: Splitter, *reads: bytes) -> list[Received]:
+def fed(splitter: Splitter, *reads: bytes) -> list[InboundFrame]:
     return [frame for data in reads for frame in splitter.feed(data)]
 
 
-def parts(frames: list[Received]) -> list[Parts]:
+def parts(frames: list[InboundFrame]) -> list[Parts]:
     return [(f.command, f.headers, f.body, f.damage) for f in frames]
 
 

@@ -1,10 +1,10 @@
 """The STOMP adapter's pure pieces, without a broker: the ack bookkeeping
-(``mdb_stomp.unsettled``), receipts and how an unanswered one is reported
-(``mdb_stomp.receipts``), the SEND headers (``mdb_stomp.frames``), the heart-beats and the
-silence rule and where each frame read goes (``mdb_stomp.heartbeats``,
-``mdb_stomp.inbound.FrameReader``), the order in which a settlement with confirmed sends
-writes its frames (``mdb_stomp.confirmed``), and the inbox of a subscription
-(``mdb_stomp.inbox``)."""
+(``mdb_stomp.subscriptions.unsettled``), receipts and how an unanswered one is reported
+(``mdb_stomp.protocol.receipts``), the SEND headers (``mdb_stomp.protocol.frames``), the heart-beats
+and the silence rule and where each frame read goes (``mdb_stomp.protocol.heartbeats``,
+``mdb_stomp.protocol.inbound.FrameReader``), the order in which a settlement with confirmed sends
+writes its frames (``mdb_stomp.dialects.confirmed``), and the deliveries a subscription prefetched
+(``mdb_stomp.subscriptions.prefetched``)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,6 @@ import anyio
 import pytest
 import stomp
 
-from mdb.broker import ConnectionOptions, Delivery
-from mdb.destinations import Destination
 from mdb.errors import (
     BrokerError,
     ConnectionLost,
@@ -30,19 +28,21 @@ from mdb.errors import (
     SubscriptionFailed,
     TransactionRolledBack,
 )
-from mdb.message import OutgoingMessage, ReplyAddress, ReplyTo
+from mdb.messages.destinations import Destination
+from mdb.messages.message import OutgoingMessage, ReplyAddress, ReplyTo
+from mdb.seam.broker import ConnectionOptions, Delivery
 from mdb_stomp import ActiveMQDialect, Dialect, RabbitMQDialect
 from mdb_stomp.broker import capabilities_of
-from mdb_stomp.frames import encode, escape_name, send_frame, send_headers, text
-from mdb_stomp.heartbeats import Heartbeats, Silence
-from mdb_stomp.inbound import NO_SUBSCRIPTION, NUL_IN_HEADER, FrameReader
-from mdb_stomp.inbox import Inbox
-from mdb_stomp.reading import LoopReading
-from mdb_stomp.receipts import ReceiptErrors, Receipts, Request, Unanswered
-from mdb_stomp.subscription import StompSubscription
+from mdb_stomp.protocol.frames import encode, escaped, send_frame, send_headers, text
+from mdb_stomp.protocol.heartbeats import Heartbeats, Silence
+from mdb_stomp.protocol.inbound import NO_SUBSCRIPTION, NUL_IN_HEADER, FrameReader
+from mdb_stomp.protocol.reading import LoopReading
+from mdb_stomp.protocol.receipts import ReceiptErrors, Receipts, Request, Unanswered
+from mdb_stomp.protocol.wire import Wire
+from mdb_stomp.subscriptions.prefetched import Prefetched
+from mdb_stomp.subscriptions.subscription import StompSubscription
+from mdb_stomp.subscriptions.unsettled import Unsettled
 from mdb_stomp.transaction import StompTransaction
-from mdb_stomp.unsettled import Unsettled
-from mdb_stomp.wire import Wire
 
 # -- unsettled deliveries ----------------------------------------------------------------------
 
@@ -188,7 +188,7 @@ async def test_each_receipt_times_out_at_its_own_deadline_under_the_one_timer() 
 QUEUE = Destination.parse("queue:q")
 
 
-def test_send_headers_escape_names_drop_frame_headers_and_add_the_dialects() -> None:
+def test_send_headers_escapeds_drop_frame_headers_and_add_the_dialects() -> None:
     message = OutgoingMessage(
         body=b"{}",
         headers={"a:b": "1", "receipt": "x", "destination": "y", "content-type": "text/plain"},
@@ -221,6 +221,24 @@ def test_an_activemq_copy_keeps_the_jms_type_priority_expiry_and_persistence() -
     sent_as_text = {**JAVA_BYTES, "amq-msg-type": "text"}
     assert send_headers(OutgoingMessage(b"ab", copy_of=sent_as_text), dialect, QUEUE)[
         "amq-msg-type"] == "text"
+
+
+def test_an_error_copy_has_no_expiry_and_says_its_originals() -> None:
+    """docs/failed-messages.md, "Expiry": the error copy is the failure's evidence."""
+    failed = {"mdb_id": "m", "mdb_error_type": "RuntimeError"}
+    on_activemq = send_headers(OutgoingMessage(b"ab", failed, copy_of=JAVA_TEXT),
+                               ActiveMQDialect(), QUEUE)
+    assert "expires" not in on_activemq and on_activemq["priority"] == "8"
+    assert on_activemq["mdb_original_expiry"] == "2026-11-22T23:28:21.926+00:00"
+    received = {"expiration": "3000", "mdb_expires": "1795390101926", "priority": "8"}
+    on_rabbitmq = send_headers(OutgoingMessage(b"ab", failed, copy_of=received),
+                               RabbitMQDialect(), QUEUE)
+    assert not {"expires", "expiration", "mdb_expires"} & set(on_rabbitmq)
+    assert on_rabbitmq["mdb_original_expiry"] == "2026-11-22T23:28:21.926+00:00"
+    for never in ({"expires": "0"}, {"priority": "4"}):
+        for dialect in (ActiveMQDialect(), RabbitMQDialect()):
+            copy = send_headers(OutgoingMessage(b"ab", failed, copy_of=never), dialect, QUEUE)
+            assert "mdb_original_expiry" not in copy and copy.get("expires", "0") == "0"
 
 
 def test_a_rabbitmq_copy_keeps_its_priority_and_is_persistent_as_every_send() -> None:
@@ -312,10 +330,10 @@ ODD = "a\\b\nc\rd:e é \x01"  # every character STOMP 1.2 escapes, and some it d
 
 @pytest.mark.parametrize(("frame", "as_stomp_py"), [
     (("SEND", {"destination": "/queue/q", "persistent": "true", "mdb_id": "m-1",
-               "transaction": "t", "receipt": "7", escape_name(ODD): ODD}, b"{\"a\": 1}\0\n"),
+               "transaction": "t", "receipt": "7", escaped(ODD): ODD}, b"{\"a\": 1}\0\n"),
      lambda c: c.send("/queue/q", b"{\"a\": 1}\0\n", headers={
          "persistent": "true", "mdb_id": "m-1", "transaction": "t", "receipt": "7",
-         escape_name(ODD): ODD})),
+         escaped(ODD): ODD})),
     (("SEND", {"destination": "/queue/q", "x": ""}, b""),
      lambda c: c.send("/queue/q", b"", headers={"x": ""})),
     (("ACK", {"id": "ID:x:1:1:1", "transaction": "t"}, b""),
@@ -343,9 +361,9 @@ def test_frames_are_encoded_byte_for_byte_as_stomp_py_would(
     assert encode(*frame) == written.frames[0]
 
 
-def test_escape_name_and_text() -> None:
-    assert escape_name("plain") == "plain"
-    assert escape_name("a\\b\nc\rd:e") == "a\\\\b\\nc\\rd\\ce"
+def test_escaped_and_text() -> None:
+    assert escaped("plain") == "plain"
+    assert escaped("a\\b\nc\rd:e") == "a\\\\b\\nc\\rd\\ce"
     assert text(None) == ""
     assert text("s") == "s"
     assert text(b"\xff ok") == "\ufffd ok"
@@ -408,7 +426,7 @@ def test_a_read_after_too_long_a_silence_breaks_the_connection_for_good() -> Non
 
 
 class Recorder:
-    """The loop-side events of a connection (``listener.Events``), recorded."""
+    """The loop-side events of a connection (``callbacks.WireEvents``), recorded."""
 
     def __init__(self) -> None:
         self.silences: list[tuple[float, float]] = []
@@ -555,15 +573,14 @@ def test_a_rabbitmq_copy_expires_when_its_message_would_have() -> None:
     assert dialect.expiry(OutgoingMessage(b"x", {"expiration": "0"}), now) == {}
     # A copy: the time left, by mdb's expiry when it has one, else counted from now.
     received = {"expiration": "3000", "mdb_expires": "1003000"}
-    copy = OutgoingMessage(b"x", received, copy_of=received)
+    copy = OutgoingMessage(b"x", copy_of=received)  # the core copies no protocol header
     assert dialect.expiry(copy, now + 1000) == {"mdb_expires": "1003000", "expiration": "2000"}
     assert dialect.expiry(copy, now + 5000) == {"mdb_expires": "1003000", "expiration": "0"}
     out_of_a_delay_queue = {"mdb_expires": "1003000"}  # RabbitMQ removed its expiration
-    assert dialect.expiry(OutgoingMessage(b"x", out_of_a_delay_queue,
-                                          copy_of=out_of_a_delay_queue), now + 1000) == {
+    assert dialect.expiry(OutgoingMessage(b"x", copy_of=out_of_a_delay_queue), now + 1000) == {
         "mdb_expires": "1003000", "expiration": "2000"}
     foreign = {"expiration": "3000"}
-    assert dialect.expiry(OutgoingMessage(b"x", foreign, copy_of=foreign), now) == {
+    assert dialect.expiry(OutgoingMessage(b"x", copy_of=foreign), now) == {
         "mdb_expires": "1003000", "expiration": "3000"}
     assert dialect.expiry(OutgoingMessage(b"x", copy_of={"priority": "4"}), now) == {}
 
@@ -572,12 +589,16 @@ def test_a_rabbitmq_copy_that_expires_before_it_could_be_delivered_is_not_sent()
     queue, dialect = Destination.parse("queue:orders"), RabbitMQDialect()
     expires = str(round(time.time() * 1000) + 60_000)
     received = {"expiration": "60000", "mdb_expires": expires}
-    copy = OutgoingMessage(b"x", received, copy_of=received)
+    copy = OutgoingMessage(b"x", copy_of=received)
     assert send_frame(queue, dataclasses.replace(copy, delay=3600.0), dialect) is None
     assert send_frame(queue, dataclasses.replace(copy, delay=1.0), dialect) is not None
     assert send_frame(queue, copy, dialect) is not None
     expired = {"mdb_expires": "1000"}
-    assert send_frame(queue, OutgoingMessage(b"x", expired, copy_of=expired), dialect) is None
+    assert send_frame(queue, OutgoingMessage(b"x", copy_of=expired), dialect) is None
+    # An error copy, or a replay, has no expiry: sent, whatever its original's.
+    for outliving in ({"mdb_error_type": "E"}, {"mdb_replays": "1"}):
+        copy = OutgoingMessage(b"x", outliving, copy_of=expired)
+        assert send_frame(queue, copy, dialect) is not None
     # Not a copy: sent as the application asks.
     assert send_frame(queue, OutgoingMessage(b"x", {"expiration": "0"}), dialect) is not None
 
@@ -586,6 +607,8 @@ def test_what_held_a_message_is_not_inherited_by_its_copies() -> None:
     assert {"scheduledJobId", "AMQ_SCHEDULED_DELAY"} <= ActiveMQDialect.protocol_headers
     assert {"x-message-ttl", "x-dead-letter-routing-key", "x-first-death-queue"} <= (
         RabbitMQDialect.protocol_headers)
+    # Nor the expiry: the dialect writes a copy's (``RabbitMQDialect.expiry``).
+    assert {"expiration", "mdb_expires"} <= RabbitMQDialect.protocol_headers
 
 
 # -- cumulative acks in a transaction -------------------------------------------------------
@@ -701,26 +724,26 @@ def test_a_confirmed_commit_writes_every_send_before_awaiting_one_and_acks_after
         assert len(subscription.unsettled) == 0
 
 
-# -- the inbox ---------------------------------------------------------------------------------
+# -- the prefetched deliveries -----------------------------------------------------------------
 
 
 @pytest.mark.anyio
 async def test_receivers_waiting_on_one_inbox_each_take_one_delivery_then_wait_again() -> None:
-    inbox = Inbox()
+    prefetched = Prefetched()
     deliveries = [Delivery(Destination.parse("queue:q"), f"{n}".encode(), {}, f"m{n}", False,
                            token=n) for n in range(3)]
-    receivers = [asyncio.ensure_future(inbox.get()) for _ in range(3)]
+    receivers = [asyncio.ensure_future(prefetched.get()) for _ in range(3)]
     await anyio.wait_all_tasks_blocked()
-    inbox.put(deliveries[0])
-    inbox.put(deliveries[1])  # wakes all three: one finds nothing left and waits again
+    prefetched.put(deliveries[0])
+    prefetched.put(deliveries[1])  # wakes all three: one finds nothing left and waits again
     await anyio.wait_all_tasks_blocked()
     assert sorted(r.result().body for r in receivers if r.done()) == [b"0", b"1"]
-    inbox.put(deliveries[2])
+    prefetched.put(deliveries[2])
     await asyncio.wait(receivers)
     assert sorted(r.result().body for r in receivers) == [b"0", b"1", b"2"]
-    inbox.fail(ConnectionLost, "gone")
+    prefetched.fail(ConnectionLost, "gone")
     with pytest.raises(ConnectionLost, match="gone"):
-        await inbox.get()
+        await prefetched.get()
 
 
 # -- reading the socket ----------------------------------------------------------------------
@@ -784,8 +807,8 @@ def test_each_read_asks_the_kernel_to_ack_at_once() -> None:
 
 
 def test_a_held_frame_is_written_with_the_next_one_in_order() -> None:
-    """A BEGIN and a transacted ACK are held back (``mdb_stomp.reading``, "Held frames"): one
-    write for BEGIN and SEND, one for ACK and COMMIT."""
+    """A BEGIN and a transacted ACK are held back (``mdb_stomp.protocol.reading``, "Held frames"):
+    one write for BEGIN and SEND, one for ACK and COMMIT."""
 
     async def write() -> list[bytes]:
         loop = asyncio.get_running_loop()
@@ -836,7 +859,7 @@ async def test_a_delivery_left_to_a_closed_subscription_closes_the_connection_on
 ) -> None:
     """RabbitMQ turns a delivery dispatched while it cancelled a consumer into an ERROR after
     the UNSUBSCRIBE's receipt, and keeps the message unacked with the connection until it
-    closes (``mdb_stomp.rabbitmq``): the wire closes it, so that the broker redelivers it.
+    closes (``mdb_stomp.dialects.rabbitmq``): the wire closes it, so that the broker redelivers it.
     Elsewhere such an ERROR is only logged."""
     wire = Wire(ConnectionOptions("stomp://127.0.0.1:9"), "127.0.0.1", 9, "/",
                 asyncio.get_running_loop(),

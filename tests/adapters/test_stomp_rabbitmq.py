@@ -1,10 +1,10 @@
 """The stomp+rabbitmq adapter, driven directly through the broker seam against a real RabbitMQ.
 
-These tests pin the RabbitMQ facts the dialect rests on (see ``mdb_stomp.rabbitmq``): shared
-subscriptions through ``x-queue-name``, individual acks, selectors refused (the container
+These tests pin the RabbitMQ facts the dialect rests on (see ``mdb_stomp.dialects.rabbitmq``):
+shared subscriptions through ``x-queue-name``, individual acks, selectors refused (the container
 evaluates topic selectors itself), a new ``message-id`` on every delivery, and unacked deliveries
 that only come back when their connection closes. The node is started by
-``tests.harness.rabbitmq``: one for this module.
+``tests.harness.servers.rabbitmq``: one for this module.
 What RabbitMQ and ActiveMQ share (a round trip, a killed or hung broker, connect failures) is
 tested once per broker in ``test_stomp_brokers``, the seam's general rules (transactions,
 prefetch, stale objects) by ``test_seam`` (``mdb.testing.seam``). Without RabbitMQ installed
@@ -14,15 +14,19 @@ bounded by ``fail_after``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
+import anyio
 import pytest
 
-from mdb.broker import SubscriptionRequest
 from mdb.errors import ConnectionLost, SendOutcomeUnknown, SubscriptionFailed
-from mdb.message import ID, OutgoingMessage
+from mdb.messages.headers import ID
+from mdb.messages.message import OutgoingMessage
+from mdb.seam.broker import SubscriptionRequest
 from mdb_stomp import RabbitMQDialect, StompBroker
 from tests.adapters.stomp_support import (
+    WAIT,
     connected,
     message,
     new_destination,
@@ -32,8 +36,8 @@ from tests.adapters.stomp_support import (
     send_messages,
     topic_request,
 )
-from tests.harness.brokers import private_brokers
-from tests.harness.rabbitmq import RabbitMQ
+from tests.harness.servers.brokers import private_brokers
+from tests.harness.servers.rabbitmq import RabbitMQ
 
 pytestmark = [pytest.mark.anyio, pytest.mark.rabbitmq]
 
@@ -46,12 +50,45 @@ def rabbitmq() -> Iterator[RabbitMQ]:
         yield broker
 
 
+# -- browsing and taking ---------------------------------------------------------------------
+
+
+async def test_a_browse_or_a_take_cut_short_leaves_no_marker_behind(rabbitmq: RabbitMQ) -> None:
+    """A browse without a broker's browser, and a take, end at a marker of their own: however
+    they end (closed early, cancelled), the queue holds its messages and nothing else
+    (``mdb_stomp.queues.end_marker``)."""
+    queue = new_destination("queue")
+    async with connected(rabbitmq.url) as connection:
+        await send_messages(connection, queue, 5)
+        with anyio.fail_after(WAIT):
+            async with contextlib.aclosing(connection.browse(queue)) as browse:
+                first = await anext(browse)
+            with anyio.CancelScope() as interrupted:  # Ctrl-C: the command is cancelled
+                async with contextlib.aclosing(connection.browse(queue)) as browse:
+                    await anext(browse)
+                    interrupted.cancel()
+                    await anext(browse)
+    async with connected(rabbitmq.url) as connection:
+        with anyio.fail_after(WAIT):
+            async with contextlib.aclosing(connection.take(queue)) as take:
+                await anext(take)  # not settled: the take's end hands it back
+    async with connected(rabbitmq.url) as connection:
+        with anyio.fail_after(WAIT), anyio.CancelScope() as interrupted:
+            async with contextlib.aclosing(connection.take(queue)) as take:
+                await anext(take)
+                interrupted.cancel()
+                await anext(take)
+    assert rabbitmq.stored()[queue.name] == 5
+    # RabbitMQ names each delivery anew: a browse shows none of its own frames' names.
+    assert not {"message-id", "ack", "subscription"} & first.headers.keys()
+
+
 # -- sending and receiving -------------------------------------------------------------------
 
 
 async def test_an_amqp_message_id_its_producer_gave_is_the_messages_id(rabbitmq: RabbitMQ) -> None:
-    """The id a foreign producer gives a message is all RabbitMQ keeps of one (``mdb.identity``
-    knows a message sent without ``mdb_id`` by it)."""
+    """The id a foreign producer gives a message is all RabbitMQ keeps of one
+    (``mdb.messages.identity`` knows a message sent without ``mdb_id`` by it)."""
     queue = new_destination("queue")
     async with connected(rabbitmq.url) as connection:
         subscription = await connection.subscribe(queue_request(queue, prefetch=10))

@@ -35,10 +35,10 @@ import anyio
 import stomp
 
 from mdb import Container, Producer, Redelivery, listener
-from mdb.broker_settings import BrokerSettings
-from mdb.settings import Settings
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.settings import Settings
 from tests.bench.command_line import counts
-from tests.harness.activemq import ActiveMQ
+from tests.harness.servers.activemq import ActiveMQ
 
 POOL = 4
 LIMIT, DELAY = 3, 2.0

@@ -10,8 +10,8 @@ The database is SQLite in a temporary folder unless ``--database`` names another
 async URL such as ``postgresql+asyncpg://user:pw@host/db``; the hand-written loop reaches it
 with SQLAlchemy's default synchronous driver of that database, psycopg (3) for PostgreSQL,
 PyMySQL for MariaDB/MySQL, or ``--sync-database URL``); ``--postgresql`` starts a private
-PostgreSQL server (``tests.harness.postgresql``) and uses a database of its own. Its tables are
-made first, as ``mdb db upgrade`` would. Prints a table, with the consumer's CPU per message
+PostgreSQL server (``tests.harness.servers.postgresql``) and uses a database of its own. Its tables
+are made first, as ``mdb db upgrade`` would. Prints a table, with the consumer's CPU per message
 (user + system time of this process, the broker's and the database's excluded):
 
 * E1, on a private ActiveMQ: a handler that inserts one row and sends one message. mdb with
@@ -67,24 +67,26 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import Container, Context, listener
-from mdb.broker_settings import BrokerSettings
-from mdb.context import SendFunction
-from mdb.database_settings import DatabaseSettings
-from mdb.destinations import Destination
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.database_settings import DatabaseSettings
+from mdb.config.settings import Settings
 from mdb.exactly_once import guard as guard_module
 from mdb.exactly_once import inbox, tables
-from mdb.exactly_once.database import Database
+from mdb.exactly_once.database.database import Database
 from mdb.exactly_once.guard import Guard
-from mdb.exactly_once.outbox import Dispatcher, Writer
+from mdb.exactly_once.outbox.dispatcher import Dispatcher
+from mdb.exactly_once.outbox.writer import Writer
 from mdb.exactly_once.store import Store
-from mdb.listener import ListenerSpec, spec_of
-from mdb.message import ID, Message, OutgoingMessage
-from mdb.producer import Producer
-from mdb.settings import Settings
+from mdb.listeners.context import SendFunction
+from mdb.listeners.listener import ListenerSpec, spec_of
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ID
+from mdb.messages.message import Message, OutgoingMessage
+from mdb.routing.producer import Producer
 from mdb_stomp.connection import StompConnection
 from tests.bench.loops import Measured, consume, print_table, queue_of
-from tests.harness.activemq import ActiveMQ
-from tests.harness.postgresql import PostgreSQL
+from tests.harness.servers.activemq import ActiveMQ
+from tests.harness.servers.postgresql import PostgreSQL
 
 user_tables = MetaData()
 rows = Table("bench_rows", user_tables, Column("id", String(200), primary_key=True),
@@ -294,11 +296,12 @@ async def calls_per_message(database_url: str, count: int, exactly_once: bool, b
         async def some(first: int) -> None:
             if exactly_once and batch > 1:
                 await guard.run_all(
-                    [(message(n), False) for n in range(first, first + batch)],
-                    lambda index, session, send: work(session, send, first + index))
+                    [message(n) for n in range(first, first + batch)],
+                    lambda index, session, send: work(session, send, first + index),
+                    at=time.time())
             elif exactly_once:
                 await guard.run(message(first), lambda session, send: work(session, send, first),
-                                by_content=False)
+                                at=time.time())
             else:
                 async with database.session() as session:
                     await session.execute(rows.insert().values(id=f"m-{first}", body=b"body"))
@@ -425,7 +428,8 @@ def main() -> None:
     parser.add_argument("--database", help="a SQLAlchemy async URL (default: SQLite)")
     parser.add_argument("--sync-database", help="the hand-written loop's URL of it")
     parser.add_argument("--postgresql", action="store_true",
-                        help="a private PostgreSQL server's database (tests.harness.postgresql)")
+                        help="a private PostgreSQL server's database"
+                             " (tests.harness.servers.postgresql)")
     parser.add_argument("--batch", type=int, default=20,
                         help="max_messages_per_transaction of the batched rows")
     parser.add_argument("--runs", type=int, default=1, help="runs of E1; medians shown")

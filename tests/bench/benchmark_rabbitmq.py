@@ -2,17 +2,18 @@
 
     .venv/bin/python -m tests.bench.benchmark_rabbitmq [--messages 3000] [--runs 3]
 
-Starts a private RabbitMQ node (``tests.harness.rabbitmq``: one node, classic queues, the
+Starts a private RabbitMQ node (``tests.harness.servers.rabbitmq``: one node, classic queues, the
 broker's default and what docs/rabbitmq.md recommends for one node) and, in each run, preloads
 a queue of persistent messages for each consumer and measures, with the consumer's CPU per
-message (user + system time of this process, where every consumer runs):
+message (user + system time of the consuming process: this one for the hand-written loops and
+the ``..., in process`` rows, ``mdb run``'s for mdb's rows of record, ``tests.bench.mdb_run``):
 
 * W1: an empty transacted handler (mdb pool=1 and pool=4) vs the hand-written client-ack loop
   (``client-individual``, one ACK per message) and the BEGIN/ACK/COMMIT loop;
 * W1s: a transacted handler sending one message on (pool=1 and pool=4) vs the hand-written
   BEGIN/SEND/ACK/COMMIT loop (what RabbitMQ does not keep durable) and a loop that SENDs with
   a receipt, waits for it, then ACKs: the publisher confirm mdb's settlement on RabbitMQ uses
-  (``mdb_stomp.confirmed``);
+  (``mdb_stomp.dialects.confirmed``);
 * W2: a handler awaiting 2 ms (pool=1, 4, 16 and pool=16 with prefetch=4) vs a one-at-a-time
   loop and sixteen hand-written connections with a prefetch of 10.
 
@@ -40,7 +41,7 @@ from tests.bench.loops import (
     w1s_rows,
     w2_rows,
 )
-from tests.harness.rabbitmq import RabbitMQ
+from tests.harness.servers.rabbitmq import RabbitMQ
 
 
 def main() -> None:

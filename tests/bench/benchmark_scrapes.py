@@ -29,7 +29,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.harness.process import free_port
+from tests.harness.servers.process import free_port
 
 APP = '''
 import asyncio
@@ -39,8 +39,8 @@ import time
 from dependency_injector import containers, providers
 
 from mdb import Context, listener
-from mdb.producer import Producer
-from mdb.settings import load_settings
+from mdb.routing.producer import Producer
+from mdb.config.settings import load_settings
 
 
 async def requester():
@@ -156,8 +156,9 @@ def main() -> None:
                "OTEL_METRICS_EXPORTER": "prometheus", "COUNTS": str(counts),
                "DESTINATIONS": str(args.destinations),
                "REQUESTS": "no" if args.idle else "yes",
-               "PYTHONPATH": os.pathsep.join([str(root), str(root / "adapters")])}
-        process = subprocess.Popen([sys.executable, "-m", "mdb.cli", "run", "scraped_app"],
+               "PYTHONPATH": os.pathsep.join([str(root), str(root / "adapters" / "brokers"),
+                                              str(root / "adapters" / "integrations")])}
+        process = subprocess.Popen([sys.executable, "-m", "mdb.commands.cli", "run", "scraped_app"],
                                    cwd=folder, env=env, stdout=subprocess.PIPE, text=True)
         try:
             assert process.stdout is not None

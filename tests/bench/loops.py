@@ -27,9 +27,10 @@ import anyio
 import stomp
 
 from mdb import Container, Context, listener
-from mdb.broker_settings import BrokerSettings
-from mdb.settings import Settings
-from tests.harness.process import BrokerProcess
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.settings import Settings
+from tests.bench.mdb_run import mdb_run
+from tests.harness.servers.process import BrokerProcess
 
 Measured = tuple[float, float]  # msg/s, consumer CPU µs per message
 # What the loop does per message: ack it; BEGIN/(SEND)/ACK/COMMIT; SEND with a receipt and
@@ -271,34 +272,61 @@ SHORT = {ACK_LOOP: "client-ack loop", TX_LOOP: "BEGIN/SEND/ACK/COMMIT loop",
          SIXTEEN: "16 connections"}  # in the comparisons
 
 
+def mdb_rows(broker: BrokerProcess, workload: str, n: int, pool: int,
+             prefetch: int | None = None, versus: tuple[str, ...] = (),
+             in_process: bool = True) -> list[Row]:
+    """mdb on ``workload`` (W1, W1s or W2) with ``pool`` and ``prefetch``: ``mdb run`` as a user
+    starts it (``tests.bench.mdb_run``), the benchmark of record, then, with ``in_process``,
+    a container in this process with the same listener (``mdb_rate``): what ``mdb run`` adds
+    is the difference."""
+    label = f"pool={pool}" + (f", prefetch={prefetch}" if prefetch else "")
+    app = {W1: "W1", W1S: "W1s", W2: "W2"}[workload]
+    kind = f"{app}-{pool}-{prefetch}"
+    rows = [Row(workload, f"mdb run {label}", mdb_run(
+        broker, queue_of(broker, kind, n), n, app, pool, prefetch), versus)]
+    if in_process:
+        rows.append(Row(workload, f"mdb {label}, in process", mdb_rate(
+            broker, queue_of(broker, kind, n), n, pool, 0.002 if app == "W2" else 0.0,
+            send=app == "W1s", prefetch=prefetch), versus))
+    return rows
+
+
 def w1_rows(broker: BrokerProcess, n: int, pools: tuple[int, ...] = (1, 4)) -> list[Row]:
     """W1: the client-ack and BEGIN/ACK/COMMIT loops, then mdb with each of ``pools``."""
     rows = [Row(W1, ACK_LOOP, hand_written(broker, queue_of(broker, "w1a", n), n, "ack")),
             Row(W1, "hand-written BEGIN/ACK/COMMIT",
                 hand_written(broker, queue_of(broker, "w1h", n), n, "transaction"))]
-    rows += [Row(W1, f"mdb pool={pool}", mdb_rate(broker, queue_of(broker, f"w1c{pool}", n), n,
-                                                  pool), (ACK_LOOP,)) for pool in pools]
+    for pool in pools:
+        rows += mdb_rows(broker, W1, n, pool, versus=(ACK_LOOP,))
     return rows
+
+
+def tracing_rows(broker: BrokerProcess, n: int) -> list[Row]:
+    """W1 through ``mdb run`` pool=1 with the SDK's tracer provider set by the application:
+    spans sampled out, then recorded (and exported nowhere), against ``mdb run pool=1``."""
+    return [Row(W1, f"mdb run pool=1, tracing on: spans {how}",
+                mdb_run(broker, queue_of(broker, "w1t", n), n, "W1", tracing=tracing),
+                ("mdb run pool=1",))
+            for tracing, how in (("sampled-out", "sampled out"),
+                                 ("recorded", "recorded, nothing exported"))]
 
 
 def w1s_rows(broker: BrokerProcess, n: int, workload: str = W1S,
              guaranteed: Mode = "confirmed-transaction") -> list[Row]:
     """W1s: the BEGIN/SEND/ACK/COMMIT loop, the loop that gives what mdb guarantees on the
     broker (``guaranteed``: ``confirmed-transaction`` on ActiveMQ, ``confirm`` on RabbitMQ,
-    where a settlement lasts only so), then mdb with pool=1, pool=1 and prefetch=2 (what
-    docs/concepts.md recommends for a sending listener of one slot on a broker with Nagle's
-    algorithm on) and pool=4 against them."""
+    where a settlement lasts only so), then mdb with pool=1 (also in process), pool=1 and
+    prefetch=2 (what docs/concepts.md recommends for a sending listener of one slot on a
+    broker with Nagle's algorithm on) and pool=4 against them."""
     rows = [Row(workload, TX_LOOP, hand_written(broker, queue_of(broker, "w1sh", n), n,
                                                 "transaction", send=True))]
     safe = CONFIRM_LOOP if guaranteed == "confirm" else CONFIRMED_TX_LOOP
     rows.append(Row(workload, safe, hand_written(broker, queue_of(broker, "w1sc", n), n,
                                                  guaranteed)))
-    versus = (safe, TX_LOOP)
-    rows += [Row(workload, f"mdb pool={pool}" + (f", prefetch={prefetch}" if prefetch else ""),
-                 mdb_rate(broker, queue_of(broker, f"w1s{pool}-{prefetch}", n), n, pool,
-                          send=True, prefetch=prefetch), versus)
-             for pool, prefetch in ((1, None), (1, 2), (4, None))]
-    return rows
+    for pool, prefetch in ((1, None), (1, 2), (4, None)):
+        rows += mdb_rows(broker, W1S, n, pool, prefetch, (safe, TX_LOOP),
+                         in_process=(pool, prefetch) == (1, None))
+    return [row._replace(workload=workload) for row in rows]
 
 
 def w2_rows(broker: BrokerProcess, n: int, pools: tuple[int, ...] = ()) -> list[Row]:
@@ -312,13 +340,9 @@ def w2_rows(broker: BrokerProcess, n: int, pools: tuple[int, ...] = ()) -> list[
             Row(W2, SIXTEEN, hand_written_pool(broker, queue_of(broker, "w2p", n), n, 16, 10,
                                                lambda: time.sleep(0.002)))]
     for pool in pools:
-        count = m if pool == 1 else n
-        rows.append(Row(W2, f"mdb pool={pool}", mdb_rate(
-            broker, queue_of(broker, f"w2c{pool}", count), count, pool, 0.002),
-            (ONE_AT_A_TIME, SIXTEEN)))
-    rows.append(Row(W2, "mdb pool=16, prefetch=4", mdb_rate(
-        broker, queue_of(broker, "w2c", n), n, 16, 0.002, prefetch=4), (ONE_AT_A_TIME, SIXTEEN)))
-    return rows
+        rows += mdb_rows(broker, W2, m if pool == 1 else n, pool,
+                         versus=(ONE_AT_A_TIME, SIXTEEN), in_process=False)
+    return rows + mdb_rows(broker, W2, n, 16, 4, (ONE_AT_A_TIME, SIXTEEN))
 
 
 def versus(rows: list[Row], row: Row) -> str:

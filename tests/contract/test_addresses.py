@@ -11,15 +11,15 @@ import anyio
 import pytest
 
 from mdb import BrokerEvent, Container, Context, EventKind, Producer, listener
-from mdb.broker_settings import BrokerSettings
-from mdb.brokers import Brokers
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.settings import Settings
 from mdb.errors import ConnectionFailed
-from mdb.events import Events
-from mdb.links import BrokerLink, BrokerStatus
-from mdb.settings import Settings
+from mdb.listeners.events import Events
+from mdb.routing.brokers import Brokers
+from mdb.routing.links import BrokerLink, BrokerStatus
 from mdb_memory import BrokerState, broker_state
-from tests.harness.in_process import WAIT, Calls, specs, unique
-from tests.harness.messages import send_soon
+from tests.harness.apps.in_process import WAIT, Calls, specs, unique
+from tests.harness.traffic.messages import send_soon
 
 pytestmark = pytest.mark.anyio
 

@@ -12,9 +12,9 @@ import anyio
 import pytest
 
 from mdb import Context, ListenerDefinitionError, Redelivery, listener
-from mdb.message import DELIVERY_COUNT, ERROR_TYPE
-from tests.harness.in_process import Calls, running, settings_for, unique
-from tests.harness.messages import assert_drained, read, send_all
+from mdb.messages.headers import DELIVERY_COUNT, ERROR_TYPE
+from tests.harness.apps.in_process import Calls, running, settings_for, unique
+from tests.harness.traffic.messages import assert_drained, read, send_all
 
 pytestmark = pytest.mark.anyio
 

@@ -10,9 +10,9 @@ from typing import cast
 import pytest
 
 from mdb import Context, Producer, Redelivery, listener
-from mdb.message import CONTENT_TYPE, DELIVERY_COUNT, ERROR_TYPE, ID
-from tests.harness.in_process import Calls, running, settings_for, unique
-from tests.harness.messages import read
+from mdb.messages.headers import CONTENT_TYPE, DELIVERY_COUNT, ERROR_TYPE, ID
+from tests.harness.apps.in_process import Calls, running, settings_for, unique
+from tests.harness.traffic.messages import read
 
 pytestmark = pytest.mark.anyio
 

@@ -14,9 +14,9 @@ import anyio
 import pytest
 
 from mdb import Context, Redelivery, listener
-from tests.harness.container_process import ContainerProcess
-from tests.harness.in_process import WAIT, Calls, memory_broker, running, settings_for, unique
-from tests.harness.messages import read, send_all
+from tests.harness.apps.in_process import WAIT, Calls, memory_broker, running, settings_for, unique
+from tests.harness.processes.container_process import ContainerProcess
+from tests.harness.traffic.messages import read, send_all
 
 
 @pytest.fixture(
@@ -115,7 +115,7 @@ async def test_a_failure_whose_copy_was_stored_but_not_its_ack_goes_round_once(
 ) -> None:
     """As on RabbitMQ when the connection closes between the confirms and the acks
     (docs/rabbitmq.md): the delivery comes back flagged, and is acked unseen, since its copy
-    (the retry with the next count, or the error copy) carries the message on."""
+    (the retry with the next count, or the error copy) supersedes it."""
     url, state = memory_broker("lost_ack")
     queue_ = f"queue:{unique('work')}"
     errors = f"{queue_}.DLQ"

@@ -16,12 +16,18 @@ from collections.abc import Iterator
 import pytest
 
 from mdb import Context, Producer, Redelivery, listener
-from mdb.message import DELIVERY_COUNT, ERROR_LISTENER, ERROR_TYPE, ID, ORIGINAL_DESTINATION
-from tests.harness.activemq import ActiveMQ, activemq_available, reference_config
-from tests.harness.brokers import missing
-from tests.harness.in_process import Calls, running, settings_for, unique
-from tests.harness.messages import read, send_all
-from tests.harness.rabbitmq import RabbitMQ
+from mdb.messages.headers import (
+    DELIVERY_COUNT,
+    ERROR_LISTENER,
+    ERROR_TYPE,
+    ID,
+    ORIGINAL_DESTINATION,
+)
+from tests.harness.apps.in_process import Calls, running, settings_for, unique
+from tests.harness.servers.activemq import ActiveMQ, activemq_available, reference_config
+from tests.harness.servers.brokers import missing
+from tests.harness.servers.rabbitmq import RabbitMQ
+from tests.harness.traffic.messages import read, send_all
 
 pytestmark = pytest.mark.anyio
 

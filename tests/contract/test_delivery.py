@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from mdb import Container, Context, Producer, Redelivery, SubscriptionFailed, listener
-from mdb.message import (
+from mdb.messages.headers import (
     DELIVERY_COUNT,
     ERROR_LISTENER,
     ERROR_MESSAGE,
@@ -21,8 +21,8 @@ from mdb.message import (
     MAYBE_REPEAT,
     ORIGINAL_DESTINATION,
 )
-from tests.harness.in_process import Calls, running, settings_for, specs, unique
-from tests.harness.messages import read, send_all
+from tests.harness.apps.in_process import Calls, running, settings_for, specs, unique
+from tests.harness.traffic.messages import read, send_all
 
 pytestmark = pytest.mark.anyio
 

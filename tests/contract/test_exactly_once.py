@@ -1,11 +1,12 @@
 """Exactly-once listeners (docs/exactly-once.md), on every broker, with SQLite and with
-PostgreSQL (a private server, ``tests.harness.postgresql``): the handler's writes, its sends
+PostgreSQL (a private server, ``tests.harness.servers.postgresql``): the handler's writes, its sends
 and the message commit together, and a copy already processed is settled without running the
 handler."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -15,21 +16,23 @@ import pytest
 from sqlalchemy import event, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from mdb import ConfigurationError, Container, Context, Redelivery, listener
-from mdb.context import SendFunction
-from mdb.database_settings import DatabaseSettings
-from mdb.destinations import Destination
-from mdb.exactly_once import database as database_module
+from mdb import ConfigurationError, Container, Context, Redelivery, Settings, listener
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.database_settings import DatabaseSettings
 from mdb.exactly_once import inbox, tables
-from mdb.exactly_once.database import Database
+from mdb.exactly_once.database import database as database_module
+from mdb.exactly_once.database.database import Database
 from mdb.exactly_once.inbox import Taken
-from mdb.exactly_once.outbox import Dispatcher, Writer
+from mdb.exactly_once.outbox.dispatcher import Dispatcher
+from mdb.exactly_once.outbox.writer import Writer
 from mdb.exactly_once.store import Store
-from mdb.message import ID, Message, OutgoingMessage
-from mdb.producer import Producer
+from mdb.listeners.context import SendFunction
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ID
+from mdb.messages.message import Message, OutgoingMessage
+from mdb.routing.producer import Producer
 from mdb_memory.state import BrokerState, broker_state
-from tests.harness.databases import count, database_url, orders, prepared, with_database
-from tests.harness.in_process import (
+from tests.harness.apps.in_process import (
     WAIT,
     Calls,
     running,
@@ -38,9 +41,10 @@ from tests.harness.in_process import (
     unique,
     until,
 )
-from tests.harness.mariadb import MariaDB
-from tests.harness.messages import assert_drained, read, send_bodies, send_copies
-from tests.harness.postgresql import PostgreSQL
+from tests.harness.servers.databases import count, database_url, orders, prepared, with_database
+from tests.harness.servers.mariadb import MariaDB
+from tests.harness.servers.postgresql import PostgreSQL
+from tests.harness.traffic.messages import assert_drained, read, send_bodies, send_copies
 
 pytestmark = pytest.mark.anyio
 
@@ -65,11 +69,15 @@ async def postgres_database(postgres: PostgreSQL) -> AsyncIterator[Database]:
 
 @pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgresql),
                         pytest.param("mariadb", marks=pytest.mark.mariadb)])
-async def server_database(request: pytest.FixtureRequest,
-                          tmp_path: Path) -> AsyncIterator[Database]:
-    """A database of the test's own on a server (PostgreSQL or MariaDB), with mdb's tables
-    and the test's."""
-    db = await prepared(await database_url(request, tmp_path))
+async def server_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of a new database of the test's own on a server (PostgreSQL or MariaDB)."""
+    return await database_url(request, tmp_path)
+
+
+@pytest.fixture
+async def server_database(server_url: str) -> AsyncIterator[Database]:
+    """A database of the test's own on a server, with mdb's tables and the test's."""
+    db = await prepared(server_url)
     yield db
     await db.close()
 
@@ -223,7 +231,7 @@ def runner_of(database: Database, producer: Producer) -> Callable[[str], Awaitab
         message = Message(f"id-{body}", Destination.parse("queue:eo"), body.encode(), {},
                           redelivered=False, delivery_count=1)
         assert await guard.run(message, lambda session, send: handler(session, send, body),
-                               by_content=False)
+                               at=time.time())
 
     return run
 
@@ -375,6 +383,102 @@ async def test_an_outage_of_the_database_holds_deliveries_and_the_container_unre
     outage = [r.getMessage() for r in caplog.records if r.name == "mdb.database"]
     assert len(outage) == 2, outage  # one line as it began, one as it ended
     assert "hold their deliveries" in outage[0] and "answers again" in outage[1]
+
+
+async def test_every_slot_holds_a_connection_at_once_whatever_pool_size_says(
+    caplog: pytest.LogCaptureFixture, server_url: str,
+) -> None:
+    # docs/deployment.md, "Connections": a slot holds a connection while its handler runs.
+    # More slots than pool_size and SQLAlchemy's ten connections beyond it: a slot that
+    # waited for one longer than `timeout` took the database for down (an outage, the
+    # container not ready), the run held, its slot's message not handled meanwhile.
+    database = await prepared(server_url, pool_size=1, timeout=1.0)
+    broker, queue, slots = f"memory://{unique('m')}", f"queue:{unique('eo')}", 12
+    holding: list[str] = []
+    every_slot = anyio.Event()
+
+    @listener(queue, exactly_once="main", pool=slots)
+    async def handler(body: str, session: AsyncSession) -> None:
+        await session.execute(orders.insert().values(id=body, quantity=1))
+        holding.append(body)
+        if len(holding) == slots:
+            every_slot.set()
+        await every_slot.wait()  # each holds its connection until every slot has one
+
+    caplog.set_level(logging.WARNING, "mdb.database")
+    async with running(with_database(broker, database), handler) as container:
+        await send_bodies(broker, queue, [f"o-{n}" for n in range(slots)])
+        with anyio.fail_after(WAIT):
+            await every_slot.wait()
+        await until(lambda: container.deployed[0].stats.processed == slots)
+        assert container.health().ready
+    assert not [r.getMessage() for r in caplog.records if r.name == "mdb.database"]
+    assert await count(database, orders) == slots
+    await database.close()
+
+
+# Per server: a login of the application's own, for a test to refuse and let in again.
+_LOGIN = {
+    "postgresql": ("CREATE ROLE shop LOGIN; GRANT ALL ON ALL TABLES IN SCHEMA public TO shop; "
+                   "GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO shop",
+                   "ALTER ROLE shop NOLOGIN", "ALTER ROLE shop LOGIN"),
+    "mysql": ("CREATE USER shop@'%' IDENTIFIED BY 'shop-pw'; GRANT ALL ON *.* TO shop@'%'",
+              "ALTER USER shop@'%' IDENTIFIED BY 'rotated'",
+              "ALTER USER shop@'%' IDENTIFIED BY 'shop-pw'"),
+}
+_SESSIONS = {  # the login's sessions, to end as a server restart does
+    "postgresql": "SELECT pid FROM pg_stat_activity WHERE usename = 'shop'",
+    "mysql": "SELECT id FROM information_schema.processlist WHERE user = 'shop'",
+}
+_END = {"postgresql": "SELECT pg_terminate_backend({})", "mysql": "KILL {}"}
+
+
+async def test_a_login_the_database_refuses_meanwhile_is_an_outage_not_the_handlers_failure(
+    caplog: pytest.LogCaptureFixture, server_url: str,
+) -> None:
+    # docs/deployment.md, "Secrets as files": a password rotated on the server before the
+    # settings (or a login locked) refuses the connections mdb makes from then on. The
+    # database is out of reach for mdb, as when it is down: its deliveries are held, not
+    # failed, redelivered and moved to the error destination one after the other.
+    admin = await prepared(server_url)  # the server's own login: the tables, the app's login
+    server = admin.engine.dialect.name
+    create, refuse, let_in = _LOGIN[server]
+
+    async def run(statements: str) -> None:
+        async with admin.engine.begin() as connection:
+            for statement in statements.split("; "):
+                await connection.execute(text(statement))
+
+    await run(create)
+    app = Database("main", DatabaseSettings(url=server_url, username="shop", password="shop-pw",
+                                            timeout=2.0, outbox_lease=1.5))
+    broker = f"memory://{unique('m')}"
+    queue = f"queue:{unique('eo')}"
+
+    @listener(queue, exactly_once="main", redelivery=Redelivery(limit=1, delay=0))
+    async def handler(body: str, session: AsyncSession) -> None:
+        await session.execute(orders.insert().values(id=body, quantity=1))
+
+    caplog.set_level(logging.WARNING, "mdb.database")
+    async with running(with_database(broker, app), handler) as container:
+        await send_bodies(broker, queue, ["o-0"])
+        await until(lambda: container.deployed[0].stats.processed == 1)
+        await run(refuse)
+        async with admin.engine.begin() as connection:
+            for (session,) in (await connection.execute(text(_SESSIONS[server]))).all():
+                await connection.execute(text(_END[server].format(int(session))))
+        await send_bodies(broker, queue, ["o-1"])
+        await until(lambda: not container.health().ready)
+        assert container.health().unready()["databases_down"] == ["main"]
+        await run(let_in)
+        await until(lambda: container.deployed[0].stats.processed == 2)
+    stats = container.deployed[0].stats
+    assert (stats.redelivered, stats.to_error_destination) == (0, 0)
+    assert await count(admin, orders) == 2
+    outage = [r.getMessage() for r in caplog.records if r.name == "mdb.database"]
+    assert len(outage) == 2 and "answers again" in outage[1], outage
+    await app.close()
+    await admin.close()
 
 
 async def terminate_backends(database: Database) -> None:
@@ -550,8 +654,26 @@ async def test_ids_that_differ_in_case_or_trailing_spaces_are_two_messages(
         for message_id in ("m-1", "M-1", "m-1 "):
             assert await inbox.claim(session, "l", "queue:q", message_id, b"1", 1.0) is None
     async with database.session() as session:
-        assert await inbox.claim(session, "l", "queue:q", "M-1", b"1", 2.0) == Taken(True)
+        assert await inbox.claim(session, "l", "queue:q", "M-1", b"1", 2.0) == Taken(True, False)
     assert await count(database, tables.inbox) == 3
+
+
+async def test_a_claim_made_again_as_of_its_first_time_knows_its_own_row(
+    database: Database,
+) -> None:
+    """A run made again after its commit was in doubt claims as of its first claim's time:
+    the database compares the time it keeps exactly (docs/exactly-once.md, "A bad day of the
+    database")."""
+    first = time.time()
+    async with database.session() as session:
+        assert await inbox.claim(session, "l", "queue:q", "m-1", b"1", first) is None
+    async with database.session() as session:
+        assert await inbox.claim(session, "l", "queue:q", "m-1", b"1", first) == Taken(
+            True, True)
+        assert await inbox.claim(session, "l", "queue:q", "m-1", b"2",
+                                 first + 1e-6) == Taken(False, False)
+        assert await inbox.claim_all(session, "l", "queue:q", {"m-1": b"1", "m-2": b"2"},
+                                     first) == {"m-1": Taken(True, True), "m-2": None}
 
 
 async def test_the_status_shows_each_databases_outbox(database: Database) -> None:
@@ -658,6 +780,50 @@ async def test_a_mariadb_that_would_drop_a_large_outbox_row_is_refused_at_startu
         await database.close()
 
 
+
+@pytest.mark.mariadb
+async def test_a_statement_past_a_max_allowed_packet_lowered_under_a_container_names_it(
+    mariadb: MariaDB, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The server's max_allowed_packet lowered while a container runs (a restart with another
+    configuration): the server drops the connection of a larger statement, which is no outage
+    but the statement's failure, and the log line and the error copy name the setting."""
+    database = await prepared(await anyio.to_thread.run_sync(mariadb.create_database,
+                                                              unique("eo")), timeout=3.0)
+    url = f"memory://{unique('m')}"
+    queue, out = f"queue:{unique('eo')}", f"queue:{unique('eo_out')}"
+
+    @listener(queue, exactly_once="main", redelivery=Redelivery(limit=1, delay=0))
+    async def handler(body: str, ctx: Context) -> None:
+        await ctx.send(out, b"\1" * (20 << 20))  # an outbox row of 20 MiB
+
+    async with database.engine.connect() as connection:
+        configured = (await connection.execute(text("SELECT @@max_allowed_packet"))).scalar()
+    caplog.set_level(logging.WARNING)
+    try:
+        async with running(with_database(url, database), handler) as container:
+            async with database.engine.connect() as connection:
+                await connection.execute(text("SET GLOBAL max_allowed_packet = 16777216"))
+                # Its connections end, as at a restart: those made next read the new value.
+                for (thread,) in await connection.execute(text(
+                        "SELECT id FROM information_schema.processlist "
+                        "WHERE db = DATABASE() AND id <> CONNECTION_ID()")):
+                    await connection.execute(text(f"KILL {int(thread)}"))
+            await send_copies(url, queue, b"big", "m-1", copies=1)
+            [moved] = await read(url, f"{queue}.DLQ", 1)
+            stats = container.deployed[0].stats
+    finally:
+        async with database.engine.connect() as connection:
+            await connection.execute(text(f"SET GLOBAL max_allowed_packet = {configured}"))
+        await database.close()
+    assert "max_allowed_packet" in moved.headers["mdb_error_message"]
+    assert stats.to_error_destination == 1
+    assert any("max_allowed_packet" in r.getMessage() for r in caplog.records
+               if r.levelno >= logging.WARNING)
+    # The connections killed: one outage, begun and ended; the large statement is none.
+    assert len([r for r in caplog.records if "answers again" in r.getMessage()]) <= 1
+
+
 def test_an_exactly_once_listener_names_a_configured_database() -> None:
     @listener("queue:q", exactly_once="missing")
     async def handler(body: str, session: AsyncSession) -> None:
@@ -671,3 +837,26 @@ def test_an_exactly_once_listener_names_a_configured_database() -> None:
         Container(settings_for("memory://x"), specs(handler))
     with pytest.raises(ConfigurationError, match="only an exactly_once listener"):
         Container(settings_for("memory://x"), specs(unguarded))
+
+
+def test_a_name_an_outbox_row_reads_back_is_checked_at_startup() -> None:
+    """A name too long for its outbox column that mdb reads back (a broker's, a reply goes
+    through it; an error destination) is refused at startup, naming the setting: a key
+    column keeps a digest instead (``tables.fitted``)."""
+    @listener("queue:q", exactly_once="main")
+    async def handler(body: str, session: AsyncSession) -> None:
+        pass
+
+    main = {"main": DatabaseSettings()}
+    broker = "b" * 201
+    with pytest.raises(ConfigurationError, match=rf"setting brokers.{broker}: a name of 201 "
+                                                 r"characters, more than the 200"):
+        Container(Settings(brokers={broker: BrokerSettings()}, databases=main), specs(handler))
+
+    @listener("queue:q", exactly_once="main", error_destination=f"queue:{'e' * 1000}")
+    async def erring(body: str, session: AsyncSession) -> None:
+        pass
+
+    with pytest.raises(ConfigurationError, match=r"listener 'erring': its error destination: "
+                                                 r"a name of 1006 characters"):
+        Container(settings_for("memory://x", databases=main), specs(erring))

@@ -10,17 +10,17 @@ import anyio
 import pytest
 
 from mdb import BrokerEvent, Container, Context, EventKind, Producer, listener
-from mdb.broker import SubscriptionRequest
-from mdb.brokers import Brokers
-from mdb.destinations import Destination
+from mdb.config.settings import DestinationSettings, MemberSettings, Settings
 from mdb.errors import ConfigurationError, ConnectionFailed
-from mdb.events import Events
-from mdb.settings import DestinationSettings, MemberSettings, Settings
+from mdb.listeners.events import Events
+from mdb.messages.destinations import Destination
+from mdb.routing.brokers import Brokers
+from mdb.seam.broker import SubscriptionRequest
 from mdb_memory import broker_state
 from mdb_memory.connection import MemoryConnection
 from mdb_memory.state import subscription_queue_name
 from mdb_memory.subscription import MemorySubscription
-from tests.harness.in_process import (
+from tests.harness.apps.in_process import (
     WAIT,
     Calls,
     partitioned_settings,
@@ -29,7 +29,7 @@ from tests.harness.in_process import (
     specs,
     unique,
 )
-from tests.harness.messages import send_soon
+from tests.harness.traffic.messages import send_soon
 
 pytestmark = pytest.mark.anyio
 

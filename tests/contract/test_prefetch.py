@@ -11,10 +11,10 @@ import anyio
 import pytest
 
 from mdb import Context, Producer, Redelivery, listener
-from mdb.message import DELIVERY_COUNT, ERROR_TYPE
-from mdb.slots import Slot
-from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
-from tests.harness.messages import assert_drained, read, send_all
+from mdb.container.slots import Slot
+from mdb.messages.headers import DELIVERY_COUNT, ERROR_TYPE
+from tests.harness.apps.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.traffic.messages import assert_drained, read, send_all
 
 pytestmark = pytest.mark.anyio
 
@@ -71,7 +71,7 @@ async def test_a_failing_message_among_prefetched_ones_fails_alone(broker_url: s
 async def test_a_topic_selector_settles_unselected_messages_among_prefetched_ones(
     broker_url: str,
 ) -> None:
-    # The container settles a message its selector does not select (mdb.planning) in its
+    # The container settles a message its selector does not select (mdb.routing.planning) in its
     # turn: with cumulative acks (ActiveMQ) acking one ahead of its turn would settle the
     # messages prefetched before it.
     topic = f"topic:{unique('paint')}"

@@ -1,11 +1,11 @@
 """Several container processes on one topic, on real brokers: who gets which message.
 
-Each process runs ``mdb run tests.harness.topic_ledger_app`` (a ``tests.harness.fleet.Fleet``,
-as in the fault tests); all their ledgers feed one queue, whose entries name the process
-(``pid``) and its ``server``. Each scenario runs on one broker, and on a partitioned topic
-whose three members live on three brokers: there the test also checks that the messages were
-stored on every member (the producer takes turns) and that the messages of every member were
-processed.
+Each process runs ``mdb run tests.harness.apps.topic_ledger_app`` (a
+``tests.harness.processes.fleet.Fleet``, as in the fault tests); all their ledgers feed one queue,
+whose entries name the process (``pid``) and its ``server``. Each scenario runs on one broker, and
+on a partitioned topic whose three members live on three brokers: there the test also checks that
+the messages were stored on every member (the producer takes turns) and that the messages of every
+member were processed.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from typing import Any
 import anyio
 import pytest
 
-from mdb import Producer, Settings, codec
-from mdb.destinations import Destination
-from mdb.message import ID
-from mdb.topology import Member
-from tests.harness.fleet import Fleet, fleet
-from tests.harness.in_process import WAIT, partitioned_settings, settings_for, unique
-from tests.harness.ledger import PER_APP, PER_SERVER
+from mdb import Producer, Settings
+from mdb.messages import codec
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ID
+from mdb.messages.topology import Member
+from tests.harness.apps.in_process import WAIT, partitioned_settings, settings_for, unique
+from tests.harness.processes.fleet import Fleet, fleet
+from tests.harness.traffic.ledger import PER_APP, PER_SERVER
 
 
 @pytest.fixture(

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from mdb import Context, Producer, Redelivery, ReplyTimeout, listener
-from mdb.message import ERROR_TYPE, ID
-from tests.harness.in_process import running, settings_for, unique
-from tests.harness.messages import read
+from mdb.messages.headers import ERROR_TYPE, ID
+from tests.harness.apps.in_process import running, settings_for, unique
+from tests.harness.traffic.messages import read
 
 pytestmark = pytest.mark.anyio
 

@@ -10,15 +10,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mdb.broker_settings import BrokerSettings
-from mdb.database_settings import DatabaseSettings
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.database_settings import DatabaseSettings
+from mdb.config.settings import Settings
 from mdb.exactly_once import Outbox, tables
-from mdb.exactly_once.database import Database
-from mdb.producer import Producer
-from mdb.settings import Settings
-from tests.harness.brokers import private_brokers
-from tests.harness.in_process import unique
-from tests.harness.messages import read
+from mdb.exactly_once.database.database import Database
+from mdb.routing.producer import Producer
+from tests.harness.apps.in_process import unique
+from tests.harness.servers.brokers import private_brokers
+from tests.harness.traffic.messages import read
 
 pytestmark = [pytest.mark.anyio, pytest.mark.activemq]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mdb import Context, Destination, Distribution, Producer, Redelivery, listener
-from tests.harness.in_process import Calls, running, settings_for, unique
-from tests.harness.messages import send_all
+from tests.harness.apps.in_process import Calls, running, settings_for, unique
+from tests.harness.traffic.messages import send_all
 
 pytestmark = pytest.mark.anyio
 

@@ -11,14 +11,14 @@ from collections import Counter
 import pytest
 
 from mdb import Context, Producer, listener
-from mdb.broker_settings import BrokerSettings
-from mdb.codec import outgoing
-from mdb.destinations import Destination
-from mdb.settings import DestinationSettings, MemberSettings
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.settings import DestinationSettings, MemberSettings
+from mdb.messages.codec import outgoing
+from mdb.messages.destinations import Destination
 from mdb_memory import broker_state
-from tests.harness.in_process import Calls, partitioned_settings, running, unique
-from tests.harness.messages import read
-from tests.harness.process import free_port
+from tests.harness.apps.in_process import Calls, partitioned_settings, running, unique
+from tests.harness.servers.process import free_port
+from tests.harness.traffic.messages import read
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from mdb import Context, Producer, Redelivery, listener
-from tests.harness.in_process import Calls, record_spans, running, settings_for, unique
+from tests.harness.apps.in_process import Calls, record_spans, running, settings_for, unique
 
 pytestmark = pytest.mark.anyio
 
@@ -131,7 +131,7 @@ async def test_redeliveries_and_the_error_destination_are_in_the_trace(
         ("2", "None", ""), ("2", "ValueError", "exception,mdb.error_destination")]
     # Each failure's traceback: on its span (as record_exception makes it) and in the log, at
     # DEBUG for a redelivery, with the WARNING of the move to the error destination, as the
-    # record's exception text (mdb.logs.with_traceback), not in its message.
+    # record's exception text (mdb.observability.logs.with_traceback), not in its message.
     exception = next(e for s in processes for e in s.events if e.name == "exception")
     stacktrace = str((exception.attributes or {})["exception.stacktrace"])
     assert 'raise ValueError(f"{body} fails")' in stacktrace and ", in flaky" in stacktrace

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness.brokers import missing, private_brokers
-from tests.harness.netns import Network, network_available, private_network
-from tests.harness.process import BrokerProcess
+from tests.harness.servers.brokers import missing, private_brokers
+from tests.harness.servers.netns import Network, network_available, private_network
+from tests.harness.servers.process import BrokerProcess
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def trio() -> Iterator[list[BrokerProcess]]:
 @pytest.fixture(scope="module")
 def network() -> Iterator[Network]:
     """A private bridge for one test module's brokers, and network namespaces linked to it
-    whose links a test cuts (``tests.harness.netns``)."""
+    whose links a test cuts (``tests.harness.servers.netns``)."""
     if not network_available():
         missing("root and iproute2 (network namespaces)")
     with private_network() as made:

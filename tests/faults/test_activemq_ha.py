@@ -1,7 +1,7 @@
 """An ActiveMQ shared-store master/slave pair: the master killed under load, then the fail-back.
 
 A topic is partitioned over broker ``a``, a shared-store pair given as its two addresses
-(``tests.harness.activemq_pair``), and broker ``b``, a plain broker. App ``shop`` runs two
+(``tests.harness.servers.activemq_pair``), and broker ``b``, a plain broker. App ``shop`` runs two
 container processes on one shared subscription (``one-copy-per-app``), app ``audit`` two servers
 with their own (``one-copy-per-server``); a producer with the same settings sends in a loop.
 Handlers take a while, and the master is killed (kill -9) while one of them works on a message
@@ -20,13 +20,13 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.faults.tools.takeover import take_over
-from tests.harness.activemq import ActiveMQ, activemq_available
-from tests.harness.activemq_pair import SharedStorePair
-from tests.harness.brokers import missing
-from tests.harness.fleet import Fleet, fault_settings, fleet
-from tests.harness.in_process import unique
-from tests.harness.ledger import PER_APP, PER_SERVER
-from tests.harness.load_producer import LoadProducer
+from tests.harness.apps.in_process import unique
+from tests.harness.processes.fleet import Fleet, fault_settings, fleet
+from tests.harness.servers.activemq import ActiveMQ, activemq_available
+from tests.harness.servers.activemq_pair import SharedStorePair
+from tests.harness.servers.brokers import missing
+from tests.harness.traffic.ledger import PER_APP, PER_SERVER
+from tests.harness.traffic.load_producer import LoadProducer
 
 pytestmark = pytest.mark.activemq
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.harness.fleet import Fleet, fault_settings, fleet
-from tests.harness.in_process import unique
-from tests.harness.ledger import PER_APP, PER_SERVER, Verdict
-from tests.harness.load_producer import LoadProducer
-from tests.harness.process import BrokerProcess, start_all
+from tests.harness.apps.in_process import unique
+from tests.harness.processes.fleet import Fleet, fault_settings, fleet
+from tests.harness.servers.process import BrokerProcess, start_all
+from tests.harness.traffic.ledger import PER_APP, PER_SERVER, Verdict
+from tests.harness.traffic.load_producer import LoadProducer
 
 pytestmark = pytest.mark.activemq
 

@@ -17,11 +17,11 @@ import anyio
 import pytest
 
 from mdb import Context, Producer, Redelivery, Settings, listener
-from mdb.broker_settings import BrokerSettings
-from tests.harness.brokers import private_brokers
-from tests.harness.in_process import Calls, running, settings_for, unique
-from tests.harness.messages import send_all
-from tests.harness.process import BrokerProcess
+from mdb.config.broker_settings import BrokerSettings
+from tests.harness.apps.in_process import Calls, running, settings_for, unique
+from tests.harness.servers.brokers import private_brokers
+from tests.harness.servers.process import BrokerProcess
+from tests.harness.traffic.messages import send_all
 
 pytestmark = [pytest.mark.anyio, pytest.mark.activemq]
 

@@ -1,8 +1,8 @@
-"""Exactly-once listeners on bad days, in processes: two stages (``tests.harness.exactly_once_app``)
-in two container processes of one app, both stages partitioned over three private ActiveMQ
-brokers, a database of the private PostgreSQL server, and a foreign producer (plain stomp.py:
-no ``mdb_id``) spreading business ids over the first stage's members
-(``tests.harness.exactly_once_stages``).
+"""Exactly-once listeners on bad days, in processes: two stages
+(``tests.harness.apps.exactly_once_app``) in two container processes of one app, both stages
+partitioned over three private ActiveMQ brokers, a database of the private PostgreSQL server, and a
+foreign producer (plain stomp.py: no ``mdb_id``) spreading business ids over the first stage's
+members (``tests.harness.processes.exactly_once_stages``).
 
 The faults, each mid-stream: a kill -9 of the container after a run's commit, before its
 dispatch or its ack; a kill -9 of the broker the run's delivery came from at the same point,
@@ -30,16 +30,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.harness.activemq import ActiveMQ
-from tests.harness.brokers import missing
-from tests.harness.container_process import ContainerProcess
-from tests.harness.exactly_once_stages import TIMEOUT, Once, Rows, Stages, check_once
-from tests.harness.fleet import WAIT
-from tests.harness.foreign import ForeignProducer
-from tests.harness.mariadb import MariaDB
-from tests.harness.netns import Network
-from tests.harness.postgresql import PostgreSQL, postgresql_available
-from tests.harness.process import BrokerProcess, started_together
+from tests.harness.processes.container_process import ContainerProcess
+from tests.harness.processes.exactly_once_stages import TIMEOUT, Once, Rows, Stages, check_once
+from tests.harness.processes.fleet import WAIT
+from tests.harness.servers.activemq import ActiveMQ
+from tests.harness.servers.brokers import missing
+from tests.harness.servers.mariadb import MariaDB
+from tests.harness.servers.netns import Network
+from tests.harness.servers.postgresql import PostgreSQL, postgresql_available
+from tests.harness.servers.process import BrokerProcess, started_together
+from tests.harness.traffic.foreign import ForeignProducer
 
 pytestmark = pytest.mark.activemq
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.faults.tools.random_faults import in_flight_at, known_loss
-from tests.harness.ledger import PER_APP, PER_SERVER, Verdict, check, check_sent_on, views
+from tests.harness.traffic.ledger import PER_APP, PER_SERVER, Verdict, check, check_sent_on, views
 
 
 def done(message_id: str, redelivered: bool, server: str = "s1") -> dict[str, object]:

@@ -1,7 +1,7 @@
 """A container process cut off from its brokers, or frozen, past the broker's tolerance, checked
 with a ledger (docs/failover.md, "Partitions").
 
-Two ActiveMQ brokers listen on a private bridge (``tests.harness.netns``) and hold a topic
+Two ActiveMQ brokers listen on a private bridge (``tests.harness.servers.netns``) and hold a topic
 partitioned over them. App ``shop`` runs two container processes on one shared subscription
 (``one-copy-per-app``). While a producer on the host sends, one process, then the other, is
 cut off or frozen for a while, then let go. ActiveMQ drops a connection it has not heard from
@@ -23,14 +23,14 @@ from functools import partial
 
 import pytest
 
-from tests.harness.activemq import ActiveMQ, activemq_available
-from tests.harness.brokers import missing
-from tests.harness.fleet import Fleet, LedgerProcess, fault_settings, fleet
-from tests.harness.in_process import unique
-from tests.harness.ledger import PER_APP
-from tests.harness.load_producer import LoadProducer
-from tests.harness.netns import Namespace, Network
-from tests.harness.process import BrokerProcess, started_together
+from tests.harness.apps.in_process import unique
+from tests.harness.processes.fleet import Fleet, LedgerProcess, fault_settings, fleet
+from tests.harness.servers.activemq import ActiveMQ, activemq_available
+from tests.harness.servers.brokers import missing
+from tests.harness.servers.netns import Namespace, Network
+from tests.harness.servers.process import BrokerProcess, started_together
+from tests.harness.traffic.ledger import PER_APP
+from tests.harness.traffic.load_producer import LoadProducer
 
 pytestmark = pytest.mark.activemq
 

@@ -18,13 +18,13 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 
 from tests.faults.tools.node_loss import cluster_settings, kill_node, left_behind, next_node
-from tests.harness.brokers import missing
-from tests.harness.fleet import Fleet, fleet
-from tests.harness.in_process import unique
-from tests.harness.ledger import PER_APP, check
-from tests.harness.load_producer import LoadProducer
-from tests.harness.rabbitmq import rabbitmq_available
-from tests.harness.rabbitmq_cluster import RabbitMQCluster
+from tests.harness.apps.in_process import unique
+from tests.harness.processes.fleet import Fleet, fleet
+from tests.harness.servers.brokers import missing
+from tests.harness.servers.rabbitmq import rabbitmq_available
+from tests.harness.servers.rabbitmq_cluster import RabbitMQCluster
+from tests.harness.traffic.ledger import PER_APP, check
+from tests.harness.traffic.load_producer import LoadProducer
 
 pytestmark = pytest.mark.rabbitmq
 

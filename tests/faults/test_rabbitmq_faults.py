@@ -17,13 +17,13 @@ from collections.abc import Iterator
 import pytest
 
 from tests.faults.tools import kill_after_settle
-from tests.harness.brokers import private_brokers
-from tests.harness.fleet import fault_settings, fleet
-from tests.harness.in_process import unique
-from tests.harness.ledger import PER_APP, PER_SERVER
-from tests.harness.load_producer import LoadProducer
-from tests.harness.process import BrokerProcess
-from tests.harness.rabbitmq import RabbitMQ
+from tests.harness.apps.in_process import unique
+from tests.harness.processes.fleet import fault_settings, fleet
+from tests.harness.servers.brokers import private_brokers
+from tests.harness.servers.process import BrokerProcess
+from tests.harness.servers.rabbitmq import RabbitMQ
+from tests.harness.traffic.ledger import PER_APP, PER_SERVER
+from tests.harness.traffic.load_producer import LoadProducer
 
 pytestmark = pytest.mark.rabbitmq
 

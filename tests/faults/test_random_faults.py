@@ -7,7 +7,7 @@ throughout, and faults drawn from the seed hit the nodes (kill -9 and restart, S
 SIGCONT) and the container processes (kill -9 and restart, a network partition where there
 are namespaces). Then: every message whose send returned was processed by stage 1, stage 2
 received each message stage 1 processed, repeats all flagged under one ``mdb_id``, nothing
-left in the queues (``tests.harness.ledger.check_sent_on``).
+left in the queues (``tests.harness.traffic.ledger.check_sent_on``).
 
 Exactly-once (``--exactly-once``): two exactly-once stages in two container processes of one
 app, both stages partitioned over three ActiveMQ brokers, on PostgreSQL and on MariaDB
@@ -16,7 +16,7 @@ producer (plain stomp.py: no ``mdb_id``, a business id in the body); faults of t
 (kill -9 of the server, SIGSTOP past the databases' timeout or not) among those of the
 brokers and the processes. Then: every business id whose send a broker confirmed has its
 effect once in each stage's ledger, nothing is left in the outbox, the queues or the DLQs
-(``tests.harness.exactly_once_stages.check_once``).
+(``tests.harness.processes.exactly_once_stages.check_once``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from tests.faults.tools.random_faults import (
     run_exactly_once,
     run_rabbitmq,
 )
-from tests.harness.brokers import missing
-from tests.harness.rabbitmq import rabbitmq_available
+from tests.harness.servers.brokers import missing
+from tests.harness.servers.rabbitmq import rabbitmq_available
 
 MINUTES = 0.75  # of faults; a run takes about one more minute: the start, the drain
 # Seeds whose first five faults include all four kinds where there are network namespaces.

@@ -13,12 +13,12 @@ import anyio.to_thread
 import pytest
 
 from mdb import BrokerEvent, Container, EventKind, Producer, listener
-from mdb.broker_settings import BrokerSettings
-from mdb.redaction import redact_url
-from mdb.settings import Settings
-from tests.harness.brokers import private_brokers
-from tests.harness.in_process import Calls, specs, unique
-from tests.harness.process import BrokerProcess
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.settings import Settings
+from mdb.observability.redaction import redact_url
+from tests.harness.apps.in_process import Calls, specs, unique
+from tests.harness.servers.brokers import private_brokers
+from tests.harness.servers.process import BrokerProcess
 
 pytestmark = [pytest.mark.activemq, pytest.mark.anyio]
 

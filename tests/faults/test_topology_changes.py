@@ -1,9 +1,9 @@
 """The topology changed while messages flow: a member added, one removed, a bad one rejected.
 
 Three private ActiveMQ brokers ``a``, ``b``, ``c`` (this module's own). Two container processes
-of app ``shop`` (``one-copy-per-app``) run ``mdb run tests.harness.topic_ledger_app --config FILE``;
-the file first puts the partitioned topic's members on ``a`` and ``b`` only, and is rewritten
-(atomically: a temporary file moved over it) while a producer sends in a loop:
+of app ``shop`` (``one-copy-per-app``) run ``mdb run tests.harness.apps.topic_ledger_app --config
+FILE``; the file first puts the partitioned topic's members on ``a`` and ``b`` only, and is
+rewritten (atomically: a temporary file moved over it) while a producer sends in a loop:
 
 1. member ``c`` is added (the file watcher applies it): every process reports it joined, the
    producer then sends to ``a``, ``b`` and ``c``, and ``c``'s messages are processed;
@@ -32,13 +32,13 @@ from pathlib import Path
 import pytest
 
 from mdb import Settings
-from mdb.http.client import fetch_status
-from mdb.settings import DestinationSettings, MemberSettings
-from tests.harness.fleet import WAIT, Fleet, LedgerProcess, fault_settings, fleet
-from tests.harness.in_process import unique
-from tests.harness.ledger import PER_APP
-from tests.harness.load_producer import LoadProducer
-from tests.harness.process import BrokerProcess
+from mdb.config.settings import DestinationSettings, MemberSettings
+from mdb.serving.http.client import fetch_status
+from tests.harness.apps.in_process import unique
+from tests.harness.processes.fleet import WAIT, Fleet, LedgerProcess, fault_settings, fleet
+from tests.harness.servers.process import BrokerProcess
+from tests.harness.traffic.ledger import PER_APP
+from tests.harness.traffic.load_producer import LoadProducer
 
 pytestmark = pytest.mark.activemq
 

@@ -14,21 +14,31 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import anyio
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mdb import Producer, Settings, codec
-from mdb.destinations import Destination
-from mdb.health import Health
-from mdb.http.client import fetch_status
-from mdb.message import ID
-from tests.harness.fleet import WAIT, Fleet, LedgerProcess, fault_settings, fleet, left_behind
-from tests.harness.in_process import unique
-from tests.harness.ledger import PER_SERVER
-from tests.harness.load_producer import LoadProducer
-from tests.harness.process import BrokerProcess, alive
+from mdb import Producer, Settings
+from mdb.messages import codec
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ID
+from mdb.observability.health import Health
+from mdb.serving.http.client import fetch_status
+from tests.harness.apps.in_process import unique
+from tests.harness.processes.cli import mdb, one_line
+from tests.harness.processes.fleet import (
+    WAIT,
+    Fleet,
+    LedgerProcess,
+    fault_settings,
+    fleet,
+    left_behind,
+)
+from tests.harness.servers.process import BrokerProcess, alive
+from tests.harness.traffic.ledger import PER_SERVER
+from tests.harness.traffic.load_producer import LoadProducer
 
 pytestmark = pytest.mark.activemq
 
@@ -183,6 +193,19 @@ async def send(settings: Settings, topic: str, count: int) -> list[str]:
     return sent
 
 
+def test_ctrl_c_is_told_once_by_the_supervisor(activemq: BrokerProcess,
+                                               processes: Fleet) -> None:
+    """A terminal's Ctrl-C reaches the supervisor alone, which passes it on to its workers: it
+    alone says what happens, and what a second one would do (docs/concepts.md, "Exit
+    status")."""
+    server = start_server(processes, unique("app"), "0.02")
+    wait_status(server, lambda h: h.ready, "a ready server")
+    server.process.send_signal(signal.SIGINT)
+    assert server.process.wait(timeout=WAIT) == 0
+    told = [line for line in server.log if "SIGINT" in line]
+    assert told == ["mdb: SIGINT: stopping 2 workers (signal again to kill them)"], told
+
+
 def test_a_second_signal_kills_the_workers(activemq: BrokerProcess, processes: Fleet) -> None:
     app = unique("app")
     [server] = processes.start(app, ["s1"], PER_SERVER, args=WORKERS, env={
@@ -198,3 +221,48 @@ def test_a_second_signal_kills_the_workers(activemq: BrokerProcess, processes: F
     server.process.send_signal(signal.SIGTERM)
     assert server.process.wait(timeout=WAIT) == 128 + signal.SIGTERM
     assert not any(alive(pid) for pid in workers)
+
+
+def test_mdb_pause_and_resume_reach_every_worker(activemq: BrokerProcess, processes: Fleet,
+                                                 tmp_path: Path) -> None:
+    token, secret = tmp_path / "token", tmp_path / "secret"
+    token.write_text("a-token-of-32-characters-or-so-1\n")
+    secret.write_text("the-application-s-identity-secret")  # its ids, known by the workers
+    app = unique("app")
+    server = start_server(processes, app, "0.02", MDB_CONTROL_TOKEN_FILE=str(token),
+                          MDB_IDENTITY_SECRET_FILE=str(secret))
+    wait_status(server, lambda h: h.ready, "a ready server")
+    assert server.health is not None
+    wrong = tmp_path / "wrong"
+    wrong.write_text("a-token-of-32-characters-or-so-2")
+    refused = mdb("pause", "on_entry", "--url", server.health, "--token-file", str(wrong),
+                  cwd=tmp_path)
+    assert refused.returncode == 1 and "token" in one_line(refused.stderr)
+    assert not any(lh.paused for lh in status(server).listeners)
+
+    paused = mdb("pause", "on_entry", "--url", server.health, "--token-file", str(token),
+                 cwd=tmp_path)
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout.decode().strip() == f"paused on_entry on {app}/s1 (2 workers)"
+    # Each worker's slot ended its subscription: none of the two is subscribed.
+    health = wait_status(server, lambda h: h.listeners[0].subscribed == 0, "both paused")
+    assert health.ready and health.listeners[0].paused
+    # A worker started again (after a crash) is paused again as soon as it is ready.
+    victim = health.workers[0].pid
+    os.kill(victim, signal.SIGKILL)
+    health = wait_status(server, lambda h: h.ready and h.workers[0].pid not in (0, victim)
+                         and h.listeners[0].subscribed == 0, "the replacement paused")
+    assert health.listeners[0].paused
+    producing = fault_settings([activemq.url], processes.topic, identity_secret_file=secret)
+    told = anyio.run(send, producing, processes.topic, 20)  # kept for the server
+    assert processes.done(app) == []
+
+    resumed = mdb("resume", "on_entry", "--url", server.health, "--token-file", str(token),
+                  cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.decode().strip() == f"resumed on_entry on {app}/s1 (2 workers)"
+    assert processes.drain(told), processes.verdicts(told)
+    processes.stop()
+    done = processes.done(app)
+    assert sorted(e["id"] for e in done) == sorted(told)  # each once
+    assert left_behind([activemq], processes, told) == {}

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.harness.in_process import record_spans
+from tests.harness.apps.in_process import record_spans
 
 
 @pytest.fixture(scope="session")

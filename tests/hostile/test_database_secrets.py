@@ -17,21 +17,22 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import Context, Redelivery, listener
-from mdb.adapters import broker_for
-from mdb.broker import ConnectionOptions
-from mdb.database_settings import DatabaseSettings
-from mdb.destinations import Destination
+from mdb.config.database_settings import DatabaseSettings
 from mdb.errors import DatabaseUnavailable
 from mdb.exactly_once import tables
-from mdb.exactly_once.database import Database
-from mdb.message import ID, OutgoingMessage
-from mdb.redaction import mask_secrets, redact_url
+from mdb.exactly_once.database.database import Database
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ID
+from mdb.messages.message import OutgoingMessage
+from mdb.observability.redaction import mask_secrets, redact_url
+from mdb.seam.broker import ConnectionOptions
+from mdb.seam.registry import broker_for
 from mdb_memory.state import broker_state
-from tests.harness.cli import mdb, one_line
-from tests.harness.in_process import WAIT, running, settings_for, unique
-from tests.harness.mariadb import MariaDB
-from tests.harness.postgresql import PostgreSQL
-from tests.harness.process import free_port
+from tests.harness.apps.in_process import WAIT, running, settings_for, unique
+from tests.harness.processes.cli import mdb, one_line
+from tests.harness.servers.mariadb import MariaDB
+from tests.harness.servers.postgresql import PostgreSQL
+from tests.harness.servers.process import free_port
 
 QUERY_PASSWORD = "S3cr3t-in-the-query"
 

@@ -16,15 +16,15 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mdb import Context, Redelivery, listener
-from mdb.database_settings import DatabaseSettings
+from mdb.config.database_settings import DatabaseSettings
 from mdb.exactly_once import tables
-from mdb.exactly_once.database import Database
+from mdb.exactly_once.database.database import Database
 from mdb_memory.state import BrokerState, broker_state
-from tests.harness.cli import mdb
-from tests.harness.databases import database_url, prepared
-from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
-from tests.harness.mdb_run import MdbRun
-from tests.harness.messages import send_bodies
+from tests.harness.apps.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.processes.cli import mdb
+from tests.harness.processes.mdb_run import MdbRun
+from tests.harness.servers.databases import database_url, prepared
+from tests.harness.traffic.messages import send_bodies
 
 # A module run by ``mdb run``: an exactly-once listener on SQLite, its messages put on the
 # process's own embedded broker as it is imported.

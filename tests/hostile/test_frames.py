@@ -16,24 +16,19 @@ import anyio
 import pytest
 
 from mdb import Container, Context, Producer, Redelivery, listener
-from mdb.adapters import broker_for
-from mdb.broker import ConnectionOptions, SubscriptionRequest
-from mdb.copies import bounded
-from mdb.destinations import Destination
 from mdb.errors import BrokerError, EncodeError
-from mdb.events import EventKind
-from mdb.message import (
-    ERROR_MESSAGE,
-    ERROR_TYPE,
-    HEADERS_DROPPED,
-    ID,
-    OutgoingMessage,
-)
-from mdb_stomp.inbound import NUL_IN_HEADER, Splitter
-from mdb_stomp.limits import HEADER_LIMITS
-from tests.harness.in_process import Calls, running, settings_for, unique
-from tests.harness.messages import read
-from tests.harness.process import BrokerProcess
+from mdb.listeners.events import EventKind
+from mdb.messages.copies import bounded
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ERROR_MESSAGE, ERROR_TYPE, HEADERS_DROPPED, ID
+from mdb.messages.message import OutgoingMessage
+from mdb.seam.broker import ConnectionOptions, SubscriptionRequest
+from mdb.seam.registry import broker_for
+from mdb_stomp.protocol.inbound import NUL_IN_HEADER, Splitter
+from mdb_stomp.protocol.limits import HEADER_LIMITS
+from tests.harness.apps.in_process import Calls, running, settings_for, unique
+from tests.harness.servers.process import BrokerProcess
+from tests.harness.traffic.messages import read
 
 pytestmark = pytest.mark.anyio
 

@@ -23,14 +23,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import BaseModel, field_validator
 
 from mdb import Context, Redelivery, listener
-from mdb.codec import MAX_TEXT
-from mdb.copies import ERROR_TEXT_LIMIT
 from mdb.delivery.decision import FRAMES_LIMIT
 from mdb.errors import UNNAMED
-from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
-from tests.harness.brokers import private_brokers
-from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
-from tests.harness.messages import read, send, still_flowing
+from mdb.messages.codec import MAX_TEXT
+from mdb.messages.copies import ERROR_TEXT_LIMIT
+from mdb.messages.headers import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
+from tests.harness.apps.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.servers.brokers import private_brokers
+from tests.harness.traffic.messages import read, send, still_flowing
 
 pytestmark = pytest.mark.anyio
 
@@ -102,7 +102,8 @@ def test_mdb_send_refuses_a_json_body_nested_too_deep_in_one_line(tmp_path: Path
     body = tmp_path / "deep.json"
     body.write_bytes(DEEP)
     result = subprocess.run(
-        [sys.executable, "-m", "mdb.cli", "send", "queue:deep", "--json", "--file", str(body)],
+        [sys.executable, "-m", "mdb.commands.cli", "send", "queue:deep", "--json", "--file",
+         str(body)],
         cwd=ROOT, env={**os.environ, "MDB_BROKERS__DEFAULT__URL": "memory://deep"},
         capture_output=True, text=True, timeout=WAIT)
     assert result.returncode == 2
@@ -268,7 +269,7 @@ def test_mdb_run_outlives_handlers_raising_cancelled_error_or_system_exit(
         stderr = tmp_path / "stderr"
         with stderr.open("w") as errors:
             process = subprocess.Popen(
-                [sys.executable, "-m", "mdb.cli", "run", "hostile_handlers"], cwd=tmp_path,
+                [sys.executable, "-m", "mdb.commands.cli", "run", "hostile_handlers"], cwd=tmp_path,
                 env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
         try:
             assert process.stdout is not None
@@ -296,7 +297,7 @@ def test_mdb_run_outlives_handlers_raising_cancelled_error_or_system_exit(
 
 STRAY_CANCELLATION = (
     "import asyncio, sys\n"
-    "from mdb import cli, slots\n\n"
+    "from mdb.commands import cli\nfrom mdb.container import slots\n\n"
     "async def dies(self, slot):\n"
     "    raise asyncio.CancelledError()\n\n"
     "slots.Slots._consume = dies\n"

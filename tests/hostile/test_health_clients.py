@@ -23,11 +23,11 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from mdb.health import Health
-from mdb.http import routes
-from mdb.http.routes import HealthServer, Page, Render
-from mdb.http.server import ProbeServer
-from tests.harness.health import READY, serving
+from mdb.observability.health import Health
+from mdb.serving.http import routes
+from mdb.serving.http.routes import HealthServer, Page, Render
+from mdb.serving.http.server import ProbeServer
+from tests.harness.processes.health import READY, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 60.0
@@ -54,7 +54,7 @@ def container(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (FILE_LIMIT, FILE_LIMIT))
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "mdb.cli", "run", "flood_listeners"], cwd=tmp_path, env=env,
+        [sys.executable, "-m", "mdb.commands.cli", "run", "flood_listeners"], cwd=tmp_path, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=limit_files)
     assert process.stdout is not None
     url = ""

@@ -17,15 +17,15 @@ import anyio.to_thread
 import pytest
 
 from mdb import Context, Redelivery, listener
-from mdb.health import Health
-from mdb.http.routes import HealthServer
-from mdb.message import DELIVERY_COUNT, ERROR_TYPE
-from mdb.report import status_report
-from tests.harness.health import get
-from tests.harness.in_process import WAIT, Calls, running, settings_for, unique
-from tests.harness.mdb_run import MdbRun
-from tests.harness.messages import read, send
-from tests.harness.process import BrokerProcess
+from mdb.container.report import status_report
+from mdb.messages.headers import DELIVERY_COUNT, ERROR_TYPE
+from mdb.observability.health import Health
+from mdb.serving.http.routes import HealthServer
+from tests.harness.apps.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.processes.health import get
+from tests.harness.processes.mdb_run import MdbRun
+from tests.harness.servers.process import BrokerProcess
+from tests.harness.traffic.messages import read, send
 
 # A module run by ``mdb run``: a plain def handler that never returns. With $SEED set it puts
 # the message on the process's own embedded broker as it is imported.

@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from mdb.broker import ConnectionOptions, Delivery
-from mdb.broker_settings import MAX_SECRET_BYTES, BrokerSettings
-from mdb.delivery.decision import MAX_DELIVERY_COUNT, to_message
-from mdb.destinations import Destination
+from mdb.config.broker_settings import MAX_SECRET_BYTES, BrokerSettings
 from mdb.errors import ConfigurationError
-from mdb.links import adapter
-from mdb.message import MAX_BODY_BYTES
-from mdb.redaction import mask_secrets, redact_url
-from mdb.selector import MAX_DEPTH, SelectorError, compile_selector
+from mdb.messages.destinations import Destination
+from mdb.messages.identity import PROCESS, identity, to_message
+from mdb.messages.message import MAX_BODY_BYTES, MAX_COUNT
+from mdb.messages.selector import MAX_DEPTH, SelectorError, compile_selector
+from mdb.observability.redaction import mask_secrets, redact_url
+from mdb.routing.links import adapter
+from mdb.seam.broker import ConnectionOptions, Delivery
 from mdb_stomp import StompBroker
-from tests.harness.cli import mdb, one_line
-from tests.harness.process import BrokerProcess
+from tests.harness.processes.cli import mdb, one_line
+from tests.harness.servers.process import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -172,12 +172,12 @@ def test_any_header_value_is_evaluated_without_error(value: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "count"), [
-    ("9" * 5000, MAX_DELIVERY_COUNT), (str(MAX_DELIVERY_COUNT), MAX_DELIVERY_COUNT),
-    (str(MAX_DELIVERY_COUNT + 1), MAX_DELIVERY_COUNT), ("0" * 5000 + "7", 7),
+    ("9" * 5000, MAX_COUNT), (str(MAX_COUNT), MAX_COUNT),
+    (str(MAX_COUNT + 1), MAX_COUNT), ("0" * 5000 + "7", 7),
     ("-" + "9" * 5000, 1), ("1e3", 1),
 ])
 def test_a_delivery_count_of_any_length_is_capped_not_reset(text: str, count: int) -> None:
     queue = Destination.parse("queue:q")
-    received = to_message(Delivery(queue, b"", {"mdb_delivery_count": text}, "ID:1", False, None),
-                          queue)
+    forged = Delivery(queue, b"", {"mdb_delivery_count": text}, "ID:1", False, None)
+    received = to_message(forged, queue, identity(forged, PROCESS, assigned=True))
     assert received.delivery_count == count

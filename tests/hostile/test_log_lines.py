@@ -18,10 +18,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mdb import logs
-from mdb.health import Health, ListenerHealth, StuckHandler
-from mdb.http.routes import HealthServer
-from mdb.redaction import printable
+from mdb.observability import logs
+from mdb.observability.health import Health, ListenerHealth, StuckHandler
+from mdb.observability.redaction import printable
+from mdb.serving.http.routes import HealthServer
 
 # A forged record, then ANSI's "clear the screen", then what str.splitlines, JavaScript and
 # some log viewers take for line breaks.
@@ -33,10 +33,11 @@ APP = f'''
 from dependency_injector import containers, providers
 
 from mdb import listener
-from mdb.adapters import broker_for
-from mdb.broker import ConnectionOptions
-from mdb.destinations import Destination
-from mdb.message import ID, OutgoingMessage
+from mdb.seam.registry import broker_for
+from mdb.seam.broker import ConnectionOptions
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ID
+from mdb.messages.message import OutgoingMessage
 
 FORGED = {FORGED!r}
 
@@ -79,7 +80,7 @@ def run_until_moved(tmp_path: Path, **env: str) -> tuple[str, str]:
     """``mdb run`` of ``APP`` until its message was moved to the error destination: its
     stdout and stderr, as bytes decoded (no line break of any kind taken for another)."""
     (tmp_path / "forging_app.py").write_text(APP)
-    process = subprocess.Popen([sys.executable, "-m", "mdb.cli", "run", "forging_app"],
+    process = subprocess.Popen([sys.executable, "-m", "mdb.commands.cli", "run", "forging_app"],
                                cwd=tmp_path, env={**os.environ, **env},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     seen = b""
@@ -128,7 +129,8 @@ async def test_mdb_status_shows_a_message_id_without_its_control_characters() ->
     server.start()
     try:
         done = await anyio.run_process(
-            [sys.executable, "-m", "mdb.cli", "status", "--url", f"127.0.0.1:{server.port}"],
+            [sys.executable, "-m", "mdb.commands.cli", "status", "--url",
+             f"127.0.0.1:{server.port}"],
             check=False)
     finally:
         server.close()
@@ -153,7 +155,8 @@ def test_mdb_run_reload_names_new_files_in_one_bounded_line(tmp_path: Path) -> N
         "from mdb import listener\n\n@listener('queue:work')\n"
         "async def on_work(body: bytes) -> None:\n    pass\n")
     process = subprocess.Popen(
-        [sys.executable, "-m", "mdb.cli", "run", "reloading_app", "--reload"], cwd=tmp_path,
+        [sys.executable, "-m", "mdb.commands.cli", "run", "reloading_app", "--reload"],
+        cwd=tmp_path,
         env={**os.environ, "MDB_LOG_LEVEL": "WARNING"}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT)
     assert process.stdout is not None

@@ -16,10 +16,10 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from mdb import telemetry
-from mdb.message import OutgoingMessage, ReplyAddress
-from mdb.telemetry import instruments, sends
-from tests.harness.process import free_port
+from mdb.messages.message import OutgoingMessage, ReplyAddress
+from mdb.observability import telemetry
+from mdb.observability.telemetry import instruments, sends
+from tests.harness.servers.process import free_port
 
 WAIT = 60.0  # seconds before a wait fails: a guard against hanging, not a timing
 REQUESTS = 300
@@ -30,8 +30,8 @@ APP = f'''
 from dependency_injector import containers, providers
 
 from mdb import Context, listener
-from mdb.producer import Producer
-from mdb.settings import load_settings
+from mdb.routing.producer import Producer
+from mdb.config.settings import load_settings
 
 
 async def requests():
@@ -63,7 +63,7 @@ def test_replies_to_many_requesters_are_one_series(tmp_path: Path) -> None:
     (tmp_path / "replying_app.py").write_text(APP)
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "mdb.cli", "run", "replying_app"], cwd=tmp_path,
+        [sys.executable, "-m", "mdb.commands.cli", "run", "replying_app"], cwd=tmp_path,
         env={**os.environ, "MDB_HEALTH_PORT": str(port), "MDB_LOG_LEVEL": "WARNING",
              "OTEL_METRICS_EXPORTER": "prometheus"},
         stdout=subprocess.DEVNULL)

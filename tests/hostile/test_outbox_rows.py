@@ -12,18 +12,21 @@ from pathlib import Path
 import pytest
 
 from mdb import Context, EncodeError, Redelivery, listener
-from mdb.destinations import Destination
 from mdb.exactly_once import Outbox, tables
-from mdb.exactly_once import outbox as outbox_module
-from mdb.exactly_once.database import Database
-from mdb.exactly_once.outbox import Dispatcher, Writer
-from mdb.message import ERROR_MESSAGE, ERROR_TYPE, ID, ORIGINAL_DESTINATION, OutgoingMessage
-from mdb.producer import Producer
+from mdb.exactly_once.database.database import Database
+from mdb.exactly_once.outbox import dispatcher as dispatcher_module
+from mdb.exactly_once.outbox import writer as writer_module
+from mdb.exactly_once.outbox.dispatcher import Dispatcher
+from mdb.exactly_once.outbox.writer import Writer
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ERROR_MESSAGE, ERROR_TYPE, ID, ORIGINAL_DESTINATION
+from mdb.messages.message import OutgoingMessage
+from mdb.routing.producer import Producer
 from mdb_memory.state import broker_state
-from tests.harness.databases import count, database_url, prepared
-from tests.harness.in_process import running, settings_for, unique
-from tests.harness.messages import read, send_bodies
-from tests.harness.process import BrokerProcess
+from tests.harness.apps.in_process import running, settings_for, unique
+from tests.harness.servers.databases import count, database_url, prepared
+from tests.harness.servers.process import BrokerProcess
+from tests.harness.traffic.messages import read, send_bodies
 
 pytestmark = pytest.mark.anyio
 
@@ -112,7 +115,7 @@ async def test_a_row_larger_than_mdb_sends_goes_to_its_error_destination_once_wi
         writer = Writer(session, "dead-process", lease=0.0, error_destination=None)
         for mdb_id, body in (("id-big", b"x" * 2048), ("id-1", b"o-1"), ("id-2", b"o-2")):
             await writer.send(Destination.parse(out), OutgoingMessage(body, {ID: mdb_id}), None)
-    monkeypatch.setattr(outbox_module, "MAX_BODY_BYTES", 1024)
+    monkeypatch.setattr(dispatcher_module, "MAX_BODY_BYTES", 1024)
     async with Producer(settings_for(url)) as producer:
         dispatcher = Dispatcher(database, producer, "live-process")
         assert await dispatcher.sweep() == 3
@@ -127,7 +130,7 @@ async def test_a_row_larger_than_mdb_sends_goes_to_its_error_destination_once_wi
 
 async def test_a_producer_is_refused_a_body_larger_than_mdb_sends_before_its_row_is_written(
         database: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(outbox_module, "MAX_BODY_BYTES", 1024)
+    monkeypatch.setattr(writer_module, "MAX_BODY_BYTES", 1024)
     settings = settings_for(f"memory://{unique('m')}", databases={"main": database.settings})
     async with (Producer(settings) as producer, Outbox(producer) as outbox,
                 database.session() as session):

@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import BaseModel
 
 from mdb import Context, Redelivery, listener
-from mdb.message import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
-from tests.harness.in_process import Calls, running, settings_for, unique
-from tests.harness.messages import read, send, still_flowing
+from mdb.messages.headers import DELIVERY_COUNT, ERROR_MESSAGE, ERROR_TYPE, ID
+from tests.harness.apps.in_process import Calls, running, settings_for, unique
+from tests.harness.traffic.messages import read, send, still_flowing
 
 pytestmark = pytest.mark.anyio
 

@@ -21,14 +21,14 @@ import pytest
 
 from mdb import Container, Redelivery, listener
 from mdb.delivery.decision import MAX_STRIKES
-from mdb.events import EventKind
-from mdb.message import ID
+from mdb.listeners.events import EventKind
+from mdb.messages.headers import ID
 from mdb_memory import DEAD_LETTER_QUEUE, broker_state
-from tests.harness.activemq import ActiveMQ, activemq_available
-from tests.harness.brokers import missing
-from tests.harness.in_process import Calls, running, settings_for, unique
-from tests.harness.messages import read, send_all
-from tests.harness.rabbitmq import RabbitMQ
+from tests.harness.apps.in_process import Calls, running, settings_for, unique
+from tests.harness.servers.activemq import ActiveMQ, activemq_available
+from tests.harness.servers.brokers import missing
+from tests.harness.servers.rabbitmq import RabbitMQ
+from tests.harness.traffic.messages import read, send_all
 
 pytestmark = pytest.mark.anyio
 

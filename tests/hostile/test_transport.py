@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from mdb.broker import ConnectionOptions
-from mdb.broker_settings import BrokerSettings
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.settings import load_settings
 from mdb.errors import ConfigurationError
-from mdb.links import adapter
-from mdb.settings import load_settings
+from mdb.routing.links import adapter
+from mdb.seam.broker import ConnectionOptions
 from mdb_stomp import StompBroker
 
 

@@ -3,8 +3,8 @@ and authentication").
 
 Two brokers of their own, shared by the session: an ActiveMQ with a ``stomp+ssl`` connector
 that wants a client certificate (mutual TLS) and a RabbitMQ node with a STOMP TLS listener; the
-certificates are made at test time (``tests.harness.certificates``). Both require a login, as
-every test broker does. An expired certificate and a TLS 1.2-only server are played by a
+certificates are made at test time (``tests.harness.servers.certificates``). Both require a login,
+as every test broker does. An expired certificate and a TLS 1.2-only server are played by a
 Python TLS server in a thread: no broker sends either.
 """
 
@@ -22,18 +22,19 @@ from typing import Any
 import anyio
 import pytest
 
-from mdb.broker import Connection, SubscriptionRequest
-from mdb.broker_settings import BrokerSettings
-from mdb.destinations import Destination
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.settings import Settings
 from mdb.errors import ConnectionFailed, SubscriptionFailed
-from mdb.links import adapter
-from mdb.message import ID, OutgoingMessage, new_id
-from mdb.producer import Producer
-from mdb.settings import Settings
-from tests.harness.activemq import ActiveMQ
-from tests.harness.certificates import Certificates
-from tests.harness.process import BrokerProcess
-from tests.harness.rabbitmq import RabbitMQ
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ID
+from mdb.messages.message import OutgoingMessage, new_id
+from mdb.routing.links import adapter
+from mdb.routing.producer import Producer
+from mdb.seam.broker import Connection, SubscriptionRequest
+from tests.harness.servers.activemq import ActiveMQ
+from tests.harness.servers.certificates import Certificates
+from tests.harness.servers.process import BrokerProcess
+from tests.harness.servers.rabbitmq import RabbitMQ
 
 pytestmark = [pytest.mark.anyio]
 
@@ -190,7 +191,7 @@ def test_mdb_run_with_a_wrong_ca_exits_3_with_one_line(
         f"cert_file = '{tls_certificates.client_cert}'\n"
         f"key_file = '{tls_certificates.client_key}'\n")
     result = subprocess.run(
-        [sys.executable, "-m", "mdb.cli", "run", "app_listeners", "--config", "mdb.toml"],
+        [sys.executable, "-m", "mdb.commands.cli", "run", "app_listeners", "--config", "mdb.toml"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 3
     errors = [line for line in result.stderr.splitlines() if line.startswith("mdb:")]

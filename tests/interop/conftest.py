@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness.activemq import ActiveMQ, activemq_available
-from tests.harness.brokers import missing
-from tests.harness.java import JmsTool, java_available, openwire_config
-from tests.harness.process import free_port
+from tests.harness.servers.activemq import ActiveMQ, activemq_available
+from tests.harness.servers.brokers import missing
+from tests.harness.servers.process import free_port
+from tests.harness.traffic.java import JmsTool, java_available, openwire_config
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,9 @@ import anyio.to_thread
 import pytest
 
 from mdb import Context, Producer, UnsupportedMessageKind, listener
-from tests.harness.activemq import ActiveMQ
-from tests.harness.in_process import running, settings_for, unique
-from tests.harness.java import JmsTool
+from tests.harness.apps.in_process import running, settings_for, unique
+from tests.harness.servers.activemq import ActiveMQ
+from tests.harness.traffic.java import JmsTool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.activemq]
 

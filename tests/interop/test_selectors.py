@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from mdb import Producer
-from tests.harness.activemq import ActiveMQ
-from tests.harness.in_process import settings_for, unique
-from tests.harness.java import JmsTool
+from tests.harness.apps.in_process import settings_for, unique
+from tests.harness.servers.activemq import ActiveMQ
+from tests.harness.traffic.java import JmsTool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.activemq]
 

@@ -14,9 +14,9 @@ import anyio.to_thread
 import pytest
 
 from mdb import Context, Producer, Redelivery, listener
-from tests.harness.activemq import ActiveMQ
-from tests.harness.in_process import Calls, running, settings_for, unique
-from tests.harness.java import JavaConsumer, JmsTool
+from tests.harness.apps.in_process import Calls, running, settings_for, unique
+from tests.harness.servers.activemq import ActiveMQ
+from tests.harness.traffic.java import JavaConsumer, JmsTool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.activemq]
 

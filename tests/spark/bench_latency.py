@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 import mdb_spark
-from mdb.producer import Producer
-from mdb.settings import load_settings
-from tests.harness.activemq import ActiveMQ
+from mdb.config.settings import load_settings
+from mdb.routing.producer import Producer
+from tests.harness.servers.activemq import ActiveMQ
 from tests.spark.bench_source import (
     bench_settings,
     client_ack_consumer,

@@ -27,9 +27,9 @@ import anyio
 import stomp
 
 import mdb_spark
-from mdb.producer import Producer
-from mdb.settings import load_settings
-from tests.harness.activemq import ActiveMQ
+from mdb.config.settings import load_settings
+from mdb.routing.producer import Producer
+from tests.harness.servers.activemq import ActiveMQ
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

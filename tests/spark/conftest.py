@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness.brokers import IN_CI, missing
+from tests.harness.servers.brokers import IN_CI, missing
 
 # The test modules import PySpark: without it they are not collected here (locally), and fail
 # loudly in CI, where the spark fixture's ``missing`` also refuses to skip.
@@ -53,7 +53,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A moto S3 server (its own port and PID) with the bucket ``mdb``."""
     if importlib.util.find_spec("moto") is None or importlib.util.find_spec("s3fs") is None:
         missing("moto[server] and s3fs (pip install -e '.[test,spark]')")
-    from tests.harness.spark_cluster import S3Server
+    from tests.harness.servers.spark_cluster import S3Server
 
     server = S3Server(tmp_path_factory.mktemp("s3")).start()
     try:
@@ -69,7 +69,7 @@ def s3_folder(s3: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
     output."""
     if shutil.which("s3fs") is None or not os.path.exists("/dev/fuse"):
         missing("s3fs-fuse and /dev/fuse (apt-get install s3fs)")
-    from tests.harness.spark_cluster import S3Mount
+    from tests.harness.servers.spark_cluster import S3Mount
 
     mount = S3Mount(s3, "mdb", tmp_path_factory.mktemp("s3-mount") / "mdb").start()
     try:
@@ -83,7 +83,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A standalone Spark master and two 1-core workers (their own ports, dirs and PIDs)."""
     if shutil.which("java") is None:
         missing("Java (for Spark)")
-    from tests.harness.spark_cluster import SparkCluster
+    from tests.harness.servers.spark_cluster import SparkCluster
 
     with SparkCluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
         yield cluster

@@ -4,29 +4,42 @@ source's subscription queues."""
 
 from __future__ import annotations
 
+import atexit
 import json
+import secrets
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from mdb.producer import Producer
-from mdb.settings import load_settings
-from tests.harness.fleet import browse
+from mdb.config.settings import load_settings
+from mdb.routing.producer import Producer
+from tests.harness.processes.fleet import browse
+
+# The application's identity secret, which the test's producers and the Spark processes
+# read alike (docs/spark.md): the source knows a message by the mdb_id it proved.
+SECRET_FILE = Path(tempfile.mkdtemp(prefix="mdb-spark-")) / "identity-secret"
+SECRET_FILE.write_text(secrets.token_hex(32))
+atexit.register(shutil.rmtree, SECRET_FILE.parent, True)
 
 
 def settings_json(app: str, urls: list[str], destination: str = "topic:orders",
                   names: list[str] | None = None) -> dict[str, Any]:
-    """Settings with one broker per URL and ``destination`` partitioned over them."""
+    """Settings with one broker per URL and ``destination`` partitioned over them, and the
+    application's identity secret."""
     brokers = {f"b{i}": {"url": url, "reconnect_delay": 0.2, "reconnect_max_delay": 1.0,
                          "connect_timeout": 2.0, "send_wait_for_reconnect": 0.0}
                for i, url in enumerate(urls)}
     members = [{"broker": f"b{i}", **({"name": names[i]} if names else {})}
                for i in range(len(urls))]
     return {"app": app, "server": "tests", "brokers": brokers,
-            "destinations": {destination: {"members": members}}}
+            "destinations": {destination: {"members": members}},
+            "identity_secret_file": str(SECRET_FILE)}
 
 
 def publish(settings: dict[str, Any], destination: str, bodies: list[str],

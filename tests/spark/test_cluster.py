@@ -18,9 +18,9 @@ import pytest
 
 import mdb_spark
 from examples.spark_orders.pipeline import orders, send
-from tests.harness.brokers import private_brokers
-from tests.harness.process import free_port
-from tests.harness.spark_cluster import (
+from tests.harness.servers.brokers import private_brokers
+from tests.harness.servers.process import free_port
+from tests.harness.servers.spark_cluster import (
     HOST,
     Daemon,
     S3Server,

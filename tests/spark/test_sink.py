@@ -11,9 +11,9 @@ import anyio
 import pytest
 
 import mdb_spark
-from mdb.adapters import broker_for
-from mdb.broker import ConnectionOptions, SubscriptionRequest
-from mdb.destinations import Destination
+from mdb.messages.destinations import Destination
+from mdb.seam.broker import ConnectionOptions, SubscriptionRequest
+from mdb.seam.registry import broker_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.activemq]
 

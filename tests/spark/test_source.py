@@ -21,13 +21,14 @@ import pytest
 from pyarrow import parquet
 
 import mdb_spark
-from mdb.destinations import Destination
-from mdb.message import ID, OutgoingMessage, labelled
-from mdb.producer import Producer
-from mdb.settings import load_settings
+from mdb.config.settings import load_settings
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ID
+from mdb.messages.message import OutgoingMessage, labelled
+from mdb.routing.producer import Producer
 from mdb_spark.journal import Journal
-from tests.harness.activemq import free_port
-from tests.harness.brokers import private_brokers
+from tests.harness.servers.activemq import free_port
+from tests.harness.servers.brokers import private_brokers
 from tests.spark.support import (
     broker_kind,
     publish,

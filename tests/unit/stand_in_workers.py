@@ -4,10 +4,10 @@ cannot start, without a broker.
 
     python -m tests.unit.stand_in_workers supervise FOLDER COUNT [READY_TIMEOUT]
 
-runs ``mdb.process.supervisor.Supervisor`` (with its signals, its lines on stderr and its exit
-status) over COUNT stand-in workers, ``python -m tests.unit.stand_in_workers work FOLDER INDEX:FD``.
-At each start, the worker in place INDEX appends its pid to ``FOLDER/INDEX.pids`` and does
-what ``FOLDER/INDEX`` says then:
+runs ``mdb.serving.process.supervisor.Supervisor`` (with its signals, its lines on stderr and its
+exit status) over COUNT stand-in workers, ``python -m tests.unit.stand_in_workers work FOLDER
+INDEX:FD``. At each start, the worker in place INDEX appends its pid to ``FOLDER/INDEX.pids`` and
+does what ``FOLDER/INDEX`` says then:
 
 * ``ready``: tells the supervisor it is ready and runs until SIGTERM (exit 0);
 * ``exit N``: exits with status N before it is ready (2: as a configuration error);
@@ -29,12 +29,12 @@ from pathlib import Path
 
 import anyio
 
-from mdb.broker_settings import BrokerSettings
-from mdb.health import BrokerHealth, Health
-from mdb.http.routes import HealthServer
-from mdb.process import supervisor
-from mdb.process.worker_channel import WorkerPlace
-from mdb.settings import Settings
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.settings import Settings
+from mdb.observability.health import BrokerHealth, Health
+from mdb.serving.http.routes import HealthServer
+from mdb.serving.process import supervisor
+from mdb.serving.process.worker_channel import WorkerAssignment
 
 
 def supervise(folder: Path, count: int, ready_timeout: float | None) -> int:
@@ -45,14 +45,14 @@ def supervise(folder: Path, count: int, ready_timeout: float | None) -> int:
     settings = Settings(app="stand_in", server="s1", brokers={
         "main": BrokerSettings(url="stomp+activemq://127.0.0.1:1")})  # never connected to
 
-    def command(place: WorkerPlace) -> list[str]:
+    def command(place: WorkerAssignment) -> list[str]:
         return [sys.executable, "-m", "tests.unit.stand_in_workers", "work", str(folder),
                 str(place)]
 
     return anyio.run(supervisor.Supervisor(settings, count, command).run)
 
 
-def work(folder: Path, place: WorkerPlace) -> int:
+def work(folder: Path, place: WorkerAssignment) -> int:
     with (folder / f"{place.index}.pids").open("a") as pids:
         pids.write(f"{os.getpid()}\n")
     what = (folder / str(place.index)).read_text().split()
@@ -60,18 +60,18 @@ def work(folder: Path, place: WorkerPlace) -> int:
         return int(what[1])
     channel = socket.socket(fileno=place.fd)
 
-    def tell(**news: object) -> None:
-        channel.sendall(json.dumps(news).encode() + b"\n")
+    def report(**fields: object) -> None:
+        channel.sendall(json.dumps(fields).encode() + b"\n")
 
     async def serve() -> None:
         down = Health(live=True, ready=False, brokers=(BrokerHealth("main", "down", time.time()),))
         health = HealthServer(lambda: down)
         with anyio.open_signal_receiver(signal.SIGTERM) as signals:
             if what[0] == "ready":
-                tell(ready=True)
+                report(ready=True)
             else:
                 health.start()
-                tell(health=f"http://127.0.0.1:{health.port}")
+                report(health=f"http://127.0.0.1:{health.port}")
             try:
                 await signals.__anext__()
             finally:
@@ -86,7 +86,7 @@ def main() -> int:
     if mode == "supervise":
         timeout = float(sys.argv[4]) if len(sys.argv) > 4 else None
         return supervise(folder, int(sys.argv[3]), timeout)
-    return work(folder, WorkerPlace.parse(sys.argv[3]))
+    return work(folder, WorkerAssignment.parse(sys.argv[3]))
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from mdb.asyncapi import document
-from mdb.settings import load_settings
-from mdb.wiring import find_listeners, import_modules
+from mdb.commands.asyncapi import document
+from mdb.config.settings import load_settings
+from mdb.container.wiring import find_listeners, import_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "tests" / "asyncapi" / "asyncapi-3.0.0.json").read_text())
@@ -171,7 +171,8 @@ def test_the_schema_refuses_a_broken_document(app: Path) -> None:
 
 def test_mdb_asyncapi_writes_the_document(app: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "mdb.cli", "asyncapi", "contract_app", "--output", "api.json",
+        [sys.executable, "-m", "mdb.commands.cli", "asyncapi", "contract_app", "--output",
+         "api.json",
          "--api-version", "2.1.0"], cwd=app, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     doc = valid(json.loads((app / "api.json").read_text()))

@@ -7,19 +7,23 @@ import anyio
 import pytest
 
 from mdb import listener
-from mdb.broker_settings import BrokerSettings
-from mdb.brokers import MAX_CONNECTIONS, Brokers, Skipped, connections_for
-from mdb.destinations import Destination
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.settings import DestinationSettings, MemberSettings, Settings
+from mdb.container.report import plan_table
 from mdb.errors import ConfigurationError, ConnectionFailed, ConnectionLost, CredentialsRefused
-from mdb.events import BrokerEvent, EventKind, Events
-from mdb.links import adapter, adapters, backed_off, round_failed, round_order
-from mdb.planning import plan_listeners, slots_per_broker
-from mdb.report import plan_table
-from mdb.settings import DestinationSettings, MemberSettings, Settings
-from mdb.topology import Member
+from mdb.listeners.events import BrokerEvent, EventKind, Events
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import PROOF
+from mdb.messages.identity import PROOF_SIZE, room_for_the_proof
+from mdb.messages.topology import Member
+from mdb.routing.brokers import MAX_CONNECTIONS, Brokers, Skipped, connections_for
+from mdb.routing.links import adapter, adapters, backed_off, round_failed, round_order
+from mdb.routing.planning import plan_listeners, slots_per_broker
+from mdb.seam.registry import system_of
 from mdb_memory import MemoryBroker
-from mdb_stomp.limits import HEADER_LIMITS
-from tests.harness.in_process import specs
+from mdb_stomp import StompBroker
+from mdb_stomp.protocol.limits import HEADER_LIMITS
+from tests.harness.apps.in_process import specs
 
 ORDERS = Destination.parse("queue:orders")
 
@@ -36,24 +40,26 @@ def _quick(url: str, wait: float = 0.0) -> BrokerSettings:
                           send_wait_for_reconnect=wait)
 
 
-def test_each_adapter_declares_its_messaging_system() -> None:
-    assert adapter("b", BrokerSettings(url="memory://x"), "c").system == "memory"
-    assert adapter("b", BrokerSettings(url="stomp+activemq://h:1"), "c").system == "activemq"
-    assert adapter("b", BrokerSettings(url="stomp+rabbitmq://h:1"), "c").system == "rabbitmq"
+def test_a_brokers_messaging_system_is_the_last_part_of_its_scheme() -> None:
+    assert system_of("memory://x") == "memory"
+    assert system_of("stomp+activemq://h:1") == "activemq"
+    assert system_of("stomp+rabbitmq://u:p@h:1/vhost") == "rabbitmq"
 
 
 def test_what_a_process_sends_keeps_to_the_header_limits_of_every_adapter_of_its_brokers(
 ) -> None:
-    """A STOMP broker writes ``:`` in a value as two bytes; the embedded broker does not."""
+    """A STOMP broker writes ``:`` in a value as two bytes; the embedded broker does not. What
+    a message's own headers keep to leaves room for its proof (``mdb.messages.identity``)."""
     assert Brokers(_settings(a=_quick("memory://x"))).header_limits \
-        is MemoryBroker.header_limits
+        == room_for_the_proof(MemoryBroker.header_limits)
     stomp = Brokers(_settings(a=_quick("stomp+activemq://h:1"), b=_quick("stomp+rabbitmq://h:2")))
-    assert stomp.header_limits is HEADER_LIMITS
+    assert stomp.header_limits == room_for_the_proof(HEADER_LIMITS)
     mixed = Brokers(_settings(a=_quick("memory://x"), b=_quick("stomp+activemq://h:1")))
     assert mixed.header_limits.size("k", "a:b") == HEADER_LIMITS.size("k", "a:b") == 6
     assert MemoryBroker.header_limits.size("k", "a:b") == 5
+    proof = HEADER_LIMITS.size(PROOF, "0" * PROOF_SIZE)
     assert (mixed.header_limits.count, mixed.header_limits.line, mixed.header_limits.total) \
-        == (512, 8_192, 262_144)
+        == (511, 8_192, 262_144 - proof)
     with pytest.raises(ConfigurationError, match="no adapter for scheme"):
         _ = Brokers(_settings(a=_quick("nosuch://h:1"))).header_limits
 
@@ -61,7 +67,7 @@ def test_what_a_process_sends_keeps_to_the_header_limits_of_every_adapter_of_its
 def test_queue_type_is_a_rabbitmq_setting_refused_elsewhere() -> None:
     quorum = BrokerSettings(url=["stomp+rabbitmq://h:1", "stomp+rabbitmq://h:2"],
                             queue_type="quorum")
-    assert adapter("b", quorum, "c").system == "rabbitmq"
+    assert isinstance(adapter("b", quorum, "c"), StompBroker)
     for url, why in (("stomp+activemq://h:1", "ActiveMQ has no queue types"),
                      ("memory://x", "the memory broker has one kind of queue")):
         with pytest.raises(ConfigurationError, match=f"setting brokers.b.queue_type: .*{why}"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.postgresql import USER, PostgreSQL
+from tests.harness.servers.postgresql import USER, PostgreSQL
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def mdb(
     *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mdb.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "mdb.commands.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -52,6 +52,23 @@ def test_a_bad_configuration_exits_2_naming_the_problem(app: Path, case: str) ->
     result = mdb("run", "app_listeners", "--config", "bad.toml", cwd=app)
     assert result.returncode == 2
     assert all(text in result.stderr for text in said), result.stderr
+
+
+def test_several_bad_settings_are_one_line_each_naming_the_setting(app: Path) -> None:
+    """docs/configuration.md: one line per setting; a key of the file is its writer's text,
+    which cannot end a line of its own (docs/security.md, "Control characters")."""
+    (app / "bad.toml").write_text('pool_size = 3\n"forged\\nmdb: ready" = 1\n'
+                                  "[brokers.main]\nurl = 'nowhere'\nurll = 'x'\n")
+    result = mdb("run", "app_listeners", "--config", "bad.toml", cwd=app)
+    assert result.returncode == 2
+    first, *settings = result.stderr.splitlines()
+    assert first == "mdb: configuration error: invalid settings:"
+    assert len(settings) == 4 and all(line.startswith("  setting ") for line in settings)
+    assert any("setting brokers.main.url: Value error, must look like" in s for s in settings)
+    assert "  setting pool_size: unknown setting; docs/configuration.md lists them" in settings
+    assert "  setting brokers.main.urll: unknown setting; did you mean brokers.main.url?" \
+        in settings
+    assert "  setting forged\\nmdb: ready: " in result.stderr
 
 
 def test_a_module_that_does_not_import_is_named(app: Path) -> None:
@@ -117,7 +134,7 @@ def test_a_broker_whose_extra_is_not_installed_is_one_line_exit_2(
         app: Path, command: list[str]) -> None:
     (app / "amq.toml").write_text("[brokers.main]\nurl = 'stomp+activemq://127.0.0.1:9'\n")
     without_stomp = ("import sys\nsys.modules['stomp'] = None  # as if mdb[stomp] was not "
-                     "installed\nfrom mdb.cli import main\nmain()\n")
+                     "installed\nfrom mdb.commands.cli import main\nmain()\n")
     result = subprocess.run([sys.executable, "-c", without_stomp, *command, "--config",
                              "amq.toml"], cwd=app, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
@@ -146,8 +163,8 @@ def test_mdb_subscriptions_delete_explains_what_activemq_cannot_do(
 def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> None:
     import anyio
 
-    from tests.harness.in_process import unique
-    from tests.harness.messages import read
+    from tests.harness.apps.in_process import unique
+    from tests.harness.traffic.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue = f"queue:{unique('sent')}"
@@ -163,8 +180,8 @@ def test_mdb_send_delivers_with_headers(activemq: object, tmp_path: Path) -> Non
 def test_mdb_send_keeps_the_id_it_is_given(activemq: object) -> None:
     import anyio
 
-    from tests.harness.in_process import unique
-    from tests.harness.messages import read
+    from tests.harness.apps.in_process import unique
+    from tests.harness.traffic.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue = f"queue:{unique('sent')}"
@@ -185,8 +202,8 @@ def test_mdb_send_help_says_what_a_header_is(app: Path) -> None:
 def test_mdb_send_takes_the_body_from_a_file_or_stdin(activemq: object, tmp_path: Path) -> None:
     import anyio
 
-    from tests.harness.in_process import unique
-    from tests.harness.messages import read
+    from tests.harness.apps.in_process import unique
+    from tests.harness.traffic.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     env = {**os.environ, "MDB_BROKERS__DEFAULT__URL": url}
@@ -195,7 +212,7 @@ def test_mdb_send_takes_the_body_from_a_file_or_stdin(activemq: object, tmp_path
     queue = f"queue:{unique('file')}"
     result = mdb("send", queue, "--file", str(tmp_path / "body.bin"), cwd=ROOT, env=env)
     assert result.returncode == 0, result.stderr
-    piped = subprocess.run([sys.executable, "-m", "mdb.cli", "send", queue, "--file", "-"],
+    piped = subprocess.run([sys.executable, "-m", "mdb.commands.cli", "send", queue, "--file", "-"],
                            cwd=ROOT, env=env, input=b"from stdin", capture_output=True,
                            timeout=120)
     assert piped.returncode == 0, piped.stderr
@@ -213,8 +230,8 @@ def test_mdb_send_wants_one_body(app: Path) -> None:
 def test_mdb_send_sets_reply_to_and_correlation_id(activemq: object) -> None:
     import anyio
 
-    from tests.harness.in_process import unique
-    from tests.harness.messages import read
+    from tests.harness.apps.in_process import unique
+    from tests.harness.traffic.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue, replies = f"queue:{unique('ask')}", unique("replies")
@@ -229,8 +246,8 @@ def test_mdb_send_sets_reply_to_and_correlation_id(activemq: object) -> None:
 def test_mdb_send_carries_the_trace_context(activemq: object) -> None:
     import anyio
 
-    from tests.harness.in_process import unique
-    from tests.harness.messages import read
+    from tests.harness.apps.in_process import unique
+    from tests.harness.traffic.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue = f"queue:{unique('traced')}"
@@ -245,8 +262,8 @@ def test_mdb_send_carries_the_trace_context(activemq: object) -> None:
 def test_mdb_send_labels_json(activemq: object, tmp_path: Path) -> None:
     import anyio
 
-    from tests.harness.in_process import unique
-    from tests.harness.messages import read
+    from tests.harness.apps.in_process import unique
+    from tests.harness.traffic.messages import read
 
     url = str(activemq.url)  # type: ignore[attr-defined]
     queue = f"queue:{unique('json')}"
@@ -282,7 +299,7 @@ def test_mdb_says_its_version_and_run_help_says_what_a_newcomer_needs(app: Path)
 
 
 def test_mdb_run_says_ready_once_and_only_the_counters_that_moved(app: Path) -> None:
-    process = subprocess.Popen([sys.executable, "-m", "mdb.cli", "run", "app_listeners"],
+    process = subprocess.Popen([sys.executable, "-m", "mdb.commands.cli", "run", "app_listeners"],
                                cwd=app, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     assert process.stdout is not None
@@ -296,8 +313,59 @@ def test_mdb_run_says_ready_once_and_only_the_counters_that_moved(app: Path) -> 
     assert out.splitlines()[-1] == "mdb: stopped; processed 0, in flight 0"
 
 
+# A process that lingers where the test says: at import, or at its very end (after "stopped"),
+# until a line on stdin, which never comes: the test signals it there.
+LINGERING = """
+import atexit, os, sys
+from mdb import listener
+
+def linger(where):
+    print(f"lingering {where}", flush=True)
+    sys.stdin.readline()
+
+if os.environ.get("LINGER") == "import":
+    linger("at import")
+atexit.register(linger, "at exit")
+
+@listener("queue:orders")
+async def on_order(body: bytes) -> None:
+    pass
+"""
+
+
+def lingering(app: Path, where: str) -> subprocess.Popen[str]:
+    """``mdb run`` of ``LINGERING``, once it lingers ``where``."""
+    (app / "lingering_app.py").write_text(LINGERING)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mdb.commands.cli", "run", "lingering_app"], cwd=app,
+        env={**os.environ, "LINGER": where.split()[-1]}, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("mdb: ready"):
+            process.send_signal(signal.SIGINT)
+        if line == f"lingering {where}\n":
+            return process
+    raise AssertionError(f"mdb run ended before lingering {where}: {process.wait()}")
+
+
+@pytest.mark.parametrize("where", ["at import", "at exit"])
+def test_ctrl_c_at_any_moment_exits_130_without_a_traceback(app: Path, where: str) -> None:
+    """docs/concepts.md, "Exit status": the first signal stops in order, a second exits at once
+    (at exit: just after ``mdb: stopped``, the stop done); a signal before the stop can begin
+    (while the listener modules import) exits as well. Never a traceback."""
+    process = lingering(app, where)
+    process.send_signal(signal.SIGINT)
+    assert process.stdin is not None and process.stderr is not None
+    process.stdin.close()  # the import goes on (Python cannot stop it), or the end
+    code = process.wait(timeout=60)
+    err = process.stderr.read()
+    assert code == 128 + signal.SIGINT, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
 def test_mdb_run_without_config_runs_on_after_sighup(app: Path) -> None:
-    process = subprocess.Popen([sys.executable, "-m", "mdb.cli", "run", "app_listeners"],
+    process = subprocess.Popen([sys.executable, "-m", "mdb.commands.cli", "run", "app_listeners"],
                                cwd=app, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     assert process.stdout is not None and process.stderr is not None
@@ -338,7 +406,8 @@ def test_load_settings_in_mdb_run_reads_what_mdb_run_read(tmp_path: Path) -> Non
         "    print(f'handled {body}', flush=True)\n")
     (tmp_path / "shop.toml").write_text("app = 'shop'\n[brokers.default]\nurl = 'memory://shop'\n")
     process = subprocess.Popen(
-        [sys.executable, "-m", "mdb.cli", "run", "svc", "--config", "shop.toml", "--server",
+        [sys.executable, "-m", "mdb.commands.cli", "run", "svc", "--config", "shop.toml",
+         "--server",
          "s7"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -389,7 +458,8 @@ def to_a_reader_gone(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     read, write = os.pipe()
     os.close(read)
     try:
-        return subprocess.run([sys.executable, "-m", "mdb.cli", *args], cwd=cwd, stdout=write,
+        return subprocess.run([sys.executable, "-m", "mdb.commands.cli", *args], cwd=cwd,
+                              stdout=write,
                               stderr=subprocess.PIPE, text=True, timeout=120)
     finally:
         os.close(write)
@@ -401,11 +471,11 @@ def test_a_reader_that_stops_reading_ends_mdb_quietly(app: Path) -> None:
 
 
 def test_mdb_run_serves_its_health_to_mdb_status(app: Path) -> None:
-    from tests.harness.process import free_port
+    from tests.harness.servers.process import free_port
 
     port = free_port()
     env = {**os.environ, "MDB_HEALTH_PORT": str(port), "MDB_LOG_LEVEL": "WARNING"}
-    process = subprocess.Popen([sys.executable, "-m", "mdb.cli", "run", "app_listeners"],
+    process = subprocess.Popen([sys.executable, "-m", "mdb.commands.cli", "run", "app_listeners"],
                                cwd=app, env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -438,11 +508,11 @@ def test_mdb_db_upgrade_creates_the_tables_a_container_then_finds(app: Path) -> 
                                   "[brokers.main]\nurl = 'memory://'\n")
     missing = mdb("run", "app_listeners", "--config", "mdb.toml", cwd=app)
     assert missing.returncode == 2
-    assert "mdb_inbox, mdb_outbox missing" in missing.stderr
+    assert "mdb_inbox, mdb_outbox, mdb_secret missing" in missing.stderr
     assert "mdb db upgrade" in missing.stderr
     created = mdb("db", "upgrade", "--config", "mdb.toml", cwd=app)
     assert created.returncode == 0, created.stderr
-    assert "created mdb_inbox, mdb_outbox" in created.stdout
+    assert "created mdb_inbox, mdb_outbox, mdb_secret, the identity secret" in created.stdout
     again = mdb("db", "upgrade", "--config", "mdb.toml", cwd=app)
     assert "up to date" in again.stdout
     assert mdb("subscriptions", "app_listeners", "--config", "mdb.toml", cwd=app).returncode == 0
@@ -459,7 +529,7 @@ EXACTLY_ONCE_APP = (
 def out_of_reach(tmp_path: Path, where: str) -> str:
     """A database URL that cannot be reached: a server that is down (nothing listens on its
     port), or a SQLite file in a folder that does not exist."""
-    from tests.harness.process import free_port
+    from tests.harness.servers.process import free_port
 
     if where == "server down":
         return f"postgresql+asyncpg://127.0.0.1:{free_port()}/orders"

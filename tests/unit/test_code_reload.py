@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mdb.errors import ConfigurationError
-from mdb.process.code_watch import directories
+from mdb.serving.process.code_watch import directories
 
 MODULE = '''
 from mdb import listener
@@ -44,7 +44,7 @@ def test_a_changed_module_restarts_the_container_with_the_new_code(tmp_path: Pat
     # At the default log level: a restart says what changed, and nothing else of its own.
     env = {k: v for k, v in os.environ.items() if k != "MDB_LOG_LEVEL"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "mdb.cli", "run", "reloaded_app", "--reload"], cwd=tmp_path,
+        [sys.executable, "-m", "mdb.commands.cli", "run", "reloaded_app", "--reload"], cwd=tmp_path,
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert process.stdout is not None
     lines, seen = iter(process.stdout), list[str]()
@@ -82,7 +82,7 @@ def test_a_watcher_killed_with_sigkill_leaves_no_container_running(tmp_path: Pat
         "import os\n\nprint('container pid', os.getpid(), flush=True)\n" +
         MODULE.format(version=1))
     process = subprocess.Popen(
-        [sys.executable, "-m", "mdb.cli", "run", "orphan_app", "--reload"], cwd=tmp_path,
+        [sys.executable, "-m", "mdb.commands.cli", "run", "orphan_app", "--reload"], cwd=tmp_path,
         env={**os.environ, "MDB_LOG_LEVEL": "WARNING"}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
     assert process.stdout is not None

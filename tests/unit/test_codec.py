@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from mdb import codec
 from mdb.errors import DecodeError, EncodeError, MdbError
-from mdb.message import ID
-from mdb_stomp.limits import HEADER_LIMITS
+from mdb.messages import codec
+from mdb.messages.headers import ID
+from mdb_stomp.protocol.limits import HEADER_LIMITS
 
 
 class Order(BaseModel):

@@ -8,11 +8,11 @@ import logging
 import pytest
 
 from mdb import Redelivery, listener
-from mdb.health import Health, ListenerHealth, StuckHandler
-from mdb.listener import spec_of
-from mdb.planning import plan_listeners
-from mdb.report import plan_table, status_report
-from mdb.settings import Settings
+from mdb.config.settings import Settings
+from mdb.container.report import plan_table, status_report
+from mdb.listeners.listener import spec_of
+from mdb.observability.health import Health, ListenerHealth, StuckHandler
+from mdb.routing.planning import plan_listeners
 from mdb.testing import SyncRunner
 
 pytestmark = pytest.mark.anyio

@@ -11,9 +11,9 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from mdb.database_settings import DatabaseSettings
+from mdb.config.database_settings import DatabaseSettings
 from mdb.errors import ConfigurationError, DatabaseUnavailable
-from mdb.exactly_once.database import Database, translated
+from mdb.exactly_once.database.database import Database, translated
 
 pytestmark = pytest.mark.anyio
 

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from mdb.database_settings import DatabaseSettings
+from mdb.config.database_settings import DatabaseSettings
 from mdb.errors import DatabaseUnavailable
-from mdb.exactly_once.database import Database
+from mdb.exactly_once.database.database import Database
 
 pytestmark = pytest.mark.anyio
 

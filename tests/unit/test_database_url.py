@@ -9,10 +9,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from mdb.database_settings import DatabaseSettings
+from mdb.config.database_settings import DatabaseSettings
 from mdb.exactly_once import database_url
-from mdb.exactly_once.database import Database
-from tests.harness.postgresql import USER, PostgreSQL
+from mdb.exactly_once.database.database import Database
+from tests.harness.servers.postgresql import USER, PostgreSQL
 
 pytestmark = pytest.mark.anyio
 

@@ -7,8 +7,6 @@ from collections.abc import Mapping
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from mdb.broker import Delivery, Problem, ProblemKind
-from mdb.copies import ERROR_TEXT_LIMIT, error_text
 from mdb.delivery.batch import BatchFailure, Ready, Step, fall_back, ready_run
 from mdb.delivery.decision import (
     ACK_LOST,
@@ -16,12 +14,12 @@ from mdb.delivery.decision import (
     FILTER,
     FRESH,
     IN_DOUBT,
-    MAX_DELIVERY_COUNT,
     MAX_STRIKES,
     NOT_SELECTED,
     SETTLE,
     SETTLE_REPEAT,
     STRUCK,
+    AttemptSeen,
     DeadLetter,
     InDoubt,
     Keep,
@@ -29,24 +27,23 @@ from mdb.delivery.decision import (
     NotSelected,
     Policy,
     Raised,
-    Recalled,
     Redeliver,
-    Round,
     Settle,
     Stuck,
     Succeeded,
     Undecodable,
     Unreadable,
-    carries_on,
     classify,
     decide,
-    to_message,
 )
-from mdb.delivery.strikes import Strikes
-from mdb.destinations import Destination
+from mdb.delivery.strikes import History, Strikes, supersedes
 from mdb.errors import AcksUnconfirmed, BrokerError, DecodeError
-from mdb.message import Message
-from mdb.options import Redelivery
+from mdb.listeners.options import Redelivery
+from mdb.messages.copies import ERROR_TEXT_LIMIT, error_text
+from mdb.messages.destinations import Destination
+from mdb.messages.identity import PROCESS, identity, to_message
+from mdb.messages.message import MAX_COUNT, Message, OutgoingMessage
+from mdb.seam.broker import Delivery, Problem, ProblemKind
 from mdb_memory import MemoryBroker
 
 ORDERS = Destination.parse("queue:orders")
@@ -56,6 +53,10 @@ POLICY = Policy("on_order", Redelivery(limit=2, delay=1.0, backoff=2.0, max_dela
                 REQUEUE, ERRORS, MemoryBroker.header_limits)
 BROKER_HEADERS = frozenset({"message-id", "subscription", "ack"})
 
+
+def message_of(d: Delivery) -> Message:
+    """``d`` as the handler sees it, known by its identity (``mdb.messages.identity``)."""
+    return to_message(d, ORDERS, identity(d, PROCESS, assigned=True))
 
 def message(count: int = 1, **headers: str) -> Message:
     return Message(id="m-1", destination=ORDERS, body=b"{}", headers=headers,
@@ -187,24 +188,24 @@ def test_keeps_are_counted_per_message_apart_from_its_strikes() -> None:
 def test_coming_back_strikes_only_a_delivery_the_broker_confirmed_moved() -> None:
     strikes = Strikes()
     # In doubt after a lost connection: innocent.
-    assert strikes.came_back("m", 2) == Recalled(0, False)
+    assert strikes.redelivered("m", 2) == History(0, False)
     strikes.moved("m", 2)
-    assert strikes.came_back("m", 3) == Recalled(0, False)  # a later delivery (a copy), lost
-    assert strikes.came_back("m", 2) == Recalled(1, False)  # the moved delivery: the broker lied
-    assert strikes.came_back("m", 2) == Recalled(1, False)  # once per confirmed move
+    assert strikes.redelivered("m", 3) == History(0, False)  # a later delivery (a copy), lost
+    assert strikes.redelivered("m", 2) == History(1, False)  # the moved delivery: the broker lied
+    assert strikes.redelivered("m", 2) == History(1, False)  # once per confirmed move
     assert len(strikes) == 1
 
 
 def test_a_delivery_whose_copies_were_stored_not_its_ack_is_known_when_it_comes_back() -> None:
     strikes = Strikes(capacity=2)
     strikes.copied("m", 1)
-    assert strikes.came_back("m", 2) == Recalled(0, False)  # its retry copy, lost: processed
-    assert strikes.came_back("m", 1) == Recalled(0, True)  # the very delivery: acked unseen
-    assert strikes.came_back("m", 1) == Recalled(0, True)  # again, should that ack be lost in turn
+    assert strikes.redelivered("m", 2) == History(0, False)  # its retry copy, lost: processed
+    assert strikes.redelivered("m", 1) == History(0, True)  # the very delivery: acked unseen
+    assert strikes.redelivered("m", 1) == History(0, True)  # again, should that ack be lost in turn
     assert len(strikes) == 0  # never struck
     strikes.copied("a", 1)
     strikes.copied("b", 1)  # "m" is forgotten: bounded as the strikes are
-    assert strikes.came_back("m", 1) == Recalled(0, False)
+    assert strikes.redelivered("m", 1) == History(0, False)
 
 
 def test_a_delivery_back_after_its_ack_was_lost_is_settled_unseen_whatever_else_it_is(
@@ -220,18 +221,18 @@ def test_the_rounds_of_a_message_tell_a_second_copy_of_one_round_from_the_first(
     """Two copies of one round (a retry copy stored while its settlement failed, and the one
     made again when its delivery came back in doubt): the later is told from the first."""
     strikes = Strikes(capacity=2)
-    assert (strikes.rounds, strikes.round("m", 2)) == (False, Round.NEW)
+    assert (strikes.attempts, strikes.attempt_seen("m", 2)) == (False, AttemptSeen.NEW)
     strikes.handed("m", 2)
-    assert strikes.round("m", 2) is Round.HANDED  # the first copy is with the handler
-    assert strikes.round("m", 1) is Round.DONE  # an earlier round, overtaken
-    assert strikes.round("m", 3) is Round.NEW
-    strikes.carried_on("m", 3)  # not the round handed: changes nothing
-    assert strikes.round("m", 2) is Round.HANDED
-    strikes.carried_on("m", 2)
-    assert strikes.round("m", 2) is Round.DONE  # its settlement carried the message on
+    assert strikes.attempt_seen("m", 2) is AttemptSeen.HANDED  # the first copy is with the handler
+    assert strikes.attempt_seen("m", 1) is AttemptSeen.DONE  # an earlier round, overtaken
+    assert strikes.attempt_seen("m", 3) is AttemptSeen.NEW
+    strikes.superseded("m", 3)  # not the round handed: changes nothing
+    assert strikes.attempt_seen("m", 2) is AttemptSeen.HANDED
+    strikes.superseded("m", 2)
+    assert strikes.attempt_seen("m", 2) is AttemptSeen.DONE  # its settlement carried the message on
     strikes.handed("a", 2)
     strikes.handed("b", 2)  # "m" is forgotten: bounded as the strikes are
-    assert strikes.round("m", 2) is Round.NEW
+    assert strikes.attempt_seen("m", 2) is AttemptSeen.NEW
     assert len(strikes) == 0  # never struck
 
 
@@ -240,14 +241,14 @@ def test_a_second_copy_of_a_round_is_in_doubt_or_settled_unseen_whatever_else_it
     flagged = Delivery(ORDERS, b"", {}, "1", True, None, problem=damaged)
     plain = delivery({})
     assert classify(flagged, selected=False, strikes=MAX_STRIKES,
-                    seen=Round.DONE) is ALREADY_PROCESSED
+                    seen=AttemptSeen.DONE) is ALREADY_PROCESSED
     assert classify(flagged, selected=False, strikes=MAX_STRIKES, copied=True,
-                    seen=Round.DONE) is ACK_LOST
-    assert classify(plain, selected=True, strikes=0, seen=Round.HANDED) is IN_DOUBT
-    assert classify(plain, selected=True, strikes=1, seen=Round.HANDED) is IN_DOUBT
+                    seen=AttemptSeen.DONE) is ACK_LOST
+    assert classify(plain, selected=True, strikes=0, seen=AttemptSeen.HANDED) is IN_DOUBT
+    assert classify(plain, selected=True, strikes=1, seen=AttemptSeen.HANDED) is IN_DOUBT
     assert classify(plain, selected=True, strikes=MAX_STRIKES,
-                    seen=Round.HANDED) == Stuck(MAX_STRIKES, False)
-    assert classify(plain, selected=True, strikes=0, seen=Round.NEW) is FRESH
+                    seen=AttemptSeen.HANDED) == Stuck(MAX_STRIKES, False)
+    assert classify(plain, selected=True, strikes=0, seen=AttemptSeen.NEW) is FRESH
     assert decide(message(2), ALREADY_PROCESSED, POLICY) == SETTLE_REPEAT
 
 
@@ -256,7 +257,7 @@ def test_every_copy_but_a_kept_one_carries_its_message_on() -> None:
     moved = decide(message(3), Raised("E", ""), POLICY)
     kept = decide(message(1), Stuck(MAX_STRIKES + 1, dead_letter=False), POLICY)
     assert (type(redelivered), type(moved), type(kept)) == (Redeliver, MoveToError, Keep)
-    assert [carries_on(o) for o in (SETTLE, redelivered, moved, kept)] == [
+    assert [supersedes(o) for o in (SETTLE, redelivered, moved, kept)] == [
         True, True, True, False]
 
 
@@ -284,13 +285,13 @@ def test_a_failure_names_its_exception_type() -> None:
 
 
 def test_a_delivery_becomes_the_message_the_handler_sees() -> None:
-    first = to_message(delivery({"mdb_id": "m-9"}), ORDERS)
+    first = message_of(delivery(PROCESS.sealed(OutgoingMessage(b"{}", {"mdb_id": "m-9"})).headers))
     assert (first.id, first.delivery_count, first.redelivered) == ("m-9", 1, False)
-    again = to_message(delivery({"mdb_delivery_count": "3"}), ORDERS)
+    again = message_of(delivery({"mdb_delivery_count": "3"}))
     assert (again.id, again.delivery_count, again.redelivered) == ("ID:broker-1", 3, True)
-    flagged = to_message(delivery({"mdb_delivery_count": "junk"}, redelivered=True), ORDERS)
+    flagged = message_of(delivery({"mdb_delivery_count": "junk"}, redelivered=True))
     assert (flagged.delivery_count, flagged.redelivered) == (1, True)
-    assert to_message(delivery({"mdb_delivery_count": "0"}), ORDERS).delivery_count == 1
+    assert message_of(delivery({"mdb_delivery_count": "0"})).delivery_count == 1
 
 
 def test_a_run_ends_at_the_first_delivery_in_doubt_not_selected_struck_or_undecodable(
@@ -301,7 +302,7 @@ def test_a_run_ends_at_the_first_delivery_in_doubt_not_selected_struck_or_undeco
         return body
 
     def step(d: Delivery, strikes: int = 0) -> Step:
-        return Step(d, to_message(d, ORDERS),
+        return Step(d, message_of(d),
                     classify(d, selected="skip" not in d.headers, strikes=strikes))
 
     good = [step(delivery({"mdb_id": str(n)})) for n in range(3)]
@@ -309,7 +310,7 @@ def test_a_run_ends_at_the_first_delivery_in_doubt_not_selected_struck_or_undeco
                  step(delivery({}, body=b"bad")), step(delivery({}), strikes=1)):
         run = ready_run([*good[:2], stop, good[2]], decode)
         assert [r.delivery for r in run] == [s.delivery for s in good[:2]]
-        assert [r.message.id for r in run] == ["0", "1"]
+        assert [r.message.id for r in run] == [s.message.id for s in good[:2]]
 
 
 def test_a_delivery_is_classified_once_stuck_first_then_unreadable_unselected_in_doubt(
@@ -362,8 +363,8 @@ GENEROUS = Policy("l", Redelivery(limit=10_000, delay=1.0, backoff=2.0, max_dela
     "\x00", "inf", "nan", "7\n",
 ])
 def test_any_delivery_count_header_gives_a_bounded_count_and_a_capped_delay(text: str) -> None:
-    received = to_message(delivery({"mdb_delivery_count": text}), ORDERS)
-    assert 1 <= received.delivery_count <= MAX_DELIVERY_COUNT
+    received = message_of(delivery({"mdb_delivery_count": text}))
+    assert 1 <= received.delivery_count <= MAX_COUNT
     outcome = decide(received, Raised("E", "boom"), GENEROUS)
     if isinstance(outcome, Redeliver):
         assert 0.0 <= outcome.delay <= 60.0
@@ -373,24 +374,24 @@ def test_any_delivery_count_header_gives_a_bounded_count_and_a_capped_delay(text
 
 
 @pytest.mark.parametrize(("text", "count"), [
-    (" 7 ", 7), ("7\n", 7), ("-5", 1), ("3.5", 1), ("abc", 1), (str(10**30), MAX_DELIVERY_COUNT),
+    (" 7 ", 7), ("7\n", 7), ("-5", 1), ("3.5", 1), ("abc", 1), (str(10**30), MAX_COUNT),
 ])
 def test_a_count_header_is_read_as_a_whole_number_clamped_to_its_range(text: str,
                                                                         count: int) -> None:
-    assert to_message(delivery({"mdb_delivery_count": text}), ORDERS).delivery_count == count
+    assert message_of(delivery({"mdb_delivery_count": text})).delivery_count == count
 
 
 def test_the_backoff_arithmetic_never_overflows_and_stops_at_max_delay() -> None:
     steep = Redelivery(limit=10_000, delay=1.0, backoff=10.0, max_delay=60.0)
-    assert [steep.delay_before(n) for n in (1, 2, 3, 1030, MAX_DELIVERY_COUNT, 10**400)] == \
+    assert [steep.delay_before(n) for n in (1, 2, 3, 1030, MAX_COUNT, 10**400)] == \
         [1.0, 10.0, 60.0, 60.0, 60.0, 60.0]
-    assert Redelivery(delay=0.0, backoff=10.0).delay_before(MAX_DELIVERY_COUNT) == 0.0
+    assert Redelivery(delay=0.0, backoff=10.0).delay_before(MAX_COUNT) == 0.0
     assert Redelivery(delay=5.0, max_delay=2.0).delay_before(1) == 2.0
-    assert Redelivery(delay=1.0, backoff=1.0).delay_before(MAX_DELIVERY_COUNT) == 1.0
+    assert Redelivery(delay=1.0, backoff=1.0).delay_before(MAX_COUNT) == 1.0
 
 
 def test_a_forged_count_past_the_limit_moves_the_message_to_the_error_destination() -> None:
-    forged = to_message(delivery({"mdb_delivery_count": "99999"}), ORDERS)
+    forged = message_of(delivery({"mdb_delivery_count": "99999"}))
     outcome = decide(forged, Raised("E", "boom"), GENEROUS)
     assert isinstance(outcome, MoveToError)
     assert outcome.headers["mdb_delivery_count"] == "99999"
@@ -443,9 +444,9 @@ def test_what_became_of_a_delivery_is_told_to_its_listeners_strikes_once() -> No
     strikes = Strikes()
     copy = message(2)
     strikes.handing(copy)
-    assert strikes.recall(delivery({"mdb_id": "m-1"}), copy).seen is Round.HANDED
+    assert strikes.history_of(delivery({"mdb_id": "m-1"}), copy).seen is AttemptSeen.HANDED
     strikes.settled(copy, decide(copy, Raised("E", ""), POLICY))  # a retry copy carries it on
-    assert strikes.recall(delivery({"mdb_id": "m-1"}), copy).seen is Round.DONE
+    assert strikes.history_of(delivery({"mdb_id": "m-1"}), copy).seen is AttemptSeen.DONE
     moved = decide(message(3), Raised("E", ""), POLICY)
     assert isinstance(moved, MoveToError)
     strikes.not_settled(message(1), moved, BrokerError("refused"), connection_open=False)
@@ -454,5 +455,5 @@ def test_what_became_of_a_delivery_is_told_to_its_listeners_strikes_once() -> No
     assert strikes.count("m-1") == 2  # a failed move, and a refusal on an open connection
     strikes.not_settled(message(1), SETTLE, AcksUnconfirmed("acks lost"), connection_open=False)
     flagged = delivery({"mdb_id": "m-1"}, redelivered=True)
-    recalled = strikes.recall(flagged, message(1))
-    assert (recalled.strikes, recalled.copied) == (2, True)
+    history = strikes.history_of(flagged, message(1))
+    assert (history.strikes, history.copied) == (2, True)

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mdb import reference
-from mdb.destinations import Destination
-from mdb.settings import load_settings
+from mdb.config import reference
+from mdb.config.settings import load_settings
+from mdb.messages.destinations import Destination
 from mdb.testing import RunningApp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ def test_the_configuration_reference_matches_the_settings_models() -> None:
     generated = text[text.index(start) + len(start):text.index(end)]
     assert generated == reference.markdown() + "\n", (
         "docs/configuration.md is stale: regenerate its reference section with "
-        "`python -m mdb.reference --write`"
+        "`python -m mdb.config.reference --write`"
     )
 
 
@@ -47,7 +47,7 @@ def test_writing_the_reference_replaces_only_what_is_between_the_markers() -> No
 def test_the_shared_store_broker_config_differs_from_the_reference_only_in_its_store() -> None:
     # Two reference configs an operator copies: a fix to one must reach the other.
     def without_store(name: str) -> str:
-        text = (ROOT / "adapters" / "mdb_stomp" / name).read_text()
+        text = (ROOT / "adapters" / "brokers" / "mdb_stomp" / name).read_text()
         text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
         text = re.sub(r"<persistenceAdapter>.*?</persistenceAdapter>", "", text, flags=re.S)
         text = re.sub(r'\s*schedulerDirectory="[^"]*"', "", text)  # the scheduler's, shared
@@ -82,6 +82,49 @@ def test_the_testing_doc_shows_every_option_of_the_kit() -> None:
         missing = [name for name in options if not re.search(rf"\b{name}\b",
                                                              calls.get(method, ""))]
         assert not missing, f"docs/testing.md shows no app.{method}(...) with {missing}"
+
+
+def _anchors(page: Path) -> set[str]:
+    """The fragments a link may name on a page: each heading as GitHub makes it an id (lower
+    case, punctuation but ``-`` and ``_`` dropped, a space a ``-``, a repeat numbered ``-1``...),
+    and each ``<a name="...">`` a moved section left for the links to it."""
+    anchors: set[str] = set()
+    seen: dict[str, int] = {}
+    in_code = False
+    for line in page.read_text().splitlines():
+        in_code ^= line.startswith("```")
+        anchors.update(re.findall(r'<a name="([^"]+)"></a>', line))
+        heading = None if in_code else re.match(r"#{1,6} (.+)", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading[1].strip().lower()).replace(" ", "-")
+            anchors.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+            seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def test_every_link_to_a_docs_page_reaches_the_page_and_its_heading() -> None:
+    # Pages get split and their measurements moved to docs/evidence/: a reader must not land
+    # on a page or a heading that is gone, whether a page links it or the code cites it.
+    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    dead: list[str] = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            path, _, fragment = target.partition("#")
+            if re.match(r"[a-z]+:", path):  # http:, mailto:
+                continue
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists() or (fragment and linked.suffix == ".md"
+                                       and fragment not in _anchors(linked)):
+                dead.append(f"{page.relative_to(ROOT)}: {target}")
+    code = [path for folder in ("mdb", "adapters", "examples", "tests", "deploy")
+            for path in (ROOT / folder).rglob("*")
+            if path.suffix in {".py", ".toml", ".yaml", ".xml"}]
+    for source in [*pages, *code]:
+        for name, fragment in re.findall(r"docs/([\w/-]+\.md)#([\w-]+)", source.read_text()):
+            cited = ROOT / "docs" / name
+            if not cited.exists() or fragment not in _anchors(cited):
+                dead.append(f"{source.relative_to(ROOT)}: docs/{name}#{fragment}")
+    assert not dead, dead
 
 
 def test_the_readme_and_the_docs_name_the_exactly_once_database_alike() -> None:

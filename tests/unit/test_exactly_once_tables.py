@@ -11,10 +11,10 @@ from sqlalchemy import text
 from sqlalchemy.dialects import mysql
 from sqlalchemy.schema import CreateTable
 
-from mdb.database_settings import DatabaseSettings
+from mdb.config.database_settings import DatabaseSettings
 from mdb.errors import ConfigurationError
 from mdb.exactly_once import tables
-from mdb.exactly_once.database import Database
+from mdb.exactly_once.database.database import Database
 
 pytestmark = pytest.mark.anyio
 

@@ -22,7 +22,7 @@ def test_the_orders_example_runs_on_the_embedded_broker() -> None:
     env = {**os.environ, "DEMO_ORDERS": "12", "MDB_LOG_LEVEL": "WARNING",
            "OTEL_TRACES_EXPORTER": "console"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "mdb.cli", "run", "examples.orders.listeners",
+        [sys.executable, "-m", "mdb.commands.cli", "run", "examples.orders.listeners",
          "--config", "examples/orders/mdb.toml"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue[str] = queue.Queue()
@@ -71,7 +71,7 @@ def test_the_orders_example_runs_on_the_embedded_broker() -> None:
 
 def test_the_partitioned_example_plans_a_subscription_on_every_member() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "mdb.cli", "subscriptions", "examples.orders.listeners",
+        [sys.executable, "-m", "mdb.commands.cli", "subscriptions", "examples.orders.listeners",
          "--config", "examples/orders/partitioned.toml", "--server", "web_1"],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -9,10 +9,10 @@ import uuid
 
 import pytest
 
-from mdb import codec
-from mdb.destinations import Destination
-from mdb.jms_names import is_jms_identifier
-from mdb.message import Message, OutgoingMessage
+from mdb.messages import codec
+from mdb.messages.destinations import Destination
+from mdb.messages.jms_names import is_jms_identifier
+from mdb.messages.message import Message, OutgoingMessage
 
 
 @pytest.mark.parametrize("name", ["region", "_x", "$y", "a1", "Ort_ü", "JMSXGroupID",

@@ -13,9 +13,13 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from mdb.health import Health
-from mdb.http.routes import HealthServer
-from tests.harness.health import NOT_READY, READY, get, serving
+from mdb import listener
+from mdb.container.report import status_report
+from mdb.observability.health import Health, MemberHealth
+from mdb.serving.http.routes import HealthServer
+from tests.harness.apps.in_process import running, settings_for, unique
+from tests.harness.processes.health import NOT_READY, READY, get, serving
+from tests.harness.traffic.messages import send_all
 
 
 @pytest.mark.anyio
@@ -35,15 +39,16 @@ async def test_probes_answer_from_the_event_loop() -> None:
         assert server.port != 0
         assert await anyio.to_thread.run_sync(get, f"{base}/health/live") == (200, {"live": True})
         assert await anyio.to_thread.run_sync(get, f"{base}/health/ready") == (
-            200, {"ready": True, "brokers_down": [], "databases_down": [],
-                  "listeners_short": [], "listeners_stuck": []})
+            200, {"ready": True, "starting": False, "stopping": False, "brokers_down": [],
+                  "databases_down": [], "listeners_short": [], "listeners_stuck": []})
         status, body = await anyio.to_thread.run_sync(get, f"{base}/status")
         assert status == 200 and Health.from_json(body) == READY
 
         current[0] = NOT_READY
         assert await anyio.to_thread.run_sync(get, f"{base}/health/live") == (200, {"live": True})
         assert await anyio.to_thread.run_sync(get, f"{base}/health/ready") == (503, {
-            "ready": False, "brokers_down": ["backup"], "databases_down": ["orders"],
+            "ready": False, "starting": False, "stopping": False, "brokers_down": ["backup"],
+            "databases_down": ["orders"],
             "listeners_short": [{"name": "on_order", "subscribed": 2, "members": 3}],
             "listeners_stuck": []})
         status, body = await anyio.to_thread.run_sync(get, f"{base}/status")
@@ -59,6 +64,37 @@ async def test_probes_answer_from_the_event_loop() -> None:
     finally:
         server.close()
         server.close()  # idempotent
+
+
+@pytest.mark.anyio
+async def test_a_graceful_stop_is_not_ready_because_it_is_stopping() -> None:
+    """Every state that is not ready says why (docs/health.md, "mdb status")."""
+    url = f"memory://{unique('stopping')}"
+    entered, release = anyio.Event(), anyio.Event()
+
+    @listener("queue:slow")
+    async def holding(body: str) -> None:
+        entered.set()
+        await release.wait()
+
+    async with running(settings_for(url), holding) as container:
+        await send_all(url, "queue:slow", ["held"])
+        await entered.wait()
+        container.request_stop()  # the stop waits for the handler in flight
+        server = HealthServer(container.health)
+        server.start()
+        try:
+            ready = await anyio.to_thread.run_sync(
+                get, f"http://127.0.0.1:{server.port}/health/ready")
+        finally:
+            server.close()
+        report = status_report(container.health(), "http://here")
+        release.set()
+    assert ready == (503, {"ready": False, "starting": False, "stopping": True,
+                           "brokers_down": [], "databases_down": [], "listeners_short": [],
+                           "listeners_stuck": []})
+    assert "live, NOT READY\n  because it is stopping: the messages in flight finish, no new "\
+           "one is taken" in report
 
 
 def test_a_server_whose_loop_has_ended_answers_503() -> None:
@@ -83,7 +119,7 @@ def test_from_json_refuses_what_is_not_a_snapshot() -> None:
 
 
 def mdb_status(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mdb.cli", "status", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "mdb.commands.cli", "status", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -123,3 +159,26 @@ def test_mdb_status_without_a_port_is_a_configuration_error(tmp_path: Path) -> N
     result = mdb_status(cwd=tmp_path)
     assert result.returncode == 2
     assert "set `health_port`" in result.stderr
+
+
+@pytest.mark.anyio
+async def test_status_names_each_listeners_destination_mode_and_members() -> None:
+    """What ``mdb console`` shows of a listener (docs/console.md, "What it shows")."""
+    url = f"memory://{unique('members')}"
+
+    @listener("queue:orders")
+    async def on_order(body: str) -> None: ...
+
+    @listener("topic:prices", distribution="one-copy-per-server")
+    async def on_price(body: str) -> None: ...
+
+    settings = settings_for(url)
+    async with running(settings, on_order, on_price) as container:
+        health = Health.from_json(container.health().to_json())
+    shown = {lh.name: (lh.destination, lh.mode, lh.member_states) for lh in health.listeners}
+    assert shown == {
+        "on_order": ("queue:orders", "queue", (MemberHealth("default", "queue:orders", True),)),
+        "on_price": ("topic:prices", "one-copy-per-server",
+                     (MemberHealth("default", "topic:prices", True,
+                                   f"{settings.app}-s1-on_price"),)),  # a durable one, named
+    }

@@ -19,8 +19,8 @@ import logging
 from dependency_injector import containers, providers
 
 from mdb import listener
-from mdb.producer import Producer
-from mdb.settings import load_settings
+from mdb.routing.producer import Producer
+from mdb.config.settings import load_settings
 
 
 async def messages():
@@ -45,7 +45,7 @@ async def on_work(body: str) -> None:
 def test_every_stderr_line_is_json_with_the_trace_of_its_message(tmp_path: Path) -> None:
     (tmp_path / "logged_app.py").write_text(APP)
     env = {**os.environ, "MDB_LOG_FORMAT": "json", "OTEL_TRACES_EXPORTER": "console"}
-    process = subprocess.Popen([sys.executable, "-m", "mdb.cli", "run", "logged_app"],
+    process = subprocess.Popen([sys.executable, "-m", "mdb.commands.cli", "run", "logged_app"],
                                cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     lines = []
@@ -83,7 +83,8 @@ def test_every_stderr_line_is_json_with_the_trace_of_its_message(tmp_path: Path)
 
 
 def test_an_unknown_log_format_is_one_line_exit_2(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "mdb.cli", "run", "nothing"], cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", "mdb.commands.cli", "run", "nothing"],
+                          cwd=tmp_path,
                           env={**os.environ, "MDB_LOG_FORMAT": "xml"}, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2

@@ -1,11 +1,15 @@
-"""The import rules of docs/architecture.md, "Layers": every module of the core has its layer
-and imports only from its own layer or those below; no two modules import each other, however
-indirectly; the core imports no broker library; adapters import the seam and the models, never
-the container; the delivery path knows no database."""
+"""The import rules of docs/architecture.md, "Layers": the folders of ``mdb/`` are its layers,
+and a module's layer is its folder's; every module imports only from its own layer or those
+below; no two modules import each other, however indirectly; the core imports no broker
+library; adapters import the seam and the models, never the container; the delivery path knows
+no database; no module is longer than 400 lines. The architecture page names every module, and
+every path it names exists. No two classes of the core and the adapters, and no two modules of
+the core, share a name."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,34 +17,34 @@ ROOT = Path(__file__).resolve().parents[2]
 
 BROKER_LIBRARIES = {"stomp", "pyspark", "py4j"}
 
-# Bottom up: a module may import its own layer and those below, never one above. A name is a
-# module or a package (all of its modules).
+# Bottom up: what is right under mdb/ (a folder, or a root module), one layer each. A module may
+# import its own layer and those below, never one above; folders on one layer may import each
+# other. The package's face, mdb/__init__.py, re-exports from every layer up to the commands'
+# (the dead-letter library): only the commands and the testing kit may import from it, so that
+# no module the face imports imports the face while it is being made.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("models and the seam", {
-        "mdb.adapters", "mdb.broker", "mdb.broker_settings", "mdb.clock", "mdb.codec",
-        "mdb.context", "mdb.copies", "mdb.database_settings", "mdb.destinations", "mdb.errors",
-        "mdb.events", "mdb.health", "mdb.identity", "mdb.jms_names", "mdb.listener", "mdb.logs",
-        "mdb.message", "mdb.options", "mdb.redaction", "mdb.selector", "mdb.selector_check",
-        "mdb.settings", "mdb.telemetry", "mdb.topology",
-    }),
-    ("one path to a broker, and the plan", {
-        "mdb.brokers", "mdb.links", "mdb.producer", "mdb.planning", "mdb.failed",
-    }),
-    ("delivery", {"mdb.delivery"}),
-    ("exactly-once", {"mdb.exactly_once"}),
-    ("the container", {"mdb.container", "mdb.slots", "mdb.wiring", "mdb.report"}),
-    ("serving it", {"mdb.http", "mdb.testing"}),
-    ("processes and the command", {
-        "mdb", "mdb.process", "mdb.cli", "mdb.failed_command", "mdb.asyncapi", "mdb.reference",
-    }),
+    ("the roots", {"errors", "clock"}),
+    ("models and the seam", {"seam", "messages", "listeners", "config", "observability"}),
+    ("one path to a broker, and the plan", {"routing"}),
+    ("delivery", {"delivery"}),
+    ("exactly-once", {"exactly_once"}),
+    ("the container", {"container"}),
+    ("serving it", {"serving"}),
+    ("the commands, and the package's face", {"commands", "__init__"}),
+    ("the testing kit", {"testing"}),
 ]
-CONTAINER_AND_ABOVE = set().union(*(names for _, names in LAYERS[4:])) - {"mdb"}
+CONTAINER = next(i for i, (_, folders) in enumerate(LAYERS) if "container" in folders)
+MOST_MODULES_FLAT = 15  # in a folder of mdb/, adapters/ or tests/harness/
+MOST_LINES = 400  # of a module of mdb/: past it, split it by concern
 
 
 def _module(path: Path) -> str:
-    parts = path.relative_to(ROOT / "adapters" if "adapters" in path.parts else ROOT)
-    name = ".".join(parts.with_suffix("").parts)
-    return name.removesuffix(".__init__")
+    """The import name of ``path``: adapters are imported from their folder of
+    ``adapters/`` (``adapters/brokers/mdb_stomp/broker.py`` is ``mdb_stomp.broker``)."""
+    relative = path.relative_to(ROOT)
+    if relative.parts[0] == "adapters":
+        relative = relative.relative_to(*relative.parts[:2])
+    return ".".join(relative.with_suffix("").parts).removesuffix(".__init__")
 
 
 def _modules(folder: str) -> dict[str, Path]:
@@ -51,8 +55,8 @@ CORE = _modules("mdb")
 
 
 def _imports(path: Path, known: set[str]) -> set[str]:
-    """The modules ``path`` imports: ``from mdb import codec`` is ``mdb.codec`` (a module of
-    ``known``), ``from mdb import Context`` is ``mdb``."""
+    """The modules ``path`` imports: ``from mdb.messages import codec`` is
+    ``mdb.messages.codec`` (a module of ``known``), ``from mdb import Context`` is ``mdb``."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -69,18 +73,15 @@ def _under(name: str, packages: set[str]) -> bool:
 
 
 def _layer(module: str) -> int | None:
-    """The layer of ``module``: that of the longest name of ``LAYERS`` it is under."""
-    best: tuple[int, int] | None = None  # (length of the name, layer)
-    for index, (_, names) in enumerate(LAYERS):
-        for name in names:
-            if _under(module, {name}) and (best is None or len(name) > best[0]):
-                best = (len(name), index)
-    return None if best is None else best[1]
+    """The layer of ``module`` of the core: that of its entry right under ``mdb/``."""
+    parts = module.split(".")
+    entry = parts[1] if len(parts) > 1 else "__init__"
+    return next((i for i, (_, entries) in enumerate(LAYERS) if entry in entries), None)
 
 
 def test_every_module_of_the_core_has_a_layer() -> None:
-    unplaced = sorted(m for m in CORE if _layer(m) is None)
-    assert not unplaced, f"add to LAYERS (and to docs/architecture.md): {unplaced}"
+    unplaced = sorted({m.split(".")[1] for m in CORE if _layer(m) is None})
+    assert not unplaced, f"add to LAYERS (and to docs/architecture.md, \"Layers\"): {unplaced}"
 
 
 def test_imports_only_point_down() -> None:
@@ -136,8 +137,8 @@ def test_adapters_never_import_the_container() -> None:
     adapters = _modules("adapters")
     assert adapters
     for module, path in adapters.items():
-        above = {name for name in _imports(path, set(CORE))
-                 if _under(name, CONTAINER_AND_ABOVE)}
+        above = {name for name in _imports(path, set(CORE)) if name in CORE and name != "mdb"
+                 and (_layer(name) or 0) >= CONTAINER}
         assert not above, f"{module} imports {sorted(above)}"
 
 
@@ -146,9 +147,26 @@ def test_the_delivery_path_knows_no_database() -> None:
     # exactly-once one is mdb.exactly_once's, above the delivery path.
     for module, path in CORE.items():
         if _under(module, {"mdb.delivery"}):
-            found = {name for name in _imports(path, set(CORE))
-                     if _under(name, {"sqlalchemy", "mdb.exactly_once", "mdb.database_settings"})}
+            found = {name for name in _imports(path, set(CORE)) if _under(
+                name, {"sqlalchemy", "mdb.exactly_once", "mdb.config.database_settings"})}
             assert not found, f"{module} imports {sorted(found)}"
+
+
+def test_no_folder_holds_more_than_fifteen_modules_flat() -> None:
+    crowded = {}
+    for top in ("mdb", "adapters", "tests/harness"):
+        for folder in [ROOT / top, *(p for p in (ROOT / top).rglob("*") if p.is_dir())]:
+            modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+            if len(modules) > MOST_MODULES_FLAT:
+                crowded[str(folder.relative_to(ROOT))] = len(modules)
+    assert not crowded, f"split these by concern: {crowded}"
+
+
+def test_no_module_of_the_core_is_longer_than_four_hundred_lines() -> None:
+    lines = {str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+             for path in CORE.values()}
+    long = {path: count for path, count in lines.items() if count > MOST_LINES}
+    assert not long, f"split these by concern: {long}"
 
 
 def test_the_architecture_page_names_every_module() -> None:
@@ -161,3 +179,35 @@ def test_the_architecture_page_names_every_module() -> None:
                 and not (relative.stem == "__init__" and package in page):
             unnamed.append(module)
     assert not unnamed, f"docs/architecture.md, \"Every module\", lacks {unnamed}"
+
+
+# A path in backticks: a folder or a file, from the top of the repository (`mdb/seam/`).
+PATH = re.compile(r"`((?:[\w.-]+/)+[\w.-]*|[\w-]+\.(?:py|toml|md|xml))`")
+
+
+def test_every_path_the_architecture_page_names_exists() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    missing = sorted({path for path in PATH.findall(page) if not (ROOT / path).exists()})
+    assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+def test_a_class_name_means_one_thing() -> None:
+    # docs/architecture.md, "Glossary": one name, one thing. A class of the core or an adapter
+    # whose name another has would make a reader (and a grep) take one for the other.
+    where: dict[str, list[str]] = {}
+    for folder in ("mdb", "adapters"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert not shared, f"rename one of each: {shared}"
+
+
+def test_a_module_name_means_one_thing_in_the_core() -> None:
+    where: dict[str, list[str]] = {}
+    for path in sorted(CORE.values()):
+        if path.name != "__init__.py":
+            where.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert not shared, f"rename one of each: {shared}"

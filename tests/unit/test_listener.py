@@ -10,11 +10,11 @@ from dependency_injector.wiring import Provide
 from pydantic import BaseModel
 
 from mdb import Context, Distribution, ListenerDefinitionError, Redelivery, listener
-from mdb.destinations import Destination, Kind
 from mdb.errors import ConfigurationError
-from mdb.listener import spec_of
-from mdb.options import ListenerOverrides
-from tests.harness.in_process import specs
+from mdb.listeners.listener import spec_of
+from mdb.listeners.options import ListenerOverrides
+from mdb.messages.destinations import Destination, Kind
+from tests.harness.apps.in_process import specs
 
 
 class Order(BaseModel):

@@ -20,9 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from mdb.health import Health, ListenerHealth, WorkerHealth
-from mdb.http.metrics_page import WorkerMetrics, exposition, health_families
-from tests.harness.process import free_port
+from mdb.observability.health import Health, ListenerHealth, WorkerHealth
+from mdb.serving.http.metrics_page import WorkerMetrics, exposition, health_families
+from tests.harness.servers.process import free_port
 
 # A listener whose messages the test starts with SIGUSR1 (three are sent: "hold", "ok", "ok");
 # "hold" stays in its handler until SIGUSR2. The signals are the one way into the memory broker,
@@ -34,8 +34,8 @@ import signal
 from dependency_injector import containers, providers
 
 from mdb import listener
-from mdb.producer import Producer
-from mdb.settings import load_settings
+from mdb.routing.producer import Producer
+from mdb.config.settings import load_settings
 
 released = asyncio.Event()
 feeds: set[asyncio.Task[None]] = set()
@@ -110,7 +110,7 @@ def running(tmp_path: Path, **env: str) -> Iterator[tuple[subprocess.Popen[str],
     (tmp_path / "metered_app.py").write_text(APP)
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "mdb.cli", "run", "metered_app"], cwd=tmp_path,
+        [sys.executable, "-m", "mdb.commands.cli", "run", "metered_app"], cwd=tmp_path,
         env={**os.environ, "MDB_HEALTH_PORT": str(port), "MDB_LOG_LEVEL": "WARNING", **env},
         stdout=subprocess.PIPE, text=True)
     try:
@@ -188,7 +188,8 @@ def test_the_supervisor_labels_each_workers_samples_with_its_place() -> None:
     def worker(in_flight: int) -> str:
         health = Health(live=True, ready=True, listeners=(
             ListenerHealth("on_work", members=1, subscribed=1, in_flight=in_flight,
-                           processed=0),), events={"connection-lost": in_flight})
+                           processed=0, paused=in_flight > 5),),
+            events={"connection-lost": in_flight})
         return exposition(Snapshot(health), "")[1].decode()
 
     server = Health(live=True, ready=False, workers=(
@@ -199,6 +200,8 @@ def test_the_supervisor_labels_each_workers_samples_with_its_place() -> None:
     assert page.value("mdb_listener_in_flight", listener="on_work", worker="2") == 7
     assert page.value("mdb_listener_in_flight", listener="on_work") == 11
     assert page.value("mdb_events_total", kind="connection-lost", worker="2") == 7
+    assert page.value("mdb_listener_paused", listener="on_work", worker="1") == 0
+    assert page.value("mdb_listener_paused", listener="on_work", worker="2") == 1
     assert page.value("mdb_worker_ready", worker="1") == 1
     assert page.value("mdb_worker_ready", worker="2") == 0
     assert page.value("mdb_worker_restarts_total", worker="2") == 3

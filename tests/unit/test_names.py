@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from mdb.destinations import Destination
+from mdb.config.settings import load_settings
 from mdb.errors import ConfigurationError
-from mdb.settings import load_settings
+from mdb.messages.destinations import Destination
 
 
 @pytest.mark.parametrize("text", ["queue:orders\n", "topic:prices\n", "queue:a\nb"])

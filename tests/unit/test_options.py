@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from mdb import Distribution, Redelivery, listener, reference
+from mdb import Distribution, Redelivery, listener
+from mdb.config import reference
+from mdb.config.settings import load_settings
 from mdb.errors import ConfigurationError
-from mdb.options import ListenerOptions, ListenerOverrides
-from mdb.settings import load_settings
-from tests.harness.in_process import specs
+from mdb.listeners.options import ListenerOptions, ListenerOverrides
+from tests.harness.apps.in_process import specs
 
 # A value other than the declared default for every option, valid on a per-server topic.
 SAMPLES: dict[str, Any] = {
@@ -33,6 +34,7 @@ SAMPLES: dict[str, Any] = {
     "prefetch": 12,
     "handler_timeout": 30.0,
     "exactly_once": "main",
+    "paused": True,
 }
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from mdb import Distribution, listener
-from mdb.destinations import Destination
 from mdb.errors import ConfigurationError, SubscriptionFailed
-from mdb.listener import ListenerSpec, spec_of
-from mdb.planning import plan
-from mdb.topology import Member, Topology
+from mdb.listeners.listener import ListenerSpec, spec_of
+from mdb.messages.destinations import Destination
+from mdb.messages.topology import Member, Topology
+from mdb.routing.planning import plan
 from mdb_stomp import ActiveMQDialect, RabbitMQDialect
 
 

@@ -10,12 +10,12 @@ import anyio
 import pytest
 
 from mdb import Container, EventKind, listener
-from mdb.broker_settings import BrokerSettings
-from mdb.events import BrokerEvent, Events
-from mdb.links import BrokerLink, BrokerStatus
-from mdb.settings import Settings
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.settings import Settings
+from mdb.listeners.events import BrokerEvent, Events
+from mdb.routing.links import BrokerLink, BrokerStatus
 from mdb_memory import broker_state
-from tests.harness.in_process import WAIT, specs, unique
+from tests.harness.apps.in_process import WAIT, specs, unique
 
 pytestmark = pytest.mark.anyio
 

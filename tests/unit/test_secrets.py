@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from mdb.adapters import broker_for
-from mdb.broker import ConnectionOptions
-from mdb.broker_settings import BrokerSettings
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.settings import Settings, load_settings
+from mdb.container.report import plan_table
 from mdb.errors import ConfigurationError
-from mdb.listener import listener, spec_of
-from mdb.planning import plan_listeners
-from mdb.report import plan_table
-from mdb.settings import Settings, load_settings
+from mdb.listeners.listener import listener, spec_of
+from mdb.routing.planning import plan_listeners
+from mdb.seam.broker import ConnectionOptions
+from mdb.seam.registry import broker_for
 from mdb_stomp.broker import StompBroker
 
 SECRET = "s3cr3t-pw"
@@ -111,7 +111,7 @@ async def test_debug_logging_never_shows_the_passcode(
 @pytest.mark.anyio
 async def test_status_events_and_logs_of_a_down_broker_never_show_its_password(
         caplog: pytest.LogCaptureFixture) -> None:
-    from tests.harness.in_process import partitioned_settings, running, unique
+    from tests.harness.apps.in_process import partitioned_settings, running, unique
 
     caplog.set_level(logging.DEBUG)
     with socket.create_server(("127.0.0.1", 0)) as closed:

@@ -1,12 +1,12 @@
-"""mdb.selector's AND and OR in three-valued logic, and where its error sits in the tree (the
-grammar's other cases: tests/adapters/test_memory_broker.py)."""
+"""mdb.messages.selector's AND and OR in three-valued logic, and where its error sits in the tree
+(the grammar's other cases: tests/adapters/test_memory_broker.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from mdb.errors import ConfigurationError, MdbError
-from mdb.selector import SelectorError, compile_selector
+from mdb.messages.selector import SelectorError, compile_selector
 
 
 @pytest.mark.parametrize(

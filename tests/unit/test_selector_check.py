@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from mdb.selector import SelectorError
-from mdb.selector_check import check_broker_selector
+from mdb.messages.selector import SelectorError
+from mdb.messages.selector_check import check_broker_selector
 
 
 @pytest.mark.parametrize("selector", [

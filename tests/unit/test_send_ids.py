@@ -7,19 +7,12 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from mdb import codec
-from mdb.context import Context
-from mdb.destinations import Destination
 from mdb.errors import EncodeError
-from mdb.message import (
-    ID,
-    MAYBE_REPEAT,
-    Message,
-    OutgoingMessage,
-    ReplyAddress,
-    ReplyTo,
-    derived_id,
-)
+from mdb.listeners.context import Context
+from mdb.messages import codec
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ID, MAYBE_REPEAT
+from mdb.messages.message import Message, OutgoingMessage, ReplyAddress, ReplyTo, derived_id
 from mdb_memory import MemoryBroker
 
 INCOMING, SUBSCRIPTION, LISTENER = "0123abcd" * 4, "shop-on_order", "on_order"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from mdb.config.settings import load_settings
 from mdb.errors import ConfigurationError
-from mdb.settings import load_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -195,3 +195,40 @@ def test_an_empty_environment_variable_for_a_setting_that_needs_a_value_is_named
                                                  r"needs a value: give one, or leave the "
                                                  r"variable out"):
         load_settings()
+
+
+def test_the_identity_secret_is_read_from_its_file_and_a_guessable_one_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """docs/security.md, "The identity secret"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "identity").write_text("0123456789abcdef0123\n")
+    settings = load_settings(write(tmp_path, "identity_secret_file = 'identity'\n"))
+    assert settings.identity_secret is not None
+    assert settings.identity_secret.get_secret_value() == "0123456789abcdef0123"
+    assert settings.model_copy(update={"app": "other"}).identity_secret == settings.identity_secret
+    assert "0123456789" not in repr(settings)
+    assert load_settings(write(tmp_path, "")).identity_secret is None
+    (tmp_path / "identity").write_text("guessable\n")
+    with pytest.raises(ConfigurationError, match=r"setting identity_secret_file: .*fewer than "
+                                                 r"the 16 bytes"):
+        load_settings(write(tmp_path, "identity_secret_file = 'identity'\n"))
+
+
+def test_the_control_token_is_read_from_its_file_and_a_bad_one_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """docs/security.md, "The control token"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "token").write_text("0123456789abcdef0123\n")
+    settings = load_settings(write(tmp_path, "control_token_file = 'token'\n"))
+    assert settings.control_token is not None
+    assert settings.control_token.get_secret_value() == "0123456789abcdef0123"
+    assert "0123456789" not in repr(settings)
+    assert load_settings(write(tmp_path, "")).control_token is None
+    (tmp_path / "token").write_text("short\n")
+    with pytest.raises(ConfigurationError, match=r"setting control_token_file: .*fewer than "
+                                                 r"the 16 bytes"):
+        load_settings(write(tmp_path, "control_token_file = 'token'\n"))
+    with pytest.raises(ConfigurationError, match=r"setting control_token_file: .*missing"):
+        load_settings(write(tmp_path, "control_token_file = 'missing'\n"))

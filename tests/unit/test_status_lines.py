@@ -8,8 +8,8 @@ import io
 import anyio
 import pytest
 
-from mdb.report import print_status, status_line
-from mdb.telemetry import Stats
+from mdb.container.report import print_status, status_line
+from mdb.observability.telemetry import Stats
 
 pytestmark = pytest.mark.anyio
 

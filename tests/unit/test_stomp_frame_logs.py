@@ -9,15 +9,16 @@ import pytest
 from stomp.utils import Frame, clean_lines, convert_frame
 
 import mdb_stomp  # noqa: F401  (puts its filters on stomp.py's logger)
-from mdb_stomp.frame_logs import STOMP_LOGGER, log_sent, sent_frame_without_body
-from mdb_stomp.frames import Command, encode
+from mdb.observability.redaction import mask_secrets
+from mdb_stomp.protocol.frame_logs import STOMP_LOGGER, log_sent, sent_frame_without_body
+from mdb_stomp.protocol.frames import Command, encode
 
 SECRET = b"card 4111-1111-1111-1111"
 
 
 def logged(caplog: pytest.LogCaptureFixture, msg: str, *args: object) -> str:
     caplog.clear()
-    # stomp.py's records show only while mdb logs at DEBUG (mdb.logs.quiet_library)
+    # stomp.py's records show only while mdb logs at DEBUG (mdb.observability.logs.quiet_library)
     with caplog.at_level(logging.DEBUG, logger="mdb"), \
             caplog.at_level(logging.DEBUG, logger=STOMP_LOGGER):
         logging.getLogger(STOMP_LOGGER).debug(msg, *args)
@@ -52,10 +53,11 @@ def test_a_frame_without_a_body_is_shown_whole() -> None:
     assert sent_frame_without_body(sent(b"")) == sent(b"")
 
 
-def test_with_mdb_trace_bodies_the_body_is_shown(caplog: pytest.LogCaptureFixture,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_mdb_trace_bodies_the_body_is_shown_its_secrets_masked(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MDB_TRACE_BODIES", "true")
-    assert "4111" in logged(caplog, "sending frame: %s", sent(SECRET))
+    shown = logged(caplog, "sending frame: %s", sent(SECRET + b" for order o-2"))
+    assert "card *** for order o-2" in shown and "4111" not in shown
 
 
 @pytest.mark.parametrize(("command", "headers", "body"), [
@@ -76,5 +78,5 @@ def test_a_frame_mdb_writes_itself_is_logged_as_stomp_py_logged_its_own(
         log_sent(encode(command, headers, body))
         monkeypatch.delenv("MDB_TRACE_BODIES")
         log_sent(encode(command, headers, body))
-    assert caplog.records[0].getMessage() == expected
+    assert caplog.records[0].getMessage() == mask_secrets(expected)
     assert "4111" not in caplog.records[1].getMessage()

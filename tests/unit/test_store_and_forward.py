@@ -13,15 +13,17 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
 
 from mdb import BrokerError, ConfigurationError
-from mdb.broker_settings import BrokerSettings
-from mdb.database_settings import DatabaseSettings
-from mdb.destinations import Destination
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.database_settings import DatabaseSettings
+from mdb.config.settings import Settings
 from mdb.exactly_once import Outbox, tables
-from mdb.exactly_once.database import Database
-from mdb.exactly_once.outbox import Dispatcher, Writer
-from mdb.message import ID, OutgoingMessage
-from mdb.producer import Producer
-from mdb.settings import Settings
+from mdb.exactly_once.database.database import Database
+from mdb.exactly_once.outbox.dispatcher import Dispatcher
+from mdb.exactly_once.outbox.writer import Writer
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ID
+from mdb.messages.message import OutgoingMessage
+from mdb.routing.producer import Producer
 from mdb_memory import BrokerState, broker_state
 
 pytestmark = pytest.mark.anyio

@@ -18,7 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
-from mdb.health import (
+from mdb.container.report import status_report
+from mdb.observability.health import (
     BrokerHealth,
     DatabaseHealth,
     Health,
@@ -26,20 +27,21 @@ from mdb.health import (
     StuckHandler,
     WorkerHealth,
 )
-from mdb.process.supervisor import START_ATTEMPTS, Place, server_health
-from mdb.report import status_report
-from tests.harness.container_process import ROOT
-from tests.harness.process import alive, free_port
+from mdb.serving.process.supervisor import START_ATTEMPTS
+from mdb.serving.process.workers import Worker
+from mdb.serving.process.workers_health import server_health
+from tests.harness.processes.container_process import ROOT
+from tests.harness.servers.process import alive, free_port
 
 
 def mdb_run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environment = {**{k: v for k, v in os.environ.items() if not k.startswith("MDB_")}, **env}
-    return subprocess.run([sys.executable, "-m", "mdb.cli", "run", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "mdb.commands.cli", "run", *args], cwd=ROOT,
                           env=environment, capture_output=True, text=True, timeout=300)
 
 
 def test_workers_on_the_memory_broker_are_refused_in_one_line() -> None:
-    done = mdb_run("tests.harness.topic_ledger_app", "--workers", "2")
+    done = mdb_run("tests.harness.apps.topic_ledger_app", "--workers", "2")
     assert done.returncode == 2
     [line] = done.stderr.splitlines()
     assert line.startswith("mdb: configuration error: mdb run --workers 2: broker 'default' "
@@ -57,7 +59,7 @@ def test_a_worker_with_a_configuration_error_stops_the_server_at_once() -> None:
 
 
 def test_a_worker_that_never_gets_ready_ends_the_server_after_its_start_attempts() -> None:
-    done = mdb_run("tests.harness.topic_ledger_app", "--workers", "2",
+    done = mdb_run("tests.harness.apps.topic_ledger_app", "--workers", "2",
                    MDB_BROKERS__DEFAULT__URL=f"stomp+activemq://127.0.0.1:{free_port()}")
     assert done.returncode == 3, done.stderr  # the worker's own status: no broker answered
     gave_up = [line for line in done.stderr.splitlines() if "cannot be kept up" in line]
@@ -82,7 +84,7 @@ def worker(up: bool = True, processed: int = 5) -> Health:
 
 
 def test_the_server_is_ready_when_every_worker_is() -> None:
-    places = [Place(1, state="ready"), Place(2, state="ready", restarts=2)]
+    places = [Worker(1, state="ready"), Worker(2, state="ready", restarts=2)]
     health = server_health(places, {1: worker(processed=3), 2: worker(processed=4)}, False)
     assert health.live and health.ready
     assert health.listeners == (ListenerHealth("on_order", 2, 2, 2, 7),)
@@ -106,7 +108,7 @@ def test_the_server_is_ready_when_every_worker_is() -> None:
     assert ["on_order", "m1", "40s"] in [
         line.split() for line in status_report(both, "http://x").splitlines()]
 
-    restarting = server_health([Place(1, state="ready"), Place(2, state="restarting")],
+    restarting = server_health([Worker(1, state="ready"), Worker(2, state="restarting")],
                                {1: worker()}, False)
     assert restarting.live and not restarting.ready
     assert restarting.workers[1] == WorkerHealth(2, 0, "restarting", 0)
@@ -118,7 +120,7 @@ def test_the_server_is_ready_when_every_worker_is() -> None:
 
 
 def test_a_database_is_as_up_as_its_worst_worker_sees_it() -> None:
-    places = [Place(1, state="ready"), Place(2, state="ready")]
+    places = [Worker(1, state="ready"), Worker(2, state="ready")]
 
     def seeing(state: str, outbox: int) -> Health:
         # A worker's readiness already counts its databases; the server checks them again.

@@ -8,8 +8,8 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from mdb import telemetry
 from mdb.errors import ConfigurationError
+from mdb.observability import telemetry
 
 
 def test_an_unknown_exporter_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 USER_MODULE = '''\
 from mdb import Context, Redelivery, Settings, listener
-from mdb.broker_settings import BrokerSettings
+from mdb.config.broker_settings import BrokerSettings
 
 # Settings and options made in code, defaults left out (pydantic models: without pydantic's
 # mypy plugin, as a user runs mypy, each default must be seen as one).
@@ -40,7 +40,9 @@ async def call() -> None:
 
 def test_a_users_listener_module_passes_mypy_strict(tmp_path: Path) -> None:
     (tmp_path / "user_listeners.py").write_text(USER_MODULE)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "adapters")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
+                                                        str(ROOT / "adapters" / "brokers"),
+                                                        str(ROOT / "adapters" / "integrations")])}
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"),
          "user_listeners.py"], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -11,8 +11,8 @@ import anyio.to_thread
 import pytest
 
 from mdb import Container, Producer
+from mdb.container.wiring import find_container, find_listeners, import_modules, resources, wired
 from mdb.errors import ConfigurationError
-from mdb.wiring import find_container, find_listeners, import_modules, resources, wired
 from tests.unit import wired_app
 
 pytestmark = pytest.mark.anyio
@@ -51,4 +51,4 @@ def test_a_named_container_that_does_not_load_is_named() -> None:
 
 def test_without_a_container_there_is_nothing_to_wire() -> None:
     # A listener module that declares no dependency-injector container.
-    assert find_container(None, import_modules(["tests.harness.queue_ledger_app"])) is None
+    assert find_container(None, import_modules(["tests.harness.apps.queue_ledger_app"])) is None

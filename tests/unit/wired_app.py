@@ -9,7 +9,7 @@ from dependency_injector import containers, providers
 from dependency_injector.wiring import Provide
 
 from mdb import Producer, Settings, listener
-from mdb.broker_settings import BrokerSettings
+from mdb.config.broker_settings import BrokerSettings
 
 SETTINGS = Settings(app="wired", brokers={"default": BrokerSettings(url="memory://wired")})
 EVENTS: list[str] = []

@@ -58,7 +58,7 @@ from typing import Any, ClassVar
 import stomp
 
 from tests.faults.tools.command_line import not_installed, parser_for
-from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
+from tests.harness.servers.rabbitmq import RabbitMQ, rabbitmq_available
 
 WAIT = 60.0  # bound on a drain or a connect after a restart: a hang guard
 PREFETCH = 10

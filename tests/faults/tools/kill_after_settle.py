@@ -28,13 +28,14 @@ from collections.abc import Sequence
 
 import anyio
 
-from mdb.broker import ConnectionOptions, SubscriptionRequest
-from mdb.destinations import Destination
 from mdb.errors import BrokerError
-from mdb.message import ID, OutgoingMessage, new_id
+from mdb.messages.destinations import Destination
+from mdb.messages.headers import ID
+from mdb.messages.message import OutgoingMessage, new_id
+from mdb.seam.broker import ConnectionOptions, SubscriptionRequest
 from mdb_stomp import StompBroker, StompConnection
 from tests.faults.tools.command_line import not_installed, parser_for
-from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
+from tests.harness.servers.rabbitmq import RabbitMQ, rabbitmq_available
 
 WAIT = 60.0  # bound on taking a queue after a restart: a hang guard
 OUTCOMES = ("settled", "repeat", "undone", "lost")

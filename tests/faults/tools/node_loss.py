@@ -22,16 +22,16 @@ from typing import Any
 import stomp
 
 from mdb import Settings
-from mdb.broker_settings import BrokerSettings
-from mdb.message import ID
-from mdb.settings import MemberSettings
+from mdb.config.broker_settings import BrokerSettings
+from mdb.config.settings import MemberSettings
+from mdb.messages.headers import ID
 from tests.faults.tools.command_line import not_installed, parser_for
-from tests.harness.fleet import WAIT, Fleet, fault_settings, fleet
-from tests.harness.in_process import unique
-from tests.harness.ledger import PER_APP
-from tests.harness.load_producer import LoadProducer
-from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
-from tests.harness.rabbitmq_cluster import RabbitMQCluster
+from tests.harness.apps.in_process import unique
+from tests.harness.processes.fleet import WAIT, Fleet, fault_settings, fleet
+from tests.harness.servers.rabbitmq import RabbitMQ, rabbitmq_available
+from tests.harness.servers.rabbitmq_cluster import RabbitMQCluster
+from tests.harness.traffic.ledger import PER_APP
+from tests.harness.traffic.load_producer import LoadProducer
 
 BROKER = "a"  # the cluster's broker name in ``cluster_settings``
 

@@ -22,8 +22,8 @@ gaps of load between them:
   (around the broker's tolerance of a silent client: it may or may not drop the process's
   connections and hand its messages to another), then heal it.
 
-The partition needs network namespaces (root and iproute2, ``tests.harness.netns``): where this
-machine has them, every broker (the pair and the cluster's nodes too) listens on a private
+The partition needs network namespaces (root and iproute2, ``tests.harness.servers.netns``): where
+this machine has them, every broker (the pair and the cluster's nodes too) listens on a private
 bridge and every container process runs in its own namespace (the same one again after a
 restart); elsewhere the run has no partitions.
 
@@ -37,7 +37,7 @@ survived), else 0.
 ``--rabbitmq cluster`` (a three-node cluster, quorum queues) or ``--rabbitmq node`` (one node,
 classic queues) runs RabbitMQ only, with a two-stage pipeline: app ``shop``'s two processes
 consume the topic (stage 1), send each message on to a queue (``ctx.send``) and consume that
-queue too (stage 2, ``tests.harness.topic_ledger_app``). Its faults:
+queue too (stage 2, ``tests.harness.apps.topic_ledger_app``). Its faults:
 
 * ``node-kill``: SIGKILL a node (on the cluster, any of the three: ``shop`` must consume again
   while it is down) and restart it;
@@ -48,7 +48,7 @@ queue too (stage 2, ``tests.harness.topic_ledger_app``). Its faults:
 
 The table has a row for each stage: the second stage owes each message the first processed,
 under one ``mdb_id``, repeats flagged ``redelivered`` or ``mdb_maybe_repeat``
-(``tests.harness.ledger.check_sent_on``); nothing may be left in either queue. On one node,
+(``tests.harness.traffic.ledger.check_sent_on``); nothing may be left in either queue. On one node,
 a run whose only finding is messages lost that the first stage began to handle within
 ``IN_FLIGHT`` seconds of a kill -9 of the node, once, unflagged (delivered just before it, never
 delivered again) exits 3 (``KNOWN_LOSS``): the open finding docs/failover.md lists among its
@@ -62,11 +62,11 @@ MDB_ID``).
 brokers and a private PostgreSQL server (``--database mariadb``: a MariaDB server, whose
 faults are ``mariadb-kill`` and ``mariadb-pause``, as PostgreSQL's below): two container
 processes (``s1``, ``s2``) of one app running the two stages of
-``tests.harness.exactly_once_app`` (the first inserts a row of an effect ledger per business
+``tests.harness.apps.exactly_once_app`` (the first inserts a row of an effect ledger per business
 id and sends the id on through the outbox, the second inserts a row per id it receives),
 both stages partitioned over the three brokers, one member on each
-(``tests.harness.exactly_once_stages``), and a foreign producer (plain stomp.py: no
-``mdb_id``, the business id ``mN`` in the body, ``tests.harness.foreign``) sending to the
+(``tests.harness.processes.exactly_once_stages``), and a foreign producer (plain stomp.py: no
+``mdb_id``, the business id ``mN`` in the body, ``tests.harness.traffic.foreign``) sending to the
 first stage's members in turn. Its faults (``upset_pipeline``):
 
 * ``pg-kill``: SIGKILL of the postmaster, PostgreSQL down 0.5 to 6 s, then started again
@@ -106,21 +106,21 @@ from tests.faults.tools.node_loss import cluster_settings, with_cluster
 from tests.faults.tools.node_loss import left_behind as left_on_cluster
 from tests.faults.tools.stomp_capture import Capture
 from tests.faults.tools.takeover import take_over
-from tests.harness.activemq import ActiveMQ, activemq_available
-from tests.harness.activemq_pair import SharedStorePair
-from tests.harness.container_process import ContainerProcess
-from tests.harness.exactly_once_stages import APP, TIMEOUT, Stages, check_once
-from tests.harness.fleet import SEND_TO, WAIT, Fleet, fault_settings, fleet, left_behind
-from tests.harness.foreign import ForeignLoad
-from tests.harness.in_process import unique
-from tests.harness.ledger import PER_APP, PER_SERVER, Verdict
-from tests.harness.load_producer import LoadProducer
-from tests.harness.mariadb import MariaDB, mariadb_available
-from tests.harness.netns import Namespace, Network, network_available, private_network
-from tests.harness.postgresql import PostgreSQL, postgresql_available
-from tests.harness.process import BrokerProcess, started_together
-from tests.harness.rabbitmq import RabbitMQ, rabbitmq_available
-from tests.harness.rabbitmq_cluster import RabbitMQCluster
+from tests.harness.apps.in_process import unique
+from tests.harness.processes.container_process import ContainerProcess
+from tests.harness.processes.exactly_once_stages import APP, TIMEOUT, Stages, check_once
+from tests.harness.processes.fleet import SEND_TO, WAIT, Fleet, fault_settings, fleet, left_behind
+from tests.harness.servers.activemq import ActiveMQ, activemq_available
+from tests.harness.servers.activemq_pair import SharedStorePair
+from tests.harness.servers.mariadb import MariaDB, mariadb_available
+from tests.harness.servers.netns import Namespace, Network, network_available, private_network
+from tests.harness.servers.postgresql import PostgreSQL, postgresql_available
+from tests.harness.servers.process import BrokerProcess, started_together
+from tests.harness.servers.rabbitmq import RabbitMQ, rabbitmq_available
+from tests.harness.servers.rabbitmq_cluster import RabbitMQCluster
+from tests.harness.traffic.foreign import ForeignLoad
+from tests.harness.traffic.ledger import PER_APP, PER_SERVER, Verdict
+from tests.harness.traffic.load_producer import LoadProducer
 
 KINDS = ("broker-kill", "broker-pause", "container-kill", "master-kill", "node-kill",
          "partition")
@@ -463,7 +463,7 @@ def run_exactly_once(minutes: float, seed: int, drain: float, delay: float = 0.0
                      database: str = "postgresql") -> int:
     """The exactly-once run (``--exactly-once``): three ActiveMQ brokers, a private
     ``database`` server (PostgreSQL or MariaDB), two container processes of both stages of
-    ``tests.harness.exactly_once_app`` partitioned over the brokers, a foreign producer
+    ``tests.harness.apps.exactly_once_app`` partitioned over the brokers, a foreign producer
     sending to the first stage's members, faults of ``DATABASE_KINDS[database]`` and
     ``EXACTLY_ONCE_KINDS``; each run of the first stage holds its transaction open ``delay``
     seconds (more work in flight at a fault). Prints the table, returns the exit status."""

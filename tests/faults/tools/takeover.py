@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tests.faults.tools.command_line import not_installed, parser_for
-from tests.harness.activemq import ActiveMQ, activemq_available
-from tests.harness.activemq_pair import SharedStoreBroker, SharedStorePair
-from tests.harness.fleet import Fleet, fault_settings, fleet
-from tests.harness.in_process import unique
-from tests.harness.ledger import PER_APP
-from tests.harness.load_producer import LoadProducer
+from tests.harness.apps.in_process import unique
+from tests.harness.processes.fleet import Fleet, fault_settings, fleet
+from tests.harness.servers.activemq import ActiveMQ, activemq_available
+from tests.harness.servers.activemq_pair import SharedStoreBroker, SharedStorePair
+from tests.harness.traffic.ledger import PER_APP
+from tests.harness.traffic.load_producer import LoadProducer
 
 
 @dataclass(frozen=True)
