@@ -11,23 +11,21 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from mdb import Context, ListenerDefinitionError, Redelivery, listener
+from mdb import Container, Context, ListenerDefinitionError, Redelivery, listener
 from mdb.messages.headers import DELIVERY_COUNT, ERROR_TYPE
-from tests.harness.apps.in_process import Calls, running, settings_for, unique
+from tests.harness.apps.in_process import Calls, dispatched, running, settings_for, unique
 from tests.harness.traffic.messages import assert_drained, read, send_all
 
 pytestmark = pytest.mark.anyio
 
 
-async def send_as_one_batch(url: str, queue: str, bodies: list[object], calls: Calls,
-                            release: anyio.Event) -> None:
+async def send_as_one_batch(container: Container, url: str, queue: str, bodies: list[object],
+                            calls: Calls, release: anyio.Event) -> None:
     """With the listener's only slot blocked on "gate" until ``release``, send ``bodies`` so
     that its next batch holds them all."""
     await calls.wait(lambda c: bool(c.of("gate")))
     await send_all(url, queue, bodies)
-    probe = f"queue:{unique('probe')}"
-    await send_all(url, probe, ["probe"])
-    await read(url, probe, 1)
+    await dispatched(container, 1 + len(bodies))
     release.set()
 
 
@@ -86,7 +84,8 @@ async def test_one_failing_message_fails_alone_and_the_others_are_processed_agai
 
     await send_all(broker_url, queue, ["gate"])
     async with running(settings_for(broker_url), handler) as container:
-        await send_as_one_batch(broker_url, queue, ["a", "b", "bad", "c", "d"], calls, release)
+        await send_as_one_batch(container, broker_url, queue, ["a", "b", "bad", "c", "d"],
+                                calls, release)
         [moved] = await read(broker_url, errors, 1)
         results = await read(broker_url, out, 4)
     # The batch ran a, b and failed on bad; then, one at a time: a and b again (flagged, their
@@ -124,9 +123,9 @@ async def test_an_undecodable_body_in_a_batch_goes_alone_to_the_error_destinatio
         await ctx.send(out, body)
 
     await send_all(broker_url, queue, [{"gate": 1}])
-    async with running(settings_for(broker_url), handler):
-        await send_as_one_batch(broker_url, queue, [{"n": 1}, {"n": 2}, "{not json", {"n": 3}],
-                                calls, release)
+    async with running(settings_for(broker_url), handler) as container:
+        await send_as_one_batch(container, broker_url, queue,
+                                [{"n": 1}, {"n": 2}, "{not json", {"n": 3}], calls, release)
         [moved] = await read(broker_url, f"{queue}.DLQ", 1)
         results = await read(broker_url, out, 3)
     # The body is decoded before the handler runs: nothing is processed twice.
@@ -156,7 +155,8 @@ async def test_a_stop_in_the_middle_of_a_batch_commits_what_was_processed(
     await send_all(broker_url, queue, ["gate"])
     settings = settings_for(broker_url, shutdown_grace_period=30)
     async with running(settings, handler) as container:
-        await send_as_one_batch(broker_url, queue, ["one", "two", "three"], calls, release)
+        await send_as_one_batch(container, broker_url, queue, ["one", "two", "three"], calls,
+                                release)
         await calls.wait(lambda c: bool(c.of("one")))
         container.request_stop()
         finish.set()

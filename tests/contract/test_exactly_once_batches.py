@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mdb import Context, Redelivery, listener
+from mdb import Container, Context, Redelivery, listener
 from mdb.errors import DatabaseUnavailable
 from mdb.exactly_once import tables
 from mdb.exactly_once.database.database import Database
@@ -32,7 +32,14 @@ from mdb.messages.headers import ID
 from mdb.messages.identity import Seal
 from mdb.messages.message import Message, OutgoingMessage
 from mdb.routing.producer import Producer
-from tests.harness.apps.in_process import Calls, running, settings_for, unique, until
+from tests.harness.apps.in_process import (
+    Calls,
+    dispatched,
+    running,
+    settings_for,
+    unique,
+    until,
+)
 from tests.harness.servers.databases import (
     count,
     database_url,
@@ -45,7 +52,6 @@ from tests.harness.servers.process import BrokerProcess
 from tests.harness.traffic.messages import (
     assert_drained,
     read,
-    send_all,
     send_bodies,
     send_copies,
     send_foreign,
@@ -81,14 +87,13 @@ class Gate:
         return True
 
     @asynccontextmanager
-    async def one_batch(self, url: str, queue: str) -> AsyncIterator[None]:
-        """What is sent to ``queue`` inside, as one batch."""
+    async def one_batch(self, container: Container, url: str, queue: str,
+                        size: int) -> AsyncIterator[None]:
+        """The ``size`` messages sent to ``queue`` inside, as one batch."""
         await send_bodies(url, queue, ["gate"])
         await self._calls.wait(lambda c: bool(c.of("gate")))
         yield
-        probe = f"queue:{unique('probe')}"
-        await send_all(url, probe, ["probe"])
-        await read(url, probe, 1)
+        await dispatched(container, 1 + size)
         self._release.set()
 
 
@@ -117,7 +122,7 @@ async def test_a_batch_runs_in_one_transaction_and_each_message_once(
         await ctx.send(out, f"invoice for {body}")
 
     async with running(with_database(broker_url, database), handler) as container:
-        async with gate.one_batch(broker_url, queue):
+        async with gate.one_batch(container, broker_url, queue, len(bodies)):
             await send_bodies(broker_url, queue, bodies)
         sent = await read(broker_url, out, len(bodies))
         await until(lambda: container.deployed[0].stats.processed == len(bodies) + 1)
@@ -151,7 +156,7 @@ async def test_a_failure_in_a_batch_keeps_nothing_of_it_and_each_message_runs_on
             raise ValueError("the third message of the batch fails once")
 
     async with running(with_database(broker_url, database), handler) as container:
-        async with gate.one_batch(broker_url, queue):
+        async with gate.one_batch(container, broker_url, queue, len(bodies)):
             await send_bodies(broker_url, queue, bodies)
         sent = await read(broker_url, out, len(bodies))
         await until(lambda: container.deployed[0].stats.processed == len(bodies) + 1)
@@ -189,7 +194,7 @@ async def test_copies_and_reused_identities_in_a_batch_are_told_apart_as_alone(
     async with running(with_database(broker_url, database), handler) as container:
         await send_bodies(broker_url, queue, ["o-0", "o-1"], seal=seal)
         await calls.wait(lambda c: c.of("ran") == ["o-0", "o-1"])
-        async with gate.one_batch(broker_url, queue):
+        async with gate.one_batch(container, broker_url, queue, 5):
             # processed before
             await send_copies(broker_url, queue, b"o-1", "id-o-1", copies=1, seal=seal)
             await send_bodies(broker_url, queue, ["o-2"], seal=seal)
@@ -286,7 +291,7 @@ async def test_a_twin_run_again_after_a_failure_in_its_batch_is_not_taken_for_a_
     async with running(with_database(url, database), handler) as container:
         await send_foreign(url, queue, [b"add 1"])
         await calls.wait(lambda c: c.of("ran") == ["add 1"])
-        async with gate.one_batch(url, queue):
+        async with gate.one_batch(container, url, queue, 2):
             await send_foreign(url, queue, [b"add 1", b"poison"])
         moved = await read(url, errors, 2)
         stats = container.deployed[0].stats
@@ -325,7 +330,7 @@ async def test_a_batch_whose_commit_was_in_doubt_knows_its_own_rows_when_run_aga
 
     bodies = [f"o-{n}" for n in range(3)]
     async with running(with_database(url, database), handler) as container:
-        async with gate.one_batch(url, queue):
+        async with gate.one_batch(container, url, queue, len(bodies)):
             await send_foreign(url, queue, [b.encode() for b in bodies])
         stats = container.deployed[0].stats
         await until(lambda: stats.already_processed == len(bodies))

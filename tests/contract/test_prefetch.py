@@ -13,7 +13,7 @@ import pytest
 from mdb import Context, Producer, Redelivery, listener
 from mdb.container.slots import Slot
 from mdb.messages.headers import DELIVERY_COUNT, ERROR_TYPE
-from tests.harness.apps.in_process import WAIT, Calls, running, settings_for, unique
+from tests.harness.apps.in_process import Calls, dispatched, running, settings_for, unique
 from tests.harness.traffic.messages import assert_drained, read, send_all
 
 pytestmark = pytest.mark.anyio
@@ -96,13 +96,6 @@ async def test_a_topic_selector_settles_unselected_messages_among_prefetched_one
     assert (stats.processed, stats.filtered, stats.rolled_back, stats.redelivered) == (3, 2, 0, 0)
 
 
-def unsettled(slot: Slot) -> int:
-    """What the broker dispatched to ``slot``'s subscription and it has not settled (both
-    adapters count it: ``unsettled_count``)."""
-    count: int = getattr(slot.subscription, "unsettled_count", 0)
-    return count
-
-
 async def test_a_stop_hands_back_every_prefetched_message_flagged(broker_url: str) -> None:
     queue = f"queue:{unique('prefetch')}"
     calls = Calls()
@@ -124,9 +117,7 @@ async def test_a_stop_hands_back_every_prefetched_message_flagged(broker_url: st
         await calls.wait(lambda c: len(c.of("start")) == 2)
         first, second = calls.of("start")
         slots = list(container.slots.running)
-        with anyio.fail_after(WAIT):
-            while sum(unsettled(slot) for slot in slots) < len(releases):
-                await anyio.sleep(0.01)
+        await dispatched(container, len(releases))
         container.request_stop()
         releases[str(second)].set()
         # One slot ends holding two prefetched messages, while the other's handler still runs

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from mdb import Container, Settings
 from mdb.config.broker_settings import BrokerSettings
 from mdb.config.settings import DestinationSettings, MemberSettings
+from mdb.container.slots import Slot
 from mdb.listeners.listener import ListenerSpec, spec_of
 from mdb.messages.destinations import Destination
 from mdb_memory.state import BrokerState, broker_state
@@ -31,6 +32,20 @@ async def until(condition: Callable[[], bool]) -> None:
     with anyio.fail_after(WAIT):
         while not condition():
             await anyio.sleep(0.02)
+
+
+def unsettled(slot: Slot) -> int:
+    """What the broker dispatched to ``slot``'s subscription and it has not settled (both
+    adapters count it: ``unsettled_count``)."""
+    count: int = getattr(slot.subscription, "unsettled_count", 0)
+    return count
+
+
+async def dispatched(container: Container, count: int) -> None:
+    """Wait until the broker dispatched ``count`` deliveries to ``container``'s running slots
+    that they hold unsettled: a batch takes only what reached its slot, and a broker
+    dispatches on its own time, not when a send's receipt comes."""
+    await until(lambda: sum(unsettled(slot) for slot in container.slots.running) >= count)
 
 
 def unique(prefix: str) -> str:
