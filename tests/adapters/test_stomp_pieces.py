@@ -875,6 +875,44 @@ async def test_a_delivery_left_to_a_closed_subscription_closes_the_connection_on
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(("dialect", "why"), [(RabbitMQDialect(), "lost"),
+                                               (ActiveMQDialect(), "refused")],
+                         ids=["rabbitmq", "activemq"])
+async def test_a_subscribe_whose_queue_another_connection_was_declaring_is_lost_not_refused(
+    dialect: Dialect, why: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a RabbitMQ cluster, SUBSCRIBEs declaring one new queue at once from several nodes
+    may race: one is answered ``not_found`` for the queue it declares (``lost_race``). That is
+    a lost connection, which the container makes again, not a refusal, which would end a
+    container that is starting. Elsewhere ``not_found`` stays a refusal."""
+    wire = Wire(ConnectionOptions("stomp://127.0.0.1:9"), "127.0.0.1", 9, "/",
+                asyncio.get_running_loop(), Heartbeats.plan(4000), dialect.explain,
+                dialect.orphans_delivery, dialect.lost_race)
+    wire.on_connected()
+    monkeypatch.setattr(wire._reading, "write", lambda frame, held=False: None)
+    outcome: list[Unanswered] = []
+
+    async def subscribe() -> None:
+        try:
+            await wire.confirm("SUBSCRIBE", {"id": "1", "destination": "/topic/t"})
+        except Unanswered as unanswered:
+            outcome.append(unanswered)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(subscribe)
+        await anyio.wait_all_tasks_blocked()
+        wire.on_error({"message": "not_found"},
+                      b"NOT_FOUND - no queue 'Consumer.shop.t' in vhost '/'\n")
+        wire.on_receipt("1")
+    [unanswered] = outcome
+    assert unanswered.why == why and "no queue 'Consumer.shop.t'" in unanswered.detail
+    errors = ReceiptErrors("topic:t", refused=SubscriptionFailed, unconfirmed=SubscriptionFailed)
+    assert type(errors.error(unanswered)) is (ConnectionLost if why == "lost"
+                                              else SubscriptionFailed)
+    assert not wire.is_open
+
+
+@pytest.mark.anyio
 async def test_a_subscribe_answered_after_an_error_naming_no_receipt_closes_the_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

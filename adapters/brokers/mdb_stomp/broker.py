@@ -138,7 +138,7 @@ class StompBroker:
         if not hears_broker:
             heartbeats = Heartbeats(heartbeats.send_ms, 0)
         wire = Wire(self.options, self._host, self._port, self.vhost, asyncio.get_running_loop(),
-                    heartbeats, dialect.explain, dialect.orphans_delivery)
+                    heartbeats, dialect.explain, dialect.orphans_delivery, dialect.lost_race)
         await wire.open(self.username, self.password, headers)
         return wire
 

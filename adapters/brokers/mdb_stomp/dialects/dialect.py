@@ -141,6 +141,13 @@ class Dialect(abc.ABC):
         the connection closes (``Wire.on_error`` then closes it)."""
         return False
 
+    def lost_race(self, error: str) -> bool:
+        """Whether an ERROR frame ``error`` (its ``message`` header and the first line of its
+        body), which made a SUBSCRIBE fail, says only that another connection declared the
+        queue that SUBSCRIBE declares at the same moment: nothing was refused, and the
+        subscription is made again on a new connection (``Wire.confirm``)."""
+        return False
+
     @abc.abstractmethod
     def send_path(self, destination: Destination) -> str:
         """The STOMP destination a message for ``destination`` is sent to."""

@@ -65,6 +65,14 @@ class RabbitMQDialect(Dialect):
       is the plain ``queue:Q``. ``/amq/queue/Q`` to a queue that does not exist is silently
       dropped (a receipt, no error), while ``/queue/Q`` declares it and keeps the message:
       the safer of the two. Deliveries from Q carry ``destination:/queue/Q``.
+    * SUBSCRIBEs that declare one new queue at once, from connections to different nodes of a
+      cluster, may race: measured on a three-node 3.10.8 cluster (quorum queues; four
+      connections, one per node and one more, subscribing at once to a new topic's queue),
+      3 rounds of 80 answered one to three SUBSCRIBEs with an ERROR ``not_found`` ("NOT_FOUND -
+      no queue 'Q' in vhost '/'", naming no receipt) and the others with ``AMQP channel
+      died``, and closed each of those connections; a SUBSCRIBE made again right after was
+      answered. ``lost_race`` makes that ERROR a lost connection, and the SUBSCRIBE is made
+      again, as after the others.
     * Prefetch is the ``prefetch-count`` SUBSCRIBE header. ``ack:client`` is cumulative (acking
       the 2nd of 3 unacked deliveries settled the 1st too) and ``client-individual`` is not;
       this dialect uses ``client-individual``, so the adapter's cumulative-ack guard stays
@@ -171,6 +179,10 @@ class RabbitMQDialect(Dialect):
     def _declared(self) -> dict[str, str]:
         """The header that declares a queue's type, if one is set."""
         return {} if self.queue_type is None else {"x-queue-type": self.queue_type}
+
+    def lost_race(self, error: str) -> bool:
+        # Every SUBSCRIBE here declares its queue: one not found was being declared meanwhile.
+        return error.startswith("not_found: NOT_FOUND - no queue ")
 
     def orphans_delivery(self, error: str) -> bool:
         # Also the answer to an ACK of a subscription already closed: that delivery too stays

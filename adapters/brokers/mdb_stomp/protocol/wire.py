@@ -87,7 +87,9 @@ class Wire:
     is open. Loop thread only: ``StompCallbacks`` posts stomp.py's events to the ``on_*`` handlers
     and ``lose``. ``explain`` (``Dialect.explain``) rewrites the text of each ERROR frame;
     ``orphans_delivery`` (``Dialect.orphans_delivery``) tells one that leaves a delivery with
-    the connection for a subscription already closed."""
+    the connection for a subscription already closed; ``lost_race`` (``Dialect.lost_race``)
+    one that made a SUBSCRIBE fail only because another connection declared its queue at
+    the same moment."""
 
     def __init__(
         self,
@@ -99,10 +101,12 @@ class Wire:
         heartbeats: Heartbeats,
         explain: Callable[[str], str] = str,
         orphans_delivery: Callable[[str], bool] = lambda error: False,
+        lost_race: Callable[[str], bool] = lambda error: False,
     ) -> None:
         self.options = options
         self._explain = explain
         self._orphans_delivery = orphans_delivery
+        self._lost_race = lost_race
         self.address = f"{host}:{port}"
         self._stomp: Any = stomp.Connection12(
             host_and_ports=[(host, port)],
@@ -224,9 +228,12 @@ class Wire:
             # the ERROR may have been about something else, and the SUBSCRIBE made: its
             # consumer, attached to nothing here, would hold what the broker hands it, unacked,
             # for as long as the connection lives. Closing it first rules that out.
-            self.lose(f"a SUBSCRIBE answered after the broker's error {self._last_stray_error!r}")
+            error = self._last_stray_error
+            self.lose("a SUBSCRIBE was answered")  # which adds the error
             self._shutdown_transport()
-            raise Unanswered("refused", request, self._last_stray_error)
+            if self._lost_race(error):  # nothing refused: subscribing again succeeds
+                raise Unanswered("lost", request, self._lost_reason or error)
+            raise Unanswered("refused", request, error)
 
     def unsubscribe_quietly(self, sub_id: str) -> None:
         """UNSUBSCRIBE without a receipt if still connected; never raises."""
