@@ -874,21 +874,16 @@ async def test_a_delivery_left_to_a_closed_subscription_closes_the_connection_on
     wire.lose("the test ended")  # nothing was connected: nothing to close
 
 
-@pytest.mark.anyio
-@pytest.mark.parametrize(("dialect", "why"), [(RabbitMQDialect(), "lost"),
-                                               (ActiveMQDialect(), "refused")],
-                         ids=["rabbitmq", "activemq"])
-async def test_a_subscribe_whose_queue_another_connection_was_declaring_is_lost_not_refused(
-    dialect: Dialect, why: str, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """On a RabbitMQ cluster, SUBSCRIBEs declaring one new queue at once from several nodes
-    may race: one is answered ``not_found`` for the queue it declares (``lost_race``). That is
-    a lost connection, which the container makes again, not a refusal, which would end a
-    container that is starting. Elsewhere ``not_found`` stays a refusal."""
+async def subscribe_answered_after(dialect: Dialect, headers: dict[str, str], body: bytes,
+                                   monkeypatch: pytest.MonkeyPatch) -> tuple[Wire, Unanswered]:
+    """A SUBSCRIBE on a wire of ``dialect``'s, answered by an ERROR of ``headers`` and
+    ``body`` naming no receipt, then by its receipt: the wire, and how the SUBSCRIBE went
+    unanswered."""
     wire = Wire(ConnectionOptions("stomp://127.0.0.1:9"), "127.0.0.1", 9, "/",
                 asyncio.get_running_loop(), Heartbeats.plan(4000), dialect.explain,
                 dialect.orphans_delivery, dialect.lost_race)
     wire.on_connected()
+    # Nothing is connected: nothing is written.
     monkeypatch.setattr(wire._reading, "write", lambda frame, held=False: None)
     outcome: list[Unanswered] = []
 
@@ -901,15 +896,10 @@ async def test_a_subscribe_whose_queue_another_connection_was_declaring_is_lost_
     async with anyio.create_task_group() as group:
         group.start_soon(subscribe)
         await anyio.wait_all_tasks_blocked()
-        wire.on_error({"message": "not_found"},
-                      b"NOT_FOUND - no queue 'Consumer.shop.t' in vhost '/'\n")
-        wire.on_receipt("1")
+        wire.on_error(headers, body)
+        assert wire.on_receipt("1")
     [unanswered] = outcome
-    assert unanswered.why == why and "no queue 'Consumer.shop.t'" in unanswered.detail
-    errors = ReceiptErrors("topic:t", refused=SubscriptionFailed, unconfirmed=SubscriptionFailed)
-    assert type(errors.error(unanswered)) is (ConnectionLost if why == "lost"
-                                              else SubscriptionFailed)
-    assert not wire.is_open
+    return wire, unanswered
 
 
 @pytest.mark.anyio
@@ -920,26 +910,28 @@ async def test_a_subscribe_answered_after_an_error_naming_no_receipt_closes_the_
     then answers its receipt: it is reported refused. The ERROR may have been about something
     else and the consumer made, holding what the broker hands it with nothing here to take it:
     the connection is closed, so that the broker redelivers whatever that was."""
-    dialect = RabbitMQDialect()
-    wire = Wire(ConnectionOptions("stomp://127.0.0.1:9"), "127.0.0.1", 9, "/",
-                asyncio.get_running_loop(), Heartbeats.plan(4000), dialect.explain,
-                dialect.orphans_delivery)
-    wire.on_connected()
-    # Nothing is connected: nothing is written.
-    monkeypatch.setattr(wire._reading, "write", lambda frame, held=False: None)
-    outcome: list[BaseException] = []
+    wire, refused = await subscribe_answered_after(
+        RabbitMQDialect(), {"message": "access_refused"}, b"", monkeypatch)
+    assert refused.why == "refused"
+    assert not wire.is_open
 
-    async def subscribe() -> None:
-        try:
-            await wire.confirm("SUBSCRIBE", {"id": "1", "destination": "/queue/q"})
-        except Unanswered as unanswered:
-            outcome.append(unanswered)
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(subscribe)
-        await anyio.wait_all_tasks_blocked()
-        wire.on_error({"message": "access_refused"}, b"")
-        assert wire.on_receipt("1")
-    [refused] = outcome
-    assert isinstance(refused, Unanswered) and refused.why == "refused"
+@pytest.mark.anyio
+@pytest.mark.parametrize(("dialect", "why"), [(RabbitMQDialect(), "lost"),
+                                               (ActiveMQDialect(), "refused")],
+                         ids=["rabbitmq", "activemq"])
+async def test_a_subscribe_whose_queue_another_connection_was_declaring_is_lost_not_refused(
+    dialect: Dialect, why: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a RabbitMQ cluster, SUBSCRIBEs declaring one new queue at once from several nodes
+    may race: one is answered ``not_found`` for the queue it declares (``lost_race``). That is
+    a lost connection, which the container makes again, not a refusal, which would end a
+    container that is starting. Elsewhere ``not_found`` stays a refusal."""
+    wire, unanswered = await subscribe_answered_after(
+        dialect, {"message": "not_found"},
+        b"NOT_FOUND - no queue 'Consumer.shop.t' in vhost '/'\n", monkeypatch)
+    assert unanswered.why == why and "no queue 'Consumer.shop.t'" in unanswered.detail
+    errors = ReceiptErrors("topic:t", refused=SubscriptionFailed, unconfirmed=SubscriptionFailed)
+    assert type(errors.error(unanswered)) is (ConnectionLost if why == "lost"
+                                              else SubscriptionFailed)
     assert not wire.is_open
