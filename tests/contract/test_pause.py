@@ -6,6 +6,7 @@ broker (or, on RabbitMQ, stays held unbegun) and, resumed, it takes every messag
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 import anyio
@@ -33,6 +34,22 @@ def keeps_subscriptions(url: str) -> bool:
         .closing_keeps_unsettled
 
 
+def clock_listener(clock: str, calls: Calls) -> Callable[[str], Awaitable[None]]:
+    """The listener ``ticks`` of ``clock``: what it handled, under ``"tick"`` in ``calls``."""
+
+    @listener(clock)
+    async def ticks(body: str) -> None:
+        calls.add("tick", body)
+
+    return ticks
+
+
+async def tick(url: str, clock: str, calls: Calls) -> None:
+    """Send a tick to ``clock`` and wait until ``ticks`` handled it: a paused listener then had
+    every chance to take what was sent before it."""
+    await send_all(url, clock, ["tick"])
+    await calls.wait(lambda c: c.of("tick") == ["tick"])
+
 async def test_a_paused_listener_finishes_what_it_runs_takes_nothing_new_then_takes_all_once(
         broker_url: str) -> None:
     queue, clock = f"queue:{unique('paused')}", f"queue:{unique('clock')}"
@@ -44,9 +61,7 @@ async def test_a_paused_listener_finishes_what_it_runs_takes_nothing_new_then_ta
         calls.add("seen", (body, ctx.redelivered, ctx.delivery_count))
         await gate.wait()
 
-    @listener(clock)
-    async def ticks(body: str) -> None:
-        calls.add("tick", body)
+    ticks = clock_listener(clock, calls)
 
     await send_all(broker_url, queue, [f"m{n}" for n in range(8)])
     settings = settings_for(broker_url)
@@ -60,8 +75,7 @@ async def test_a_paused_listener_finishes_what_it_runs_takes_nothing_new_then_ta
         await send_all(broker_url, queue, [f"n{n}" for n in range(4)])
         # The clock's message was sent after those: once it is handled, the paused listener
         # had every chance to take them.
-        await send_all(broker_url, clock, ["tick"])
-        await calls.wait(lambda c: c.of("tick") == ["tick"])
+        await tick(broker_url, clock, calls)
         assert len(calls.of("seen")) == 2
         health = container.health()
         assert health.ready, str(health.unready())  # paused is not unready
@@ -88,15 +102,12 @@ async def test_a_listener_configured_paused_subscribes_to_nothing_until_resumed(
     async def orders(body: str) -> None:
         calls.add("seen", body)
 
-    @listener(clock)
-    async def ticks(body: str) -> None:
-        calls.add("tick", body)
+    ticks = clock_listener(clock, calls)
 
     settings = settings_for(broker_url, listeners={"orders": {"paused": True}})
     async with running(settings, orders, ticks) as container:
         await send_all(broker_url, queue, ["a", "b"])
-        await send_all(broker_url, clock, ["tick"])
-        await calls.wait(lambda c: c.of("tick") == ["tick"])
+        await tick(broker_url, clock, calls)
         assert calls.of("seen") == [] and health_of(container, "orders").subscribed == 0
         assert container.health().ready
         container.resume("orders")
@@ -126,17 +137,14 @@ async def test_a_pause_survives_a_lost_connection_and_the_queue_grows() -> None:
     async def orders(body: str) -> None:
         calls.add("seen", body)
 
-    @listener(clock)
-    async def ticks(body: str) -> None:
-        calls.add("tick", body)
+    ticks = clock_listener(clock, calls)
 
     async with running(settings_for(url), orders, ticks) as container:
         container.pause("orders")
         await until(lambda: health_of(container, "orders").subscribed == 0)
         state.drop_connections()
         await send_all(url, queue, [f"m{n}" for n in range(5)])
-        await send_all(url, clock, ["tick"])  # handled once the clock's slot reconnected
-        await calls.wait(lambda c: c.of("tick") == ["tick"])
+        await tick(url, clock, calls)  # handled once the clock's slot reconnected
         assert state.queue_depth(queue) == 5 and calls.of("seen") == []
         assert health_of(container, "orders").subscribed == 0
         container.resume("orders")
@@ -154,9 +162,7 @@ async def test_a_durable_topic_subscription_keeps_what_is_published_while_paused
     async def prices(body: str) -> None:
         calls.add("seen", body)
 
-    @listener(clock)
-    async def ticks(body: str) -> None:
-        calls.add("tick", body)
+    ticks = clock_listener(clock, calls)
 
     async with running(settings_for(broker_url), prices, ticks) as container:
         await send_all(broker_url, topic, ["before"])
@@ -164,8 +170,7 @@ async def test_a_durable_topic_subscription_keeps_what_is_published_while_paused
         container.pause("prices")
         await until(lambda: health_of(container, "prices").in_flight == 0)
         await send_all(broker_url, topic, ["p1", "p2", "p3"])
-        await send_all(broker_url, clock, ["tick"])
-        await calls.wait(lambda c: c.of("tick") == ["tick"])
+        await tick(broker_url, clock, calls)
         assert calls.of("seen") == ["before"]
         container.resume("prices")
         await calls.wait(lambda c: len(c.of("seen")) == 4)
