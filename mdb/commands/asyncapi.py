@@ -45,40 +45,39 @@ from mdb.routing.planning import PlannedSubscription, plan_listeners
 ASYNCAPI = "3.0.0"
 SCHEMAS = "#/components/schemas/"
 
-_ERROR_HEADERS = {
-    "type": "object",
-    "properties": {
-        ID: {"type": "string", "description": "mdb's message id, as the original's"},
-        ERROR_TYPE: {"type": "string", "description": "the exception's type"},
-        ERROR_MESSAGE: {"type": "string", "description": "the exception's text"},
-        ERROR_LISTENER: {"type": "string", "description": "the listener that failed"},
-        ORIGINAL_DESTINATION: {"type": "string",
-                               "description": "where the message was sent first"},
-    },
-}
+
+def _string_headers(descriptions: dict[str, str]) -> dict[str, Any]:
+    """The JSON Schema of a message's headers: each of ``descriptions`` a string, so
+    described."""
+    return {
+        "type": "object",
+        "properties": {name: {"type": "string", "description": description}
+                       for name, description in descriptions.items()},
+    }
+
+
+_ERROR_HEADERS = _string_headers({
+    ID: "mdb's message id, as the original's",
+    ERROR_TYPE: "the exception's type",
+    ERROR_MESSAGE: "the exception's text",
+    ERROR_LISTENER: "the listener that failed",
+    ORIGINAL_DESTINATION: "where the message was sent first",
+})
 # What an exactly-once listener's error destination takes besides its failed messages: a send
 # of its handler that the broker refused (docs/exactly-once.md), its body whatever the handler
 # sent.
-_REFUSED_HEADERS = {
-    "type": "object",
-    "properties": {
-        ID: {"type": "string", "description": "mdb's message id, as the send's"},
-        ERROR_TYPE: {"type": "string", "description": "the broker's refusal, as an error type"},
-        ERROR_MESSAGE: {"type": "string", "description": "what the broker said"},
-        ORIGINAL_DESTINATION: {"type": "string",
-                               "description": "where the handler sent it"},
-    },
-}
+_REFUSED_HEADERS = _string_headers({
+    ID: "mdb's message id, as the send's",
+    ERROR_TYPE: "the broker's refusal, as an error type",
+    ERROR_MESSAGE: "what the broker said",
+    ORIGINAL_DESTINATION: "where the handler sent it",
+})
 # An exactly-once listener's messages: the id it knows a repeat by.
-_ONCE_HEADERS = {
-    "type": "object",
-    "properties": {
-        ID: {"type": "string", "description": "the message's id: a copy of a message this "
-                                              "listener processed is not run again; without "
-                                              "it, the broker's message id counts, else a "
-                                              "digest of the content (docs/exactly-once.md)"},
-    },
-}
+_ONCE_HEADERS = _string_headers({
+    ID: "the message's id: a copy of a message this listener processed is not run again; "
+        "without it, the broker's message id counts, else a digest of the content "
+        "(docs/exactly-once.md)",
+})
 
 
 async def command(args: argparse.Namespace, settings: Settings) -> None:
