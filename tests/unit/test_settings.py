@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
-from mdb.config.settings import load_settings
+from mdb.config.settings import Settings, load_settings
 from mdb.errors import ConfigurationError
 
 
@@ -197,22 +199,33 @@ def test_an_empty_environment_variable_for_a_setting_that_needs_a_value_is_named
         load_settings()
 
 
+def secret_from_its_file(tmp_path: Path, setting: str, file: str, short: str,
+                         secret_of: Callable[[Settings], SecretStr | None]) -> Settings:
+    """The settings with ``setting`` naming ``file``, once the secret ``secret_of`` gives was
+    read from it and kept out of ``repr``; without ``setting`` there is none, and ``short`` in
+    the file is refused as fewer than 16 bytes."""
+    (tmp_path / file).write_text("0123456789abcdef0123\n")
+    settings = load_settings(write(tmp_path, f"{setting} = '{file}'\n"))
+    secret = secret_of(settings)
+    assert secret is not None
+    assert secret.get_secret_value() == "0123456789abcdef0123"
+    assert "0123456789" not in repr(settings)
+    assert secret_of(load_settings(write(tmp_path, ""))) is None
+    (tmp_path / file).write_text(f"{short}\n")
+    with pytest.raises(ConfigurationError, match=rf"setting {setting}: .*fewer than "
+                                                 r"the 16 bytes"):
+        load_settings(write(tmp_path, f"{setting} = '{file}'\n"))
+    return settings
+
+
 def test_the_identity_secret_is_read_from_its_file_and_a_guessable_one_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
     """docs/security.md, "The identity secret"."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "identity").write_text("0123456789abcdef0123\n")
-    settings = load_settings(write(tmp_path, "identity_secret_file = 'identity'\n"))
-    assert settings.identity_secret is not None
-    assert settings.identity_secret.get_secret_value() == "0123456789abcdef0123"
+    settings = secret_from_its_file(tmp_path, "identity_secret_file", "identity", "guessable",
+                                    lambda s: s.identity_secret)
     assert settings.model_copy(update={"app": "other"}).identity_secret == settings.identity_secret
-    assert "0123456789" not in repr(settings)
-    assert load_settings(write(tmp_path, "")).identity_secret is None
-    (tmp_path / "identity").write_text("guessable\n")
-    with pytest.raises(ConfigurationError, match=r"setting identity_secret_file: .*fewer than "
-                                                 r"the 16 bytes"):
-        load_settings(write(tmp_path, "identity_secret_file = 'identity'\n"))
 
 
 def test_the_control_token_is_read_from_its_file_and_a_bad_one_is_one_line(
@@ -220,15 +233,7 @@ def test_the_control_token_is_read_from_its_file_and_a_bad_one_is_one_line(
 ) -> None:
     """docs/security.md, "The control token"."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "token").write_text("0123456789abcdef0123\n")
-    settings = load_settings(write(tmp_path, "control_token_file = 'token'\n"))
-    assert settings.control_token is not None
-    assert settings.control_token.get_secret_value() == "0123456789abcdef0123"
-    assert "0123456789" not in repr(settings)
-    assert load_settings(write(tmp_path, "")).control_token is None
-    (tmp_path / "token").write_text("short\n")
-    with pytest.raises(ConfigurationError, match=r"setting control_token_file: .*fewer than "
-                                                 r"the 16 bytes"):
-        load_settings(write(tmp_path, "control_token_file = 'token'\n"))
+    secret_from_its_file(tmp_path, "control_token_file", "token", "short",
+                         lambda s: s.control_token)
     with pytest.raises(ConfigurationError, match=r"setting control_token_file: .*missing"):
         load_settings(write(tmp_path, "control_token_file = 'missing'\n"))
