@@ -74,13 +74,20 @@ async def receive(subscription: Subscription) -> Delivery:
         return await subscription.receive()
 
 
+async def held(connection: Connection, source: Destination,
+               *bodies: str) -> tuple[Subscription, Delivery]:
+    """Send ``bodies`` to ``source``, subscribe to it and receive the first of them, left
+    unsettled."""
+    await send_all(connection, source, *bodies)
+    subscription = await connection.subscribe(request_on(source))
+    return subscription, await receive(subscription)
+
+
 async def acked(connection: Connection, source: Destination,
                   *bodies: str) -> tuple[Subscription, Delivery, Transaction]:
     """Send ``bodies`` to ``source``, subscribe to it, receive the first of them and ack it
     in a new transaction, left open."""
-    await send_all(connection, source, *bodies)
-    subscription = await connection.subscribe(request_on(source))
-    delivery = await receive(subscription)
+    subscription, delivery = await held(connection, source, *bodies)
     tx = await connection.begin()
     await tx.ack(delivery)
     return subscription, delivery, tx

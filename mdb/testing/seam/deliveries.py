@@ -17,6 +17,7 @@ from mdb.testing.seam.connecting import (
     WAIT,
     acked,
     connected,
+    held,
     new_queue,
     receive,
     request_on,
@@ -199,9 +200,7 @@ async def test_dead_letter_settles_only_a_delivery_the_capabilities_accept(
         seam_url: str) -> None:
     queue, broker = new_queue(), seam_broker(seam_url)
     async with connected(seam_url, broker) as connection:
-        await connection.send(queue, text_message("dead"))
-        subscription = await connection.subscribe(request_on(queue))
-        delivery = await receive(subscription)
+        subscription, delivery = await held(connection, queue, "dead")
         accepted = broker.capabilities.dead_letters(delivery)
         if accepted:
             await connection.dead_letter(delivery)

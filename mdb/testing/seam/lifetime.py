@@ -14,8 +14,8 @@ from mdb.errors import ConnectionLost, TransactionRolledBack
 from mdb.testing.seam.connecting import (
     WAIT,
     connected,
+    held,
     new_queue,
-    receive,
     request_on,
     seam_broker,
     take_one,
@@ -27,9 +27,7 @@ from mdb.testing.seam.connecting import (
 @pytest.mark.anyio
 async def test_a_closed_connection_makes_every_object_stale(seam_url: str) -> None:
     async with with_queues(seam_url) as (connection, queue, target):
-        await connection.send(queue, text_message("held"))
-        subscription = await connection.subscribe(request_on(queue))
-        delivery = await receive(subscription)
+        subscription, delivery = await held(connection, queue, "held")
         tx = await connection.begin()
         await connection.close()
         assert not connection.is_open
@@ -69,9 +67,7 @@ async def test_closing_a_subscription_holding_a_delivery_ends_its_connection_onl
         seam_url: str) -> None:
     queue, broker = new_queue(), seam_broker(seam_url)
     async with connected(seam_url, broker) as connection:
-        await connection.send(queue, text_message("held"))
-        subscription = await connection.subscribe(request_on(queue))
-        await receive(subscription)  # unsettled
+        subscription, _ = await held(connection, queue, "held")
         ends = broker.capabilities.closing_ends_connection(subscription)
         assert ends is broker.capabilities.closing_keeps_unsettled  # it holds one
         await subscription.close()
