@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.processes.cli import stopped, until_ready
 from tests.harness.servers.postgresql import USER, PostgreSQL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -302,12 +303,8 @@ def test_mdb_run_says_ready_once_and_only_the_counters_that_moved(app: Path) -> 
     process = subprocess.Popen([sys.executable, "-m", "mdb.commands.cli", "run", "app_listeners"],
                                cwd=app, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
-    assert process.stdout is not None
-    for line in process.stdout:
-        if line.startswith("mdb: ready"):
-            break
-    process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=60)
+    until_ready(process)
+    out, err = stopped(process)
     assert process.returncode == 0
     assert "ready" not in err  # the log does not say it a second time
     assert out.splitlines()[-1] == "mdb: stopped; processed 0, in flight 0"
@@ -368,17 +365,14 @@ def test_mdb_run_without_config_runs_on_after_sighup(app: Path) -> None:
     process = subprocess.Popen([sys.executable, "-m", "mdb.commands.cli", "run", "app_listeners"],
                                cwd=app, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
-    assert process.stdout is not None and process.stderr is not None
-    for line in process.stdout:
-        if line.startswith("mdb: ready"):
-            break
+    assert process.stderr is not None
+    until_ready(process)
     process.send_signal(signal.SIGHUP)
     for line in process.stderr:
         if "SIGHUP" in line:
             break
     assert process.poll() is None
-    process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=60)
+    out, err = stopped(process)
     assert process.returncode == 0, err
     assert "SIGHUP: nothing to reload without --config" in line
     assert out.splitlines()[-1] == "mdb: stopped; processed 0, in flight 0"
@@ -478,10 +472,7 @@ def test_mdb_run_serves_its_health_to_mdb_status(app: Path) -> None:
     process = subprocess.Popen([sys.executable, "-m", "mdb.commands.cli", "run", "app_listeners"],
                                cwd=app, env=env, stdout=subprocess.PIPE, text=True)
     try:
-        assert process.stdout is not None
-        for line in process.stdout:  # the plan, the health URL, then ready
-            if line.startswith("mdb: ready"):
-                break
+        until_ready(process)  # after the plan and the health URL
         status = mdb("status", "--url", f"http://127.0.0.1:{port}", cwd=app, env=env)
         assert status.returncode == 0, status.stdout + status.stderr
         assert "live, ready" in status.stdout and "on_order" in status.stdout

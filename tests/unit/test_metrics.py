@@ -22,6 +22,7 @@ from prometheus_client.samples import Sample
 
 from mdb.observability.health import Health, ListenerHealth, WorkerHealth
 from mdb.serving.http.metrics_page import WorkerMetrics, exposition, health_families
+from tests.harness.processes.cli import until_ready
 from tests.harness.servers.process import free_port
 
 # A listener whose messages the test starts with SIGUSR1 (three are sent: "hold", "ok", "ok");
@@ -114,10 +115,7 @@ def running(tmp_path: Path, **env: str) -> Iterator[tuple[subprocess.Popen[str],
         env={**os.environ, "MDB_HEALTH_PORT": str(port), "MDB_LOG_LEVEL": "WARNING", **env},
         stdout=subprocess.PIPE, text=True)
     try:
-        assert process.stdout is not None
-        for line in process.stdout:  # the plan, the health URL, then ready
-            if line.startswith("mdb: ready"):
-                break
+        until_ready(process)  # after the plan and the health URL
         yield process, f"http://127.0.0.1:{port}"
     finally:
         process.send_signal(signal.SIGTERM)

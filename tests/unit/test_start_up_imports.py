@@ -5,10 +5,11 @@ at all: a container without a database starts, serves and stops without them
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.harness.processes.cli import stopped, until_ready
 
 # As if SQLAlchemy were not installed: importing it raises ImportError.
 WITHOUT_SQLALCHEMY = ("import sys\nsys.modules['sqlalchemy'] = None\n"
@@ -24,12 +25,8 @@ def test_mdb_run_without_a_database_never_imports_sqlalchemy(tmp_path: Path) -> 
     process = subprocess.Popen([sys.executable, "-c", WITHOUT_SQLALCHEMY, "run",
                                 "app_listeners"], cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    for line in process.stdout:
-        if line.startswith("mdb: ready"):
-            break
-    process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=60)
+    until_ready(process)
+    out, err = stopped(process)
     assert process.returncode == 0, err
     assert out.splitlines()[-1] == "mdb: stopped; processed 0, in flight 0"
 

@@ -1,11 +1,13 @@
 """The ``mdb`` command in a process of its own, as an operator runs it with careless or hostile
 input (docs/security.md): its address space bounded, so that a reader without bound fails
-fast instead of swapping, and the line it ends with."""
+fast instead of swapping, and the line it ends with; and an ``mdb run`` a test started, waited
+for until ready and stopped as an operator stops it."""
 
 from __future__ import annotations
 
 import os
 import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,3 +28,18 @@ def one_line(stderr: bytes) -> str:
     lines = stderr.decode().strip().splitlines()
     assert "Traceback" not in stderr.decode()
     return lines[-1]
+
+
+def until_ready(process: subprocess.Popen[str]) -> None:
+    """Read the output of ``process``, an ``mdb run``, until it says ``mdb: ready`` (or ends)."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("mdb: ready"):
+            break
+
+
+def stopped(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGTERM to ``process``, then its output and error output to their end."""
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    return out, err
