@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mdb import Redelivery, listener
+from mdb import Redelivery
 from mdb.commands.cli import _parser
 from mdb.commands.dlq import failed_messages
 from mdb.commands.dlq.failed_message import Failed
@@ -32,26 +32,17 @@ from mdb.seam.broker import ConnectionOptions, Delivery
 from mdb.seam.registry import broker_for
 from mdb.testing import SyncRunner
 from mdb_memory.state import broker_state
+from tests.harness.apps.failing_orders import FailingOrders
 
 pytestmark = pytest.mark.anyio
 
-broken = {"on": True}
-processed: list[str] = []
-
-
-@listener("queue:dlq_orders", redelivery=Redelivery(limit=1, delay=0))
-async def on_order(body: str) -> None:
-    if broken["on"] and body.startswith("bad"):
-        raise ValueError(f"cannot take {body}")
-    if body.startswith("worse"):
-        raise KeyError(body)
-    processed.append(body)
+orders = FailingOrders("queue:dlq_orders", Redelivery(limit=1, delay=0))
+on_order = orders.on_order
 
 
 @pytest.fixture(autouse=True)
 def fresh() -> None:
-    broken["on"] = True
-    processed.clear()
+    orders.reset()
 
 
 async def test_list_shows_the_failure_and_leaves_the_messages(mdb_runner: SyncRunner) -> None:
@@ -84,14 +75,14 @@ async def test_replay_once_fixed_processes_each_once_and_keeps_the_rest(
         second = await app.send("queue:dlq_orders", "bad 2")
         await app.idle(fail_fast=False)
         errors = app.error_destination("queue:dlq_orders.DLQ")
-        broken["on"] = False
+        orders.broken = False
         dry = await errors.replay(Selection(error_type="ValueError"), dry_run=True)
         assert dry.taken == 2 and [f.id async for f in errors.list()] == [first, worse, second]
         done = await errors.replay(Selection(error_type="ValueError"))
         assert (done.taken, done.moved_back) == (2, 1)
         await app.settled(second)
         await app.idle(fail_fast=False)
-        assert sorted(processed) == ["bad 1", "bad 2"]
+        assert sorted(orders.processed) == ["bad 1", "bad 2"]
         assert [f.id async for f in errors.list()] == [worse]
         # Replaying again what is no longer there replays nothing.
         assert (await errors.replay(Selection(ids=frozenset({first})))).taken == 0
@@ -109,7 +100,7 @@ async def test_a_replayed_message_that_fails_again_is_retried_afresh_and_keeps_i
         assert failed.headers["mdb_delivery_count"] == "2"  # retried afresh, not moved at once
         assert failed.headers["mdb_replays"] == "1"
         assert failed.headers["mdb_last_error_type"] == "ValueError"
-        assert processed == []
+        assert orders.processed == []
 
 
 async def test_purge_removes_only_the_selection(mdb_runner: SyncRunner) -> None:
@@ -177,14 +168,14 @@ async def test_mdb_dlq_lists_shows_replays_and_purges(
         with pytest.raises(ConfigurationError, match="no message 'nope'"):
             await _command("dlq show nope queue:dlq_orders.DLQ", settings)
 
-        broken["on"] = False
+        orders.broken = False
         assert await _command("dlq replay queue:dlq_orders.DLQ --error-type ValueError "
                               "--dry-run", settings) == 0
         assert capsys.readouterr().out == "would replay 1 message(s)\n"
         assert await _command("dlq replay queue:dlq_orders.DLQ --id " + bad, settings) == 0
         assert capsys.readouterr().out == "replayed 1 message(s)\n"
         await app.settled(bad)
-        assert processed == ["bad 1"]
+        assert orders.processed == ["bad 1"]
 
         with pytest.raises(ConfigurationError, match=r"1 message\(s\) .* selected; confirm"):
             await _command("dlq purge queue:dlq_orders.DLQ", settings)
@@ -226,7 +217,7 @@ async def test_a_replay_whose_broker_goes_away_mid_way_loses_and_doubles_nothing
         sent = [await app.send("queue:dlq_orders", f"bad {i}") for i in range(4)]
         await app.idle(fail_fast=False)
         errors = app.error_destination("queue:dlq_orders.DLQ")
-        broken["on"] = False
+        orders.broken = False
         state = broker_state(mdb_runner.url.removeprefix("memory://"))
 
         def drop_after_two(done: int, total: int) -> None:
@@ -239,7 +230,7 @@ async def test_a_replay_whose_broker_goes_away_mid_way_loses_and_doubles_nothing
         for message_id in sent:
             await app.settled(message_id)
         await app.idle(fail_fast=False)
-        assert sorted(processed) == [f"bad {i}" for i in range(4)]
+        assert sorted(orders.processed) == [f"bad {i}" for i in range(4)]
         assert [f async for f in errors.list()] == []
 
 
@@ -325,11 +316,11 @@ async def test_what_a_producer_wrote_reaches_the_terminal_escaped_and_blocks_not
         assert _unprintable(shown) == [] and "FORGED" in shown
 
         # Nothing of it blocks the others: a replay takes the good one, a purge the other.
-        broken["on"] = False
+        orders.broken = False
         assert await _command("dlq replay queue:dlq_orders.DLQ --error-type ValueError",
                               settings) == 0
         await app.settled(bad)
-        assert processed == ["bad 1"]
+        assert orders.processed == ["bad 1"]
         assert await _command("dlq purge queue:dlq_orders.DLQ --yes", settings) == 0
         assert capsys.readouterr().out.splitlines()[-1] == "purged 1 message(s)"
 
@@ -432,7 +423,7 @@ async def test_module_says_where_a_replay_may_send_back_from_any_error_destinati
         finally:
             await connection.close()
         settings = _settings_of(mdb_runner.url)
-        broken["on"] = False
+        orders.broken = False
         capsys.readouterr()
 
         assert await _command("dlq replay queue:dlq_shared", settings) == 1
@@ -444,4 +435,4 @@ async def test_module_says_where_a_replay_may_send_back_from_any_error_destinati
                               settings) == 0
         assert capsys.readouterr().out == "replayed 1 message(s)\n"
         await app.idle(fail_fast=False)
-        assert processed == ["copied"]
+        assert orders.processed == ["copied"]

@@ -10,7 +10,7 @@ from html import unescape
 
 import pytest
 
-from mdb import Redelivery, listener
+from mdb import Redelivery
 from mdb.commands.console.failed_pages import PAGE_SIZE, FailedPages, message_body
 from mdb.commands.dlq.failed_message import Failed
 from mdb.commands.dlq.failed_messages import FailedMessages
@@ -24,28 +24,19 @@ from mdb.routing.producer import Producer
 from mdb.seam.broker import ConnectionOptions, Delivery
 from mdb.seam.registry import broker_for
 from mdb.testing import SyncRunner
+from tests.harness.apps.failing_orders import FailingOrders
 
 pytestmark = pytest.mark.anyio
 
 DLQ = "queue:console_orders.DLQ"
 CSRF = '<input type="hidden" name="csrf" value="t0ken">'
-broken = {"on": True}
-processed: list[str] = []
-
-
-@listener("queue:console_orders", redelivery=Redelivery(limit=0))
-async def on_order(body: str) -> None:
-    if broken["on"] and body.startswith("bad"):
-        raise ValueError(f"cannot take {body}")
-    if body.startswith("worse"):
-        raise KeyError(body)
-    processed.append(body)
+orders = FailingOrders("queue:console_orders", Redelivery(limit=0))
+on_order = orders.on_order
 
 
 @pytest.fixture(autouse=True)
 def fresh() -> None:
-    broken["on"] = True
-    processed.clear()
+    orders.reset()
 
 
 
@@ -140,7 +131,7 @@ async def test_a_replay_of_a_selection_from_the_page_processes_each_once_and_lea
         second = await app.send("queue:console_orders", "bad 2")
         await app.idle(fail_fast=False)
         pages = FailedPages(FailedMessages([app.error_destination(DLQ)]))
-        broken["on"] = False
+        orders.broken = False
 
         done = await pages.replay(DLQ, [first, second])
         assert done.status == 200
@@ -149,11 +140,11 @@ async def test_a_replay_of_a_selection_from_the_page_processes_each_once_and_lea
         await app.settled(first)
         await app.settled(second)
         await app.idle(fail_fast=False)
-        assert sorted(processed) == ["bad 1", "bad 2"]
+        assert sorted(orders.processed) == ["bad 1", "bad 2"]
         assert _ids((await pages.destination(DLQ, {}, CSRF)).body) == [worse]
         again = await pages.replay(DLQ, [first])  # gone: nothing is sent twice
         assert "Replayed 0 message(s)." in again.body
-        assert sorted(processed) == ["bad 1", "bad 2"]
+        assert sorted(orders.processed) == ["bad 1", "bad 2"]
 
 
 async def test_a_purge_of_a_selection_leaves_the_others(mdb_runner: SyncRunner) -> None:
