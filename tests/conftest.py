@@ -6,6 +6,7 @@ Broker (and database server) tests may skip when one is absent on a developer's 
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -19,6 +20,12 @@ from tests.harness.servers.process import BrokerProcess
 # Before any test module takes ``identity.PROCESS``: the container processes the tests start
 # read the same secret.
 share_with_this_process()
+
+# A suite started in the background of a script (``tests/run``'s fault stage, any ``cmd &``)
+# inherits SIGINT ignored, and so would every process a test starts: a test's Ctrl-C would then
+# be ignored and its process waited for until the test's timeout.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 if TYPE_CHECKING:
     from tests.harness.servers.activemq import ActiveMQ
