@@ -50,6 +50,7 @@ async def tick(url: str, clock: str, calls: Calls) -> None:
     await send_all(url, clock, ["tick"])
     await calls.wait(lambda c: c.of("tick") == ["tick"])
 
+
 async def test_a_paused_listener_finishes_what_it_runs_takes_nothing_new_then_takes_all_once(
         broker_url: str) -> None:
     queue, clock = f"queue:{unique('paused')}", f"queue:{unique('clock')}"

@@ -41,5 +41,4 @@ def until_ready(process: subprocess.Popen[str]) -> None:
 def stopped(process: subprocess.Popen[str]) -> tuple[str, str]:
     """SIGTERM to ``process``, then its output and error output to their end."""
     process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=60)
-    return out, err
+    return process.communicate(timeout=60)
