@@ -297,7 +297,8 @@ class Container:
                                               p.member in members,
                                               (p.request.durable and p.request.name) or "")
                                  for p in d.planned),
-                           d.stats.latencies.percentile(0.5), d.stats.latencies.percentile(0.99))
+                           d.stats.latencies.percentile(0.5), d.stats.latencies.percentile(0.99),
+                           d.stats.already_processed)
             for d in self.deployed)
         brokers = tuple(BrokerHealth(status.name, status.state, status.since, status.address)
                         for status in self.brokers.watched())

@@ -86,9 +86,14 @@ def status_report(health: Health, url: str, now: float | None = None) -> str:
         (b.name, b.state, f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b.since))} "
                           f"({_ago(now - b.since)} ago)", b.address)
         for b in health.brokers]
-    listeners = [("listener", "subscribed", "in flight", "processed", "handler p50/p99")] + [
+    # As on the status line, the copies settled unrun once there are any: an exactly-once
+    # listener's count, which tells a broker's redeliveries from work done twice.
+    copies = any(lh.already_processed for lh in health.listeners)
+    listeners = [("listener", "subscribed", "in flight", "processed",
+                  *(("already processed",) if copies else ()), "handler p50/p99")] + [
         (lh.name, f"{lh.subscribed}/{lh.members}{', paused' if lh.paused else ''}",
-         str(lh.in_flight), str(lh.processed), latency_text(lh))
+         str(lh.in_flight), str(lh.processed),
+         *((str(lh.already_processed),) if copies else ()), latency_text(lh))
         for lh in health.listeners]
     events = printable(", ".join(f"{kind} {count}"
                                  for kind, count in sorted(health.events.items())))

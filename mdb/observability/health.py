@@ -104,6 +104,9 @@ class ListenerHealth:
     not say."""
     latency_p99: float | None = None
     """Seconds its handler took at the 99th percentile of its recent messages."""
+    already_processed: int = 0
+    """Copies of messages it had already processed (an exactly-once listener's), settled
+    without running its handler."""
 
     @property
     def all_stuck(self) -> bool:
@@ -217,6 +220,7 @@ class Health:
                            for h in lh.stuck],
                  "paused": lh.paused, "redelivered": lh.redelivered,
                  "to_error_destination": lh.to_error_destination,
+                 "already_processed": lh.already_processed,
                  "destination": lh.destination, "mode": lh.mode,
                  "member_states": [{"broker": m.broker, "destination": m.destination,
                                     "subscribed": m.subscribed,
@@ -265,7 +269,8 @@ class Health:
                                                       _typed(m.get("subscription", ""), str))
                                          for m in lh.get("member_states", ())),
                                    _seconds(lh.get("latency_p50")),
-                                   _seconds(lh.get("latency_p99")))
+                                   _seconds(lh.get("latency_p99")),
+                                   _typed(lh.get("already_processed", 0), int))
                     for lh in data["listeners"]
                 ),
                 events={_typed(k, str): _typed(v, int) for k, v in data["events"].items()},

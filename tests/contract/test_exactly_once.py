@@ -30,6 +30,7 @@ from mdb.listeners.context import SendFunction
 from mdb.messages.destinations import Destination
 from mdb.messages.headers import ID
 from mdb.messages.message import Message, OutgoingMessage
+from mdb.observability.health import Health
 from mdb.routing.producer import Producer
 from mdb_memory.state import BrokerState, broker_state
 from tests.harness.apps.in_process import (
@@ -116,6 +117,9 @@ async def test_a_copy_of_a_processed_message_is_settled_without_running_the_hand
         sent = await read(broker_url, out, 2)
         await calls.wait(lambda c: "o-after" in c.of("ran"))  # one slot: in order
         assert container.deployed[0].stats.already_processed == 2
+        # What /status says and `mdb status` reads back.
+        [seen] = Health.from_json(container.health().to_json()).listeners
+        assert seen.already_processed == 2
     assert calls.of("ran") == ["o-1", "o-after"]
     assert await count(database, orders) == 2
     assert [d.body for d in sent] == [b"invoice for o-1", b"invoice for o-after"]

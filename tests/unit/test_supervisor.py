@@ -119,6 +119,21 @@ def test_the_server_is_ready_when_every_worker_is() -> None:
     assert not server_health(places, {1: worker(), 2: worker()}, True).ready  # stopping
 
 
+def test_the_copies_each_worker_settled_unrun_add_up_and_mdb_status_shows_them() -> None:
+    places = [Worker(1, state="ready"), Worker(2, state="ready")]
+    copies = [Health(live=True, ready=True, listeners=(
+        ListenerHealth("on_order", 1, 1, 0, 3, already_processed=n),)) for n in (1, 2)]
+    health = server_health(places, {1: copies[0], 2: copies[1]}, False)
+    assert health.listeners[0].already_processed == 3
+    assert Health.from_json(health.to_json()) == health
+    table = [line.split() for line in status_report(health, "http://x").splitlines()]
+    assert ["listener", "subscribed", "in", "flight", "processed", "already", "processed",
+            "handler", "p50/p99"] in table
+    assert ["on_order", "2/2", "0", "6", "3", "-"] in table
+    # None yet: no column, as the status line shows the count only once there is one.
+    assert "already" not in status_report(worker(), "http://x")
+
+
 def test_a_database_is_as_up_as_its_worst_worker_sees_it() -> None:
     places = [Worker(1, state="ready"), Worker(2, state="ready")]
 

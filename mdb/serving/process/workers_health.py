@@ -51,7 +51,8 @@ def server_health(places: Sequence[Worker], answers: dict[int, Health | None],
             total.to_error_destination + lh.to_error_destination, lh.destination, lh.mode,
             # Percentiles do not add up: the slowest worker's, the figure to worry about.
             latency_p50=_slowest(total.latency_p50, lh.latency_p50),
-            latency_p99=_slowest(total.latency_p99, lh.latency_p99))
+            latency_p99=_slowest(total.latency_p99, lh.latency_p99),
+            already_processed=total.already_processed + lh.already_processed)
     databases: dict[str, DatabaseHealth] = {}  # one database: as the worst worker sees it
     for database in sorted((d for h in found for d in h.databases),
                            key=lambda d: (d.state == "up", -d.outbox)):
