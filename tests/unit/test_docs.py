@@ -154,3 +154,17 @@ def test_the_quickstart_project_passes_its_own_tests(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "2 passed" in result.stdout
+
+
+def test_the_docs_show_what_mdb_db_upgrade_prints(tmp_path: Path) -> None:
+    # A reader compares the output line by line: a page showing fewer tables than the command
+    # makes reads as an upgrade gone wrong.
+    (tmp_path / "mdb.toml").write_text("[databases.main]\nurl = 'sqlite+aiosqlite:///x.db'\n")
+    done = subprocess.run([sys.executable, "-m", "mdb.commands.cli", "db", "upgrade", "--config",
+                           "mdb.toml"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.strip().split("): ", 1)[1]
+    shown = {line.split("): ", 1)[1] for page in (ROOT / "docs").glob("*.md")
+             for line in page.read_text().splitlines()
+             if re.match(r"database main \(.*\): created ", line)}
+    assert shown == {printed}
