@@ -5,6 +5,7 @@ count as one."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -313,6 +314,82 @@ async def test_a_dispatch_that_outlives_its_lease_keeps_its_rows(url: str) -> No
     assert sorted(d.headers[ID] for d in sent) == ["id-0", "id-1", "id-2"]
     assert broker_state(broker.removeprefix("memory://")).queue_depth(out) == 0
     assert await count(database, tables.outbox) == 0
+    await database.close()
+
+
+async def _leased_until(database: Database) -> list[float]:
+    async with database.session() as session:
+        return list((await session.execute(
+            select(tables.outbox.c.lease_until).order_by(tables.outbox.c.seq))).scalars())
+
+
+async def _held_dispatch(url: str) -> tuple[Database, Destination, list[Any]]:
+    """Three rows written with a lease of 1 s, for a dispatch whose first send waits."""
+    database = await prepared(url, outbox_lease=1.0)
+    out = Destination.parse(f"queue:{unique('eo_out')}")
+    async with database.session() as session:
+        writer = Writer(session, "this-process", 1.0, error_destination=None)
+        for n in range(3):
+            await writer.send(out, OutgoingMessage(f"m{n}".encode(), {ID: f"id-{n}"}), None)
+    return database, out, writer.rows
+
+
+def _holding(producer: Producer, release: anyio.Event) -> None:
+    """``producer``'s first send waits for ``release``: a broker that takes its time."""
+    send = producer.send_message
+
+    async def slow_first(destination: Destination, message: OutgoingMessage, *,
+                         key: str | None = None, prefer: str | None = None) -> Member:
+        if message.headers[ID] == "id-0":
+            await release.wait()
+        return await send(destination, message, key=key, prefer=prefer)
+
+    producer.send_message = slow_first  # type: ignore[method-assign]
+
+
+async def test_a_dispatch_cut_short_while_its_rows_lease_is_kept_ends_the_keeping(
+    url: str,
+) -> None:
+    """The lease keeper starts only once a renewal is due (a timer); a dispatch cancelled
+    after that (a stop) ends it with the dispatch: no renewal goes on for rows no longer
+    being sent, which the next sweep takes once their lease ran out."""
+    database, _, rows = await _held_dispatch(url)
+    written = await _leased_until(database)
+    async with Producer(settings_for(f"memory://{unique('m')}")) as producer:
+        _holding(producer, anyio.Event())
+        dispatcher = Dispatcher(database, producer, "this-process")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(dispatcher.dispatch, rows)
+            with anyio.fail_after(30):
+                while (await _leased_until(database))[0] <= written[0]:
+                    await anyio.sleep(0.05)  # the database tells a renewal only when asked
+            tg.cancel_scope.cancel()
+    keeping = [t for t in asyncio.all_tasks() if "_keep_leased" in repr(t.get_coro())]
+    assert keeping == []
+    renewed = await _leased_until(database)
+    await anyio.sleep(0.5)  # a keeper left running would renew them again: a third of 1 s
+    assert await _leased_until(database) == renewed
+    await database.close()
+
+
+async def test_a_dispatch_whose_lease_cannot_be_renewed_stops_sending(url: str) -> None:
+    """The database out of reach at a renewal: the rows' lease will run out, and another
+    process's sweep will take them, so the dispatch sends no more of them and raises."""
+    database, out, rows = await _held_dispatch(url)
+    release = anyio.Event()
+    async with Producer(settings_for(broker := f"memory://{unique('m')}")) as producer:
+        _holding(producer, release)
+        dispatcher = Dispatcher(database, producer, "this-process")
+
+        def unreachable() -> Any:
+            release.set()
+            raise DatabaseUnavailable("database main: no answer in 1 s")
+
+        database.autocommitted = unreachable  # type: ignore[method-assign]
+        with pytest.raises(DatabaseUnavailable, match="no answer"):
+            await dispatcher.dispatch(rows)
+    sent = broker_state(broker.removeprefix("memory://")).queue_depth(out)
+    assert sent == 1  # the one under way when the renewal failed; not the two after it
     await database.close()
 
 
