@@ -30,10 +30,11 @@ class DatabaseSettings(BaseModel):
     password_file: Path | None = Field(
         None, description="read the password from this file at startup (a container secret)")
     pool_size: Annotated[int, Field(ge=1, le=200)] = Field(
-        5, description="connections kept open (PostgreSQL, MariaDB/MySQL), at least: a pool "
-                       "slot of an exactly-once listener holds one while its handler runs, "
-                       "and a container keeps one for each of its slots on the database and "
-                       "one for the outbox, if that is more (docs/deployment.md)")
+        5, description="connections kept open once made (PostgreSQL, MariaDB/MySQL), at "
+                       "least: a pool slot of an exactly-once listener holds one while its "
+                       "handler runs, and a container keeps up to one for each of its slots on "
+                       "the database and one for the outbox, if that is more, each made when "
+                       "first needed (docs/deployment.md)")
     timeout: Annotated[float, Field(gt=0, le=DAY)] = Field(
         10.0, description="seconds mdb's own statements (the inbox claim, the commit, the "
                           "outbox dispatch) may take before the database counts as "

@@ -253,7 +253,8 @@ def test_files_written_before_are_kept_unless_forced(project: Path) -> None:
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (["elsewhere", "nowhere.listeners"], "no nowhere/ or nowhere.py"),
+    (["elsewhere", "nowhere.listeners"], "no nowhere/listeners/ or nowhere/listeners.py"),
+    (["elsewhere", "shop.nothere"], "no shop/nothere/ or shop/nothere.py"),  # its package there
     (["elsewhere", MODULE, "--app", "_shop_"], "makes no Kubernetes name"),
     (["elsewhere", MODULE, "--app", "my-shop"], "may contain only letters"),
 ])

@@ -47,9 +47,11 @@ def write(directory: Path, module: str, *, app: str | None = None,
     module the current folder lacks, an app that makes no Kubernetes name, or a file that
     exists already unless ``force``."""
     package = module.split(".")[0]
-    if not (Path(package).is_dir() or Path(f"{package}.py").is_file()):
+    # Found as `mdb run` would import it, without importing it: its package's code is not run.
+    place = Path(*module.split("."))
+    if not (place.is_dir() or place.with_name(f"{place.name}.py").is_file()):
         raise ConfigurationError(
-            f"mdb deploy-files: module {module}: no {package}/ or {package}.py in "
+            f"mdb deploy-files: module {module}: no {place}/ or {place}.py in "
             f"{Path.cwd()}; run it from the project's root, where `mdb run {module}` finds it")
     app = app or package
     name = app.lower().replace("_", "-")
