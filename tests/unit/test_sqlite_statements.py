@@ -63,3 +63,37 @@ async def test_rows_read_a_few_at_a_time_are_all_read(database: Database) -> Non
         assert result.fetchone() == (0,)
         assert [n for (n,) in result.fetchmany(3)] == [1, 2, 3]
         assert len(result.fetchall()) == 196
+
+
+async def test_a_connection_committed_before_it_comes_back_costs_no_rollback(
+    database: Database, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The pool's own reset rolled back every connection it took back, committed or not: a
+    # trip to the connection's thread after each delivery's commit.
+    rollbacks: list[object] = []
+    rollback = aiosqlite.Connection.rollback
+
+    async def counted(self: aiosqlite.Connection) -> None:
+        rollbacks.append(self)
+        await rollback(self)
+
+    monkeypatch.setattr(aiosqlite.Connection, "rollback", counted)
+    async with database.session() as session:
+        await session.execute(numbers.insert().values(n=1000))
+    assert rollbacks == []
+
+
+async def test_a_connection_given_back_with_its_transaction_open_is_rolled_back(
+    database: Database,
+) -> None:
+    # Begun behind SQLAlchemy's back (an application's raw use of the driver): the pool finds
+    # it open as it takes the connection back, and its write lock goes with the rollback.
+    async with database.engine.connect() as connection:
+        driver = (await connection.get_raw_connection()).driver_connection
+        assert driver is not None
+        await driver.execute("BEGIN IMMEDIATE")
+        await driver.execute("INSERT INTO numbers (n) VALUES (5000)")
+    async with database.session() as session:
+        await session.execute(numbers.insert().values(n=5001))
+        found = (await session.execute(select(numbers.c.n).where(numbers.c.n >= 5000))).all()
+    assert found == [(5001,)]

@@ -51,6 +51,7 @@ def engine_for(name: str, settings: DatabaseSettings, slots: int) -> AsyncEngine
     if url.get_backend_name() == "sqlite":
         # SQLite's busy handler: how long a wait for a lock lasts before mdb tries again.
         options["connect_args"] = {"timeout": sqlite.BUSY_TIMEOUT}
+        options["pool_reset_on_return"] = None  # ``_reset_if_open`` instead
     else:
         # A connection for each slot and one for the outbox's upkeep: a slot that waited for
         # one, its claim's time running meanwhile, took the database for down. Last in, first
@@ -99,7 +100,7 @@ def engine_for(name: str, settings: DatabaseSettings, slots: int) -> AsyncEngine
         # aiosqlite logs each call at DEBUG with its arguments, a statement's parameters among
         # them (docs/security.md, "Secrets"); its other lines say nothing mdb does not.
         logging.getLogger("aiosqlite").setLevel(logging.INFO)
-    elif options.get("pool_reset_on_return", "rollback") is None:
+    if options.get("pool_reset_on_return", "rollback") is None:
         event.listen(engine.sync_engine, "reset", _reset_if_open)
     return engine
 
@@ -109,12 +110,23 @@ _IN_TRANSACTION = 1  # SERVER_STATUS_IN_TRANS, in the status of MariaDB's and My
 
 def _reset_if_open(dbapi_connection: Any, _record: ConnectionPoolEntry,
                    state: PoolResetState) -> None:
-    """Roll back a MariaDB/MySQL connection the pool takes back only if its server said a
-    transaction is open. The pool's own reset rolls back every connection whose transaction
-    was committed before it came back: a round trip each on these drivers (asyncpg knows
-    there is nothing to roll back), two a delivery."""
+    """Roll back a connection the pool takes back only if a transaction is open on it: as
+    MariaDB's and MySQL's server last said, or as SQLite's connection says. The pool's own
+    reset rolls back every connection whose transaction was committed before it came back: a
+    round trip each on MariaDB, a trip to aiosqlite's thread on SQLite (asyncpg knows there is
+    nothing to roll back), two a delivery."""
     if not state.asyncio_safe or state.transaction_was_reset:
         return
-    if getattr(dbapi_connection.driver_connection, "server_status", _IN_TRANSACTION) \
-            & _IN_TRANSACTION:
+    if _open(dbapi_connection.driver_connection):
         dbapi_connection.rollback()
+
+
+def _open(driver: Any) -> bool:
+    """Whether a transaction is open on the driver's connection ``driver`` (when it cannot
+    tell: open)."""
+    if isinstance(driver, sqlite.SqliteConnection):
+        try:
+            return bool(driver.in_transaction)
+        except ValueError:  # closed: its rollback says so, as the pool's own would
+            return True
+    return bool(getattr(driver, "server_status", _IN_TRANSACTION) & _IN_TRANSACTION)
