@@ -13,6 +13,7 @@ from mdb.config import reference
 from mdb.config.settings import load_settings
 from mdb.messages.destinations import Destination
 from mdb.testing import RunningApp
+from tests.harness.processes.cli import mdb
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -160,10 +161,9 @@ def test_the_docs_show_what_mdb_db_upgrade_prints(tmp_path: Path) -> None:
     # A reader compares the output line by line: a page showing fewer tables than the command
     # makes reads as an upgrade gone wrong.
     (tmp_path / "mdb.toml").write_text("[databases.main]\nurl = 'sqlite+aiosqlite:///x.db'\n")
-    done = subprocess.run([sys.executable, "-m", "mdb.commands.cli", "db", "upgrade", "--config",
-                           "mdb.toml"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = mdb("db", "upgrade", "--config", "mdb.toml", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    printed = done.stdout.strip().split("): ", 1)[1]
+    printed = done.stdout.decode().strip().split("): ", 1)[1]
     shown = {line.split("): ", 1)[1] for page in (ROOT / "docs").glob("*.md")
              for line in page.read_text().splitlines()
              if re.match(r"database main \(.*\): created ", line)}
