@@ -74,7 +74,8 @@ def test_the_node_a_container_is_connected_to_killed_under_load(
             for producer in producers:
                 producer.wait_told(AFTER)
         told = {f"topic:{topic}": to_topic.told, f"queue:{queue}": to_queue.told}
-        processes.drain([*told[f"topic:{topic}"], *told[f"queue:{queue}"]])
+        every_told = [message for sent in told.values() for message in sent]
+        processes.drain(every_told)
         processes.stop()
         verdicts = {destination: check(sent, [e for e in processes.done(shop)
                                               if e["destination"] == destination])
@@ -82,8 +83,7 @@ def test_the_node_a_container_is_connected_to_killed_under_load(
     raised = {**to_topic.raised, **to_queue.raised}
     # Taken before the verdicts are asserted: a message the app never processed is either still
     # in a queue (delivered nowhere until the fleet's connections closed) or gone.
-    left = left_behind(cluster.nodes, [topic, queue], [*told[f"topic:{topic}"],
-                                                      *told[f"queue:{queue}"]])
+    left = left_behind(cluster.nodes, [topic, queue], every_told)
     for destination, verdict in verdicts.items():
         assert verdict.ok, f"{destination}: {verdict}; left in the queues: {left}"
     assert set(raised.values()) <= {"SendOutcomeUnknown", "ConnectionFailed"}, raised
